@@ -1,0 +1,1 @@
+"""Cryptographic building blocks ("hazmat"): Paillier, packing, cipher histograms, PSI, secagg."""

@@ -1,0 +1,136 @@
+"""Every exception p2pboost raises on purpose.
+
+Catch :class:`P2PBoostError` to catch them all. Errors about *your* input derive from
+:class:`ValueError` as well, errors about the network from :class:`ConnectionError`, and
+deadlines from :class:`TimeoutError`, so code written against the standard library's
+families keeps working.
+
+::
+
+    P2PBoostError
+    ├── InputError (ValueError)            bad arguments or data handed to p2pboost by the caller
+    │   └── NotFittedError                 predict() before fit()
+    ├── ConfigError (ValueError)           bad configuration file, key or certificate path
+    ├── CodecError (ValueError)            bytes that do not decode to a valid message
+    ├── CryptoError                        a cryptographic check failed
+    │   └── KeyMismatchError               ciphertext or key from a different key pair
+    ├── ModelError (ValueError)            unreadable, foreign or incompatible model file
+    ├── ProtocolError                      a peer broke the rules of a protocol
+    │   ├── LocalProtocolError             *we* were asked to do something out of order
+    │   └── RemoteProtocolError            a peer sent something invalid; names the peer
+    ├── SessionClosed                      the session or channel was closed (normally or not)
+    ├── TransportError (ConnectionError)   the link below the protocols failed
+    │   ├── HandshakeError                 TLS or identity check refused a connection
+    │   ├── PeerDisconnected               a peer went away and did not come back in time
+    │   └── FrameTooLarge                  a frame larger than the configured limit
+    └── DeadlineExceeded (TimeoutError)    an operation ran past its deadline
+
+Local versus remote: a :class:`LocalProtocolError` means the code in this process misused an
+API; a :class:`RemoteProtocolError` means a peer did, and carries ``peer`` so operators know whom
+to call. Neither is ever silently swallowed.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CodecError",
+    "ConfigError",
+    "CryptoError",
+    "DeadlineExceeded",
+    "FrameTooLarge",
+    "HandshakeError",
+    "InputError",
+    "KeyMismatchError",
+    "LocalProtocolError",
+    "ModelError",
+    "NotFittedError",
+    "P2PBoostError",
+    "PeerDisconnected",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "SessionClosed",
+    "TransportError",
+]
+
+
+class P2PBoostError(Exception):
+    """Base class of every exception p2pboost raises on purpose."""
+
+
+class InputError(P2PBoostError, ValueError):
+    """Arguments or data handed to p2pboost by the caller are invalid."""
+
+
+class NotFittedError(InputError):
+    """A model was used before it was fitted or loaded."""
+
+
+class ConfigError(P2PBoostError, ValueError):
+    """A configuration file, key, path or certificate setting is invalid."""
+
+
+class CodecError(P2PBoostError, ValueError):
+    """Bytes that do not decode to a valid p2pboost message (the only error a decoder raises)."""
+
+
+class CryptoError(P2PBoostError):
+    """A cryptographic operation or check failed."""
+
+
+class KeyMismatchError(CryptoError):
+    """A ciphertext, key or fingerprint belongs to a different key pair."""
+
+
+class ModelError(P2PBoostError, ValueError):
+    """A model file is unreadable, from another format version, or from another federation."""
+
+
+class ProtocolError(P2PBoostError):
+    """A protocol's rules were broken."""
+
+
+class LocalProtocolError(ProtocolError):
+    """This process asked a protocol or channel to do something it cannot do in its state."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """A peer sent something invalid or out of order.
+
+    ``peer`` names the party, so the operator knows which organisation to call.
+    """
+
+    def __init__(self, message: str, *, peer: str | None = None) -> None:
+        super().__init__(f"{peer}: {message}" if peer else message)
+        self.peer = peer
+
+
+class SessionClosed(P2PBoostError):
+    """The session or channel is closed; ``reason`` says why when it is known."""
+
+    def __init__(self, message: str = "session closed", *, reason: str | None = None) -> None:
+        super().__init__(message if reason is None else f"{message}: {reason}")
+        self.reason = reason
+
+
+class TransportError(P2PBoostError, ConnectionError):
+    """The link below the protocols failed."""
+
+
+class HandshakeError(TransportError):
+    """A connection was refused by the TLS handshake or the party-identity check."""
+
+
+class PeerDisconnected(TransportError):
+    """A peer went away and did not come back within the configured time."""
+
+    def __init__(self, peer: str, message: str | None = None) -> None:
+        super().__init__(message or f"peer {peer!r} disconnected and did not come back in time")
+        self.peer = peer
+
+
+class FrameTooLarge(TransportError):
+    """A frame exceeded the configured maximum size."""
+
+
+class DeadlineExceeded(P2PBoostError, TimeoutError):
+    """An operation ran past its deadline."""

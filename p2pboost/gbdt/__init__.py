@@ -1,0 +1,1 @@
+"""The plaintext gradient-boosting core: pure numpy, no I/O, no crypto."""

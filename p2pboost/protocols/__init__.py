@@ -1,0 +1,1 @@
+"""Federated protocols: one module per protocol, one coroutine per role."""
