@@ -64,9 +64,10 @@ def choose_grid(values: npt.NDArray[np.float64], n_rows: int) -> Grid:
     if n_rows < 1:
         raise ValueError("n_rows must be at least 1")
     arr = np.asarray(values, dtype=np.float64)
-    if arr.size and not np.all(np.isfinite(arr)):
+    # max/min instead of abs/isfinite passes: NaN and infinities propagate into them.
+    largest = max(float(arr.max()), -float(arr.min())) if arr.size else 0.0
+    if not math.isfinite(largest):
         raise ValueError("gradients and hessians must be finite")
-    largest = float(np.max(np.abs(arr))) if arr.size else 0.0
     magnitude_bits = math.frexp(largest)[1] if largest > 0.0 else 0  # largest <= 2**exp
     row_bits = max(0, math.ceil(math.log2(n_rows)))
     bits = _MANTISSA_BITS - _RESERVE_BITS - row_bits - magnitude_bits
@@ -76,7 +77,11 @@ def choose_grid(values: npt.NDArray[np.float64], n_rows: int) -> Grid:
 def quantize(values: npt.NDArray[np.float64], grid: Grid) -> npt.NDArray[np.float64]:
     """Round ``values`` to the nearest multiple of ``2**-grid.bits`` (ties to even)."""
     arr = np.asarray(values, dtype=np.float64)
-    return np.ldexp(np.rint(np.ldexp(arr, grid.bits)), -grid.bits)
+    if arr.ndim == 0:
+        return np.ldexp(np.rint(np.ldexp(arr, grid.bits)), -grid.bits)
+    out = np.ldexp(arr, grid.bits)  # then in place: no further temporaries on the hot path
+    np.rint(out, out=out)
+    return np.ldexp(out, -grid.bits, out=out)
 
 
 def to_fixed(values: npt.NDArray[np.float64], grid: Grid) -> npt.NDArray[np.int64]:

@@ -1,0 +1,522 @@
+"""Sessions and channels: what protocol coroutines talk through.
+
+A :class:`Session` groups the channels of one protocol run (one training, one batch of
+predictions) with a fixed set of peers; a :class:`Channel` is a named, ordered, bidirectional
+message pipe to one peer inside it. Many sessions and channels share one link per peer.
+
+Flow control is per channel and per direction, in bytes, like HTTP/2 windows: the receiver
+announces how far the sender may go (cumulative ``allowed``), and raises it as the application
+consumes messages. So a slow consumer stalls only its own producer, and what a peer can make us
+hold is bounded by the window per channel (plus, on a channel where the application waits for
+a message larger than the window, that one message, at most ``max_message_bytes``).
+Each frame costs its payload plus :data:`~p2pboost._wire.FRAME_OVERHEAD` credit, so floods of
+tiny frames are bounded too. A peer that exceeds its credit breaks the protocol: the session
+ends with :class:`~p2pboost.exceptions.RemoteProtocolError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from enum import Enum
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from p2pboost import codec
+from p2pboost._wire import (
+    FLAG_END,
+    FLAG_EOS,
+    FRAME_OVERHEAD,
+    Data,
+    abort_frame,
+    close_frame,
+    credit_frame,
+    data_header,
+    encode_name,
+)
+from p2pboost.exceptions import (
+    CodecError,
+    InputError,
+    LocalProtocolError,
+    P2PBoostError,
+    RemoteProtocolError,
+    SessionClosed,
+)
+
+if TYPE_CHECKING:
+    from p2pboost._link import Link
+    from p2pboost.node import Node
+
+__all__ = ["Channel", "Session", "SessionState", "StreamWriter"]
+
+logger = logging.getLogger("p2pboost.node")
+
+#: Payloads below this size are copied out of a coalesced transport message (see _on_data).
+_PIN_LIMIT = 64 * 1024
+
+
+class SessionState(Enum):
+    """Where a session is in its life (one place for the states, as in h11)."""
+
+    OPEN = "open"
+    CLOSED = "closed"  # closed locally (normally)
+    FAILED = "failed"  # ended on an error: ``Session.error`` says which
+
+
+class _Item:
+    """One received message (``data is None``: an end-of-stream marker)."""
+
+    __slots__ = ("cost", "data")
+
+    def __init__(self, data: bytes | memoryview | None, cost: int) -> None:
+        self.data = data
+        self.cost = cost
+
+
+class Session:
+    """One protocol run with a fixed set of peers. Create with :meth:`Node.session`.
+
+    Use it as an async context manager: leaving it closes the session (peers see
+    :class:`SessionClosed` once they have read what was sent before).
+    """
+
+    def __init__(self, node: Node, session_id: str, peers: Iterable[str], *, claimed: bool):
+        self.id = session_id
+        self._node = node
+        self._peers = set(peers)
+        self.claimed = claimed
+        self.state = SessionState.OPEN
+        self.error: P2PBoostError | None = None
+        self._channels: dict[tuple[str, str], Channel] = {}
+        self._peer_closed: set[str] = set()
+        self._sid = encode_name(session_id)
+        self.created_at = asyncio.get_running_loop().time()
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id!r} peers={sorted(self._peers)} {self.state.value}>"
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The parties in this session (besides this node), sorted."""
+        return tuple(sorted(self._peers))
+
+    def channel(self, peer: str, name: str = "default") -> Channel:
+        """The channel ``name`` to ``peer`` (the same object on every call)."""
+        if peer not in self._peers:
+            raise InputError(f"{peer!r} is not a peer of session {self.id!r}: {self.peers}")
+        ch = self._channels.get((peer, name))
+        if ch is None:
+            self._check_usable()
+            if len(self._channels) >= self._node.config.max_channels_per_session:
+                raise LocalProtocolError(f"session {self.id!r} has too many channels")
+            try:
+                ch = Channel(self, peer, name)
+            except ValueError as exc:
+                raise InputError(f"bad channel name {name!r}: {exc}") from exc
+            self._channels[(peer, name)] = ch
+        return ch
+
+    async def close(self) -> None:
+        """Leave the session; frames already sent are still delivered. Idempotent."""
+        if self.state is SessionState.CLOSED:
+            return
+        if self.state is SessionState.OPEN:
+            for peer in sorted(self._peers - self._peer_closed):
+                link = self._node._links[peer]
+                seq = link.alloc_seq()
+                link.push(seq, (close_frame(seq, self._sid),), None)
+        self.state = SessionState.CLOSED
+        for ch in self._channels.values():
+            ch._release()
+        self._node._forget_session(self)
+
+    async def abort(self, reason: str = "aborted") -> None:
+        """End the session on an error: peers get :class:`SessionClosed` carrying ``reason``
+        at once (unread data is dropped on both sides). Idempotent; then closes it."""
+        self._fail(
+            SessionClosed(f"session {self.id!r} aborted locally", reason=reason),
+            wire_reason=reason,
+        )
+        await self.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None or self.state is not SessionState.OPEN:
+            await self.close()
+        else:
+            # Tell the peers the run failed, but only the exception's type: its message may
+            # hold local data that is not theirs to see.
+            await self.abort(f"peer code raised {exc_type.__name__}")
+
+    # -- used by the node ---------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.state is SessionState.FAILED:
+            assert self.error is not None
+            raise self.error
+        if self.state is SessionState.CLOSED:
+            raise SessionClosed(f"session {self.id!r} is closed")
+
+    def _fail(
+        self,
+        error: P2PBoostError,
+        *,
+        notify_except: str | None = None,
+        wire_reason: str | None = None,
+    ) -> None:
+        """End the session on ``error``: wake everyone, free buffers, tell the peers why
+        (``wire_reason``, default ``str(error)``: our own diagnosis of a peer's fault)."""
+        if self.state is not SessionState.OPEN:
+            return
+        self.state = SessionState.FAILED
+        self.error = error
+        logger.warning("%s: session %r failed: %s", self._node.party_id, self.id, error)
+        reason = str(error) if wire_reason is None else wire_reason
+        for peer in sorted(self._peers):
+            link = self._node._links[peer]
+            link.withdraw(self.id)
+            if peer != notify_except and peer not in self._peer_closed:
+                seq = link.alloc_seq()
+                link.push(seq, (abort_frame(seq, self._sid, reason),), None)
+        for ch in self._channels.values():
+            ch._release()
+
+    def _peer_left(self, peer: str) -> None:
+        self._peer_closed.add(peer)
+        for (p, _), ch in self._channels.items():
+            if p == peer:
+                ch._wake()
+
+    def _wake_peer(self, peer: str) -> None:
+        for (p, _), ch in self._channels.items():
+            if p == peer:
+                ch._wake()
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet consumed, over all channels."""
+        return sum(ch.buffered_bytes for ch in self._channels.values())
+
+
+class Channel:
+    """A named, ordered message pipe to one peer inside a session.
+
+    ``send`` returns once the message is queued on the link within the peer's credit (it waits
+    while the peer's window is full, which is the back-pressure); ``recv`` returns the next
+    message, decoded by :mod:`p2pboost.codec`. For long sequences use :meth:`stream` on the
+    receiving side and :meth:`stream_writer` or :meth:`send_stream` on the sending side: the
+    sender ends the stream with an explicit end-of-stream marker.
+    """
+
+    def __init__(self, session: Session, peer: str, name: str) -> None:
+        self.session = session
+        self.peer = peer
+        self.name = name
+        node = session._node
+        self._config = node.config
+        self._link: Link = node._links[peer]
+        self._names = session._sid + encode_name(name)
+        # -- sending --
+        self._send_lock = asyncio.Lock()
+        self._sent = 0  # credit used (payload + FRAME_OVERHEAD per frame)
+        self._allowed = 0  # highest CREDIT received (0: only the initial window so far)
+        self._send_event = asyncio.Event()
+        # -- receiving --
+        self._queue: deque[_Item] = deque()
+        self._queued = 0
+        self._partial: list[bytes | memoryview] = []
+        self._partial_cost = 0
+        self._partial_len = 0
+        self._received = 0
+        self._consumed = 0
+        self._announced = self._config.window
+        self._recv_event = asyncio.Event()
+        self._readers = 0  # tasks waiting in recv()/stream()
+        self.messages_sent = 0
+        self.messages_received = 0
+
+    def __repr__(self) -> str:
+        return f"<Channel {self.session.id!r}/{self.name!r} to {self.peer!r}>"
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received on this channel and not yet consumed (queued plus partial)."""
+        return self._queued + self._partial_cost
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def send(self, obj: object) -> None:
+        """Send one message (anything :func:`p2pboost.codec.encode` accepts)."""
+        self._check_send()
+        await self._send_payload(codec.encode(obj), eos=False)
+
+    async def send_stream(self, items: AsyncIterable[object] | Iterable[object]) -> int:
+        """Send every item of ``items`` then the end-of-stream marker; returns the count."""
+        count = 0
+        if isinstance(items, AsyncIterable):
+            async for item in items:
+                await self.send(item)
+                count += 1
+        else:
+            for item in items:
+                await self.send(item)
+                count += 1
+        await self.end_stream()
+        return count
+
+    def stream_writer(self) -> StreamWriter:
+        """``async with ch.stream_writer() as w: await w.send(x)``; the exit ends the stream."""
+        return StreamWriter(self)
+
+    async def end_stream(self) -> None:
+        """Send the end-of-stream marker that ends the receiver's :meth:`stream` loop."""
+        self._check_send()
+        await self._send_payload(b"", eos=True)
+
+    def _check_send(self) -> None:
+        self.session._check_usable()
+        if self.peer in self.session._peer_closed:
+            raise SessionClosed(f"peer {self.peer!r} left session {self.session.id!r}")
+
+    async def _send_payload(self, payload: bytes, *, eos: bool) -> None:
+        config = self._config
+        if len(payload) > config.max_message_bytes:
+            raise InputError(
+                f"message of {len(payload)} bytes exceeds max_message_bytes"
+                f" ({config.max_message_bytes})"
+            )
+        link = self._link
+        view = memoryview(payload)
+        total = len(payload)
+        async with self._send_lock:
+            offset = 0
+            started = False
+            try:
+                while True:
+                    self._check_send()
+                    window = link.peer_window
+                    if window is None:  # no HELLO from the peer yet
+                        self._send_event.clear()
+                        await self._send_event.wait()
+                        continue
+                    avail = max(self._allowed, window) - self._sent - FRAME_OVERHEAD
+                    remaining = total - offset
+                    if avail < min(remaining, 1):  # nothing may go out yet
+                        self._send_event.clear()
+                        await self._send_event.wait()
+                        continue
+                    fragment = min(config.max_fragment, link.peer_max_fragment or 0)
+                    n = min(remaining, avail, fragment)
+                    last = n == remaining
+                    flags = (FLAG_END if last else 0) | (FLAG_EOS if eos else 0)
+                    seq = link.alloc_seq()
+                    header = data_header(seq, flags, self._names, n)
+                    if n:
+                        link.push(seq, (header, view[offset : offset + n]), self.session.id)
+                    else:
+                        link.push(seq, (header,), self.session.id)
+                    self._sent += n + FRAME_OVERHEAD
+                    offset += n
+                    started = True
+                    if last:
+                        break
+            except BaseException:
+                if started and offset < total:
+                    # The peer holds half a message: the channel cannot be used any more.
+                    self.session._fail(
+                        LocalProtocolError(
+                            f"send on channel {self.name!r} was interrupted mid-message"
+                        )
+                    )
+                raise
+        if not eos:
+            self.messages_sent += 1
+        if link.unwritten_bytes > config.coalesce_bytes:
+            # Let the writer (and everyone else) run: a producer with credit to spare never
+            # suspends otherwise, and would starve the loop.
+            await asyncio.sleep(0)
+
+    def _on_credit(self, allowed: int) -> None:
+        if allowed > self._allowed:
+            self._allowed = allowed
+            self._send_event.set()
+
+    # -- receiving ----------------------------------------------------------------------------
+
+    async def recv(self) -> object:
+        """The next message (bound the wait with ``asyncio.timeout`` if needed)."""
+        item = await self._next_item()
+        if item.data is None:
+            raise LocalProtocolError(
+                f"recv() on channel {self.name!r} met an end-of-stream marker:"
+                f" peer {self.peer!r} sent a stream here (read it with stream())"
+            )
+        return self._decode(item.data)
+
+    def stream(self) -> AsyncIterator[object]:
+        """Iterate over messages until the peer's end-of-stream marker."""
+        return _Stream(self)
+
+    async def _next_item(self) -> _Item:
+        while True:
+            if self._queue:
+                item = self._queue.popleft()
+                self._queued -= item.cost
+                self._consumed += item.cost
+                if item.data is not None:
+                    self.messages_received += 1
+                self._grant()
+                return item
+            self.session._check_usable()
+            if self.peer in self.session._peer_closed:
+                raise SessionClosed(f"peer {self.peer!r} left session {self.session.id!r}")
+            self._recv_event.clear()
+            self._readers += 1
+            try:
+                self._grant()  # a reader now waits for the message in progress: let it finish
+                await self._recv_event.wait()
+            finally:
+                self._readers -= 1
+
+    def _decode(self, data: bytes | memoryview) -> object:
+        try:
+            return codec.decode(data, limits=self._config.codec_limits)
+        except CodecError as exc:
+            error = RemoteProtocolError(
+                f"undecodable message on channel {self.name!r} of session"
+                f" {self.session.id!r}: {exc}",
+                peer=self.peer,
+            )
+            self.session._fail(error)
+            raise error from exc
+
+    def _on_data(self, frame: Data, batched: bool) -> None:
+        """Take one DATA frame from the link; raises RemoteProtocolError on a violation."""
+        config = self._config
+        n = len(frame.payload)
+        cost = n + FRAME_OVERHEAD
+        if self._received + cost > self._announced:
+            raise self._violation(
+                f"sent beyond its credit on channel {self.name!r}"
+                f" ({self._received + cost} > {self._announced} bytes)"
+            )
+        if n > config.max_fragment:
+            raise self._violation(f"sent a fragment of {n} bytes (limit {config.max_fragment})")
+        end = frame.flags & FLAG_END
+        if frame.flags & FLAG_EOS:
+            if n or not end or self._partial:
+                raise self._violation("sent a malformed end-of-stream marker")
+        elif n == 0:
+            raise self._violation("sent an empty fragment")
+        self._received += cost
+        if frame.flags & FLAG_EOS:
+            self._queue.append(_Item(None, cost))
+            self._queued += cost
+        else:
+            self._partial_len += n
+            if self._partial_len > config.max_message_bytes:
+                raise self._violation(
+                    f"sent a message over max_message_bytes ({config.max_message_bytes})"
+                )
+            # A view into a batched message would pin the whole batch: copy small parts (a
+            # big one is most of its message anyway, and copying it would cost throughput).
+            small = batched and n < _PIN_LIMIT
+            self._partial.append(bytes(frame.payload) if small else frame.payload)
+            self._partial_cost += cost
+            if end:
+                parts = self._partial
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                self._queue.append(_Item(data, self._partial_cost))
+                self._queued += self._partial_cost
+                self._partial = []
+                self._partial_cost = self._partial_len = 0
+        self._grant()
+        self._recv_event.set()
+
+    def _violation(self, what: str) -> RemoteProtocolError:
+        return RemoteProtocolError(f"session {self.session.id!r}: {what}", peer=self.peer)
+
+    def _grant(self) -> None:
+        """Raise the peer's credit as the application consumes (batched: half a window).
+
+        The window bounds what is buffered. One exception, so that a message larger than the
+        window can arrive at all: while a reader waits on an empty queue, the message in
+        progress does not count (it is what the reader asked for, and max_message_bytes bounds
+        it). A channel nobody reads never holds more than the window.
+        """
+        window = self._config.window
+        extend = self._partial_cost if self._readers and not self._queue else 0
+        allowed = self._consumed + window + extend
+        if allowed - self._announced >= window // 2 and self.session.state is SessionState.OPEN:
+            self._announced = allowed
+            link = self._link
+            seq = link.alloc_seq()
+            link.push(seq, (credit_frame(seq, self._names, allowed),), self.session.id)
+
+    def _release(self) -> None:
+        """The session ended: drop what is buffered and wake every waiter."""
+        self._queue.clear()
+        self._partial = []
+        self._queued = self._partial_cost = self._partial_len = 0
+        self._wake()
+
+    def _wake(self) -> None:
+        self._recv_event.set()
+        self._send_event.set()
+
+
+class _Stream:
+    """Async iterator over a channel's messages up to the end-of-stream marker."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._done = False
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> object:
+        if self._done:
+            raise StopAsyncIteration
+        item = await self._channel._next_item()
+        if item.data is None:
+            self._done = True
+            raise StopAsyncIteration
+        return self._channel._decode(item.data)
+
+
+class StreamWriter:
+    """Sends a stream's items; leaving the ``async with`` block sends the end marker.
+
+    If the block raises, no end marker is sent (the receiver would take a truncated stream
+    for a complete one); the error propagates and the caller decides the session's fate.
+    """
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self.count = 0
+
+    async def send(self, obj: object) -> None:
+        await self._channel.send(obj)
+        self.count += 1
+
+    async def __aenter__(self) -> StreamWriter:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            await self._channel.end_stream()

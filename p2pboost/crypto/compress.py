@@ -1,0 +1,248 @@
+"""Cipher compressing (SecureBoost+, Alg. 4): many split-infos per ciphertext, shuffled.
+
+A split-info is the encrypted packed left-sum of one split candidate (feature, bin): about 105
+bits of a 2047-bit plaintext. Decryption is the guest's bottleneck, so the host shifts and adds
+``capacity = floor(plaintext_bits / packed_bits)`` of them into one ciphertext (Horner's rule:
+``acc = acc * 2**w + c``, i.e. ``acc**(2**w) * c mod n**2``), and the guest decrypts once per
+``capacity`` candidates. The slot budget of :class:`~p2pboost.crypto.packing.PackingSpec`
+guarantees that no packed sum overflows its ``w`` bits, so the shifted sums never overlap.
+
+Before compressing, the host shuffles the candidates and names each by a random 63-bit opaque
+id; the guest sees ids, counts and sums but not which feature or threshold they belong to. The
+id -> (feature, bin) mapping (:class:`SplitLookup`) never leaves the host.
+
+The layout (which sum sits in which ciphertext at which shift) depends only on the spec and the
+number of split-infos, so it is recomputed on both sides and never sent.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gmpy2  # type: ignore[import-untyped]
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.crypto.histogram import EncryptedHistogram
+from p2pboost.crypto.packing import PackingSpec, unpack_sums
+from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.exceptions import CodecError, CryptoError, InputError
+
+__all__ = [
+    "SplitInfoPackage",
+    "SplitLookup",
+    "compress",
+    "compress_groups",
+    "compress_split_infos",
+    "compression_groups",
+    "compression_layout",
+    "decompress",
+    "decompress_split_infos",
+    "split_candidates",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """One packed sum inside a compressed ciphertext."""
+
+    info: int
+    plane: int
+    shift: int
+    width: int
+
+
+def compression_layout(spec: PackingSpec, n_infos: int) -> list[list[_Item]]:
+    """Greedy layout of ``n_infos`` split-infos (``plaintexts_per_row`` sums each).
+
+    Each ciphertext takes sums while they fit ``plaintext_bits``; the first sum of a ciphertext
+    sits in its highest bits.
+    """
+    widths = spec.row_bits
+    groups: list[list[tuple[int, int, int]]] = []
+    current: list[tuple[int, int, int]] = []
+    used = 0
+    for info in range(n_infos):
+        for plane, width in enumerate(widths):
+            if used + width > spec.plaintext_bits:
+                groups.append(current)
+                current, used = [], 0
+            current.append((info, plane, width))
+            used += width
+    if current:
+        groups.append(current)
+    layout = []
+    for group in groups:
+        shift = sum(w for _, _, w in group)
+        items = []
+        for info, plane, width in group:
+            shift -= width
+            items.append(_Item(info, plane, shift, width))
+        layout.append(items)
+    return layout
+
+
+def compression_groups(
+    spec: PackingSpec, sums: Sequence[Sequence[Any]]
+) -> list[list[tuple[Any, int]]]:
+    """``(ciphertext, width)`` pairs per compressed ciphertext, in Horner order.
+
+    The groups are independent, so they can be compressed in parallel
+    (:meth:`~p2pboost.crypto.engine.PaillierEngine.compress_batch`).
+    """
+    return [
+        [(sums[item.info][item.plane], item.width) for item in items]
+        for items in compression_layout(spec, len(sums))
+    ]
+
+
+def compress_groups(n2: Any, groups: Sequence[Sequence[tuple[Any, int]]]) -> list[Any]:
+    """Horner's rule per group: ``acc = acc**(2**width) * c mod n2`` (shift, then add)."""
+    out = []
+    for group in groups:
+        acc = group[0][0]
+        for c, width in group[1:]:
+            acc = gmpy2.powmod(acc, 1 << width, n2) * c % n2
+        out.append(acc)
+    return out
+
+
+def compress(public_key: PublicKey, spec: PackingSpec, sums: Sequence[Sequence[Any]]) -> list[Any]:
+    """Compress ``sums[i][p]`` (split-info ``i``, plane ``p``) into few ciphertexts."""
+    return compress_groups(public_key.n2, compression_groups(spec, sums))
+
+
+def decompress(spec: PackingSpec, plaintexts: Sequence[int], n_infos: int) -> list[list[int]]:
+    """Split decrypted compressed plaintexts back into ``planes[p][i]`` packed sums."""
+    layout = compression_layout(spec, n_infos)
+    if len(plaintexts) != len(layout):
+        raise CryptoError(f"expected {len(layout)} compressed plaintexts, got {len(plaintexts)}")
+    planes: list[list[int]] = [[0] * n_infos for _ in spec.row_bits]
+    for value, items in zip(plaintexts, layout, strict=True):
+        value = int(value)
+        if value >> sum(item.width for item in items):
+            raise CryptoError("a compressed plaintext has bits above its packed sums")
+        for item in items:
+            planes[item.plane][item.info] = (value >> item.shift) & ((1 << item.width) - 1)
+    return planes
+
+
+@dataclass(frozen=True, eq=False)
+class SplitInfoPackage:
+    """What a host sends the guest for one node.
+
+    ``ciphertexts`` are the compressed sums; ``ids[i]`` and ``counts[i]`` name and count
+    split-info ``i`` in the (shuffled) order of the layout.
+    """
+
+    ciphertexts: list[Any]
+    ids: npt.NDArray[np.uint64]
+    counts: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def to_wire(self, public_key: PublicKey) -> dict[str, Any]:
+        """A codec-ready dict: ``{"ids": uint64[m], "counts": int64[m], "ciphertexts": batch}``."""
+        return {
+            "ids": np.asarray(self.ids, dtype=np.uint64),
+            "counts": np.asarray(self.counts, dtype=np.int64),
+            "ciphertexts": CiphertextBatch.from_ciphertexts(public_key, self.ciphertexts),
+        }
+
+    @classmethod
+    def from_wire(cls, obj: object, public_key: PublicKey, spec: PackingSpec) -> SplitInfoPackage:
+        """Validate a decoded :meth:`to_wire` dict from a host (untrusted).
+
+        Raises :class:`CodecError` for a wrong shape, dtype, duplicate id, count outside
+        ``[0, n_rows]`` or ciphertext count that does not match the layout, and
+        :class:`~p2pboost.exceptions.KeyMismatchError` for ciphertexts under another key.
+        """
+        if not isinstance(obj, dict) or set(obj) != {"ids", "counts", "ciphertexts"}:
+            raise CodecError("split-info package must have exactly ids, counts, ciphertexts")
+        ids, counts, batch = obj["ids"], obj["counts"], obj["ciphertexts"]
+        if not (
+            isinstance(ids, np.ndarray)
+            and ids.dtype == np.uint64
+            and isinstance(counts, np.ndarray)
+            and counts.dtype == np.int64
+            and ids.ndim == counts.ndim == 1
+            and ids.shape == counts.shape
+            and isinstance(batch, CiphertextBatch)
+        ):
+            raise CodecError("split-info package fields have the wrong types or shapes")
+        if counts.size and (counts.min() < 0 or counts.max() > spec.n_rows):
+            raise CodecError("split-info count outside [0, n_rows]")
+        if np.unique(ids).size != ids.size:
+            raise CodecError("duplicate split ids")
+        if len(batch) != len(compression_layout(spec, int(ids.size))):
+            raise CodecError("number of compressed ciphertexts does not match the layout")
+        return cls(batch.ciphertexts(public_key), ids, counts)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitLookup:
+    """Host-side secret: opaque id -> (feature, bin) of each candidate sent for a node."""
+
+    entries: dict[int, tuple[int, int]]
+
+    def resolve(self, opaque_id: int) -> tuple[int, int]:
+        """The (feature, bin) of ``opaque_id``; :class:`InputError` for an unknown id."""
+        try:
+            return self.entries[int(opaque_id)]
+        except KeyError:
+            raise InputError("unknown split id") from None
+
+
+def split_candidates(cumulative: EncryptedHistogram, *, min_rows: int = 1) -> list[tuple[int, int]]:
+    """(feature, bin) candidates whose left and right sides each have at least ``min_rows``.
+
+    Splitting after bin ``b`` sends bins ``0..b`` left; the last bin is never a candidate.
+    """
+    counts = cumulative.counts
+    total = counts[:, -1:]
+    ok = (counts >= min_rows) & (total - counts >= min_rows)
+    ok[:, -1] = False
+    features, bins = np.nonzero(ok)
+    return list(zip(features.tolist(), bins.tolist(), strict=True))
+
+
+def compress_split_infos(
+    public_key: PublicKey,
+    spec: PackingSpec,
+    cumulative: EncryptedHistogram,
+    candidates: Sequence[tuple[int, int]] | None = None,
+) -> tuple[SplitInfoPackage, SplitLookup]:
+    """Host side: shuffle ``candidates`` (default :func:`split_candidates`), give them opaque
+    ids and compress their cumulative sums."""
+    if cumulative.public_key != public_key or len(cumulative.planes) != spec.plaintexts_per_row:
+        raise InputError("histogram does not match the key or the packing spec")
+    cands = list(split_candidates(cumulative) if candidates is None else candidates)
+    secrets.SystemRandom().shuffle(cands)
+    ids: set[int] = set()
+    while len(ids) < len(cands):
+        ids.add(secrets.randbits(63))
+    id_list = list(ids)
+    secrets.SystemRandom().shuffle(id_list)  # set order is not random
+    sums = [cumulative.cell(f, b) for f, b in cands]
+    counts = np.array([cumulative.counts[f, b] for f, b in cands], dtype=np.int64)
+    package = SplitInfoPackage(
+        compress(public_key, spec, sums), np.array(id_list, dtype=np.uint64), counts
+    )
+    lookup = SplitLookup(dict(zip(id_list, cands, strict=True)))
+    return package, lookup
+
+
+def decompress_split_infos(
+    spec: PackingSpec, plaintexts: Sequence[int], counts: npt.ArrayLike
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Guest side: exact integer left-sums ``(g, h)`` of each split-info, shape (m, outputs).
+
+    ``plaintexts`` are the decrypted ``package.ciphertexts``; ``counts`` is ``package.counts``.
+    """
+    cnt = np.asarray(counts)
+    planes = decompress(spec, plaintexts, int(cnt.shape[0]))
+    return unpack_sums(spec, planes, cnt)

@@ -1,0 +1,219 @@
+"""Quantile binning: raw feature values to small integer bin codes, per feature.
+
+Rule (one place, used by training *and* raw-value prediction): feature ``f`` has sorted,
+strictly increasing cut points ``edges[f]``; a finite value ``x`` falls in bin
+``#{e in edges[f] : e < x}`` (``np.searchsorted(edges, x, side="left")``), so
+
+    bin(x) <= t   <=>   x <= edges[f][t]
+
+and a tree split "bin <= t goes left" is the raw test "x <= edges[f][t]". NaN is *missing*: it
+gets its own bin, index ``max_bin`` for every feature (after all value bins), and each split
+learns where missing values go. A column with one distinct value (or none) has one value bin and
+can never be split on.
+
+Cut points: a feature with at most ``max_bin`` distinct values gets one bin per value, cut at
+the midpoints; otherwise cuts sit at the count-weighted quantiles ``k / max_bin`` of the
+distinct values (duplicates merged), also at midpoints between neighbouring distinct values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import InputError, ModelError
+from p2pboost.gbdt.params import MAX_BIN_LIMIT
+
+__all__ = ["BinMapper", "BinnedData", "check_matrix"]
+
+#: Up to this many cut points, bins are found by comparisons rather than binary search.
+_COMPARE_EDGES = 64
+
+
+def check_matrix(X: Any, name: str = "X", n_features: int | None = None) -> npt.NDArray[np.float64]:
+    """``X`` as a 2-D float64 array; NaN allowed (missing), anything else non-numeric is not."""
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be a numeric 2-D array: {exc}") from None
+    if arr.ndim != 2:
+        raise InputError(f"{name} must be 2-D (rows, features), got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise InputError(f"{name} is empty (shape {arr.shape})")
+    if n_features is not None and arr.shape[1] != n_features:
+        raise InputError(f"{name} has {arr.shape[1]} features, the model expects {n_features}")
+    return arr
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BinnedData:
+    """Bin codes of a data set, stored feature-major: ``codes[f, i]`` is row ``i``'s bin.
+
+    Feature-major because histograms and partitions read one feature for many rows.
+    ``n_slots = max_bin + 1`` is the width of a histogram row (value bins then missing).
+    """
+
+    codes: npt.NDArray[np.unsignedinteger[Any]]
+    n_slots: int
+    #: False only if no code is the missing bin (lets partitions skip the missing test).
+    has_missing: bool = True
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.codes.shape[1])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def missing_bin(self) -> int:
+        return self.n_slots - 1
+
+
+class BinMapper:
+    """Cut points per feature, learnt by :meth:`fit`; maps raw values to bins consistently."""
+
+    def __init__(self, max_bin: int = 32) -> None:
+        if isinstance(max_bin, bool) or not isinstance(max_bin, int):
+            raise InputError(f"max_bin must be an integer, got {max_bin!r}")
+        if not 2 <= max_bin <= MAX_BIN_LIMIT:
+            raise InputError(f"max_bin must be in [2, {MAX_BIN_LIMIT}], got {max_bin}")
+        self.max_bin = max_bin
+        self.edges: list[npt.NDArray[np.float64]] = []
+        self._table: npt.NDArray[np.float64] | None = None  # padded edges, for thresholds()
+
+    # -- learning ----------------------------------------------------------------------------
+
+    def fit(self, X: Any) -> BinMapper:
+        """Learn cut points for every column of ``X`` (NaN ignored)."""
+        cols = np.ascontiguousarray(check_matrix(X).T)
+        self.edges = [_cuts(col, self.max_bin) for col in cols]
+        self._table = None
+        return self
+
+    @property
+    def n_features(self) -> int:
+        return len(self.edges)
+
+    @property
+    def n_slots(self) -> int:
+        """Histogram width: ``max_bin`` value bins and one missing bin."""
+        return self.max_bin + 1
+
+    @property
+    def missing_bin(self) -> int:
+        return self.max_bin
+
+    @property
+    def n_bins(self) -> npt.NDArray[np.int64]:
+        """Number of value bins (not counting missing) of each feature."""
+        return np.array([e.size + 1 for e in self.edges], dtype=np.int64)
+
+    @property
+    def dtype(self) -> type[np.unsignedinteger[Any]]:
+        return np.uint8 if self.n_slots <= 256 else np.uint16
+
+    # -- mapping -----------------------------------------------------------------------------
+
+    def transform(self, X: Any) -> BinnedData:
+        """Bin codes of ``X`` (feature-major), with NaN mapped to the missing bin."""
+        self._require_fitted()
+        arr = check_matrix(X, n_features=self.n_features)
+        cols = np.ascontiguousarray(arr.T)  # feature-major: each search reads contiguous data
+        codes = np.empty(cols.shape, dtype=self.dtype)
+        has_missing = False
+        for f, edges in enumerate(self.edges):
+            codes[f] = _bin_codes(edges, cols[f], self.dtype)
+            missing = np.isnan(cols[f])
+            if missing.any():
+                codes[f, missing] = self.missing_bin
+                has_missing = True
+        return BinnedData(codes=codes, n_slots=self.n_slots, has_missing=has_missing)
+
+    def fit_transform(self, X: Any) -> BinnedData:
+        return self.fit(X).transform(X)
+
+    def threshold(self, feature: int, bin_: int) -> float:
+        """Raw threshold of split "bin <= ``bin_``": rows with ``x <= threshold`` go left."""
+        edges = self.edges[feature]
+        return float(edges[bin_]) if bin_ < edges.size else float("inf")
+
+    def thresholds(
+        self, features: npt.NDArray[np.int64], bins: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.float64]:
+        """Vectorised :meth:`threshold` (``+inf`` above a feature's last cut)."""
+        self._require_fitted()
+        if self._table is None or self._table.shape[0] != len(self.edges):
+            table = np.full((len(self.edges), self.max_bin), np.inf)
+            for f, e in enumerate(self.edges):
+                table[f, : e.size] = e
+            self._table = table
+        return np.asarray(self._table[features, bins])
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        self._require_fitted()
+        return {"max_bin": self.max_bin, "edges": [e.tolist() for e in self.edges]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BinMapper:
+        try:
+            mapper = cls(int(data["max_bin"]))
+            edges = [np.asarray(e, dtype=np.float64).reshape(-1) for e in data["edges"]]
+        except (KeyError, TypeError, ValueError, InputError) as exc:
+            raise ModelError(f"invalid bin mapper: {exc}") from None
+        for e in edges:
+            if e.size >= mapper.max_bin or not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0):
+                raise ModelError("invalid bin mapper: edges must be finite and increasing")
+        mapper.edges = edges
+        return mapper
+
+    def _require_fitted(self) -> None:
+        if not self.edges:
+            raise InputError("BinMapper is not fitted")
+
+
+def _bin_codes(
+    edges: npt.NDArray[np.float64],
+    col: npt.NDArray[np.float64],
+    dtype: type[np.unsignedinteger[Any]],
+) -> npt.NDArray[np.unsignedinteger[Any]]:
+    """``#{e in edges : e < x}`` for every ``x`` of ``col`` (NaN gives 0; the caller fixes it).
+
+    Few edges: one vectorised comparison per edge, about 3x faster than ``np.searchsorted``
+    (whose binary search mispredicts branches); many edges: ``np.searchsorted``.
+    """
+    if edges.size > _COMPARE_EDGES:
+        return np.searchsorted(edges, col, side="left").astype(dtype)
+    codes = np.zeros(col.size, dtype=dtype)
+    for e in edges:
+        codes += col > e
+    return codes
+
+
+def _cuts(col: npt.NDArray[np.float64], max_bin: int) -> npt.NDArray[np.float64]:
+    """Cut points of one column: at most ``max_bin - 1``, strictly increasing, finite."""
+    values = np.sort(col[np.isfinite(col)])  # NaN (missing) and infinities carry no cut
+    if values.size == 0:
+        return np.empty(0, dtype=np.float64)
+    first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+    distinct = values[first]
+    counts = np.diff(np.append(first, values.size))
+    if distinct.size <= max_bin:
+        upper_idx = np.arange(distinct.size - 1)
+    else:
+        cum = np.cumsum(counts)
+        targets = cum[-1] * np.arange(1, max_bin) / max_bin
+        upper_idx = np.unique(np.searchsorted(cum, targets, side="left"))
+        upper_idx = upper_idx[upper_idx < distinct.size - 1]
+    lo = distinct[upper_idx]
+    hi = distinct[upper_idx + 1]
+    mid = lo + (hi - lo) / 2.0
+    # The midpoint of two neighbouring floats can round up to ``hi``; then cut at ``lo``.
+    cuts = np.where(np.isfinite(mid) & (mid < hi), mid, lo)
+    return np.ascontiguousarray(cuts, dtype=np.float64)

@@ -1,0 +1,343 @@
+"""Boosting: :func:`train` grows trees round by round; a :class:`Booster` predicts and persists.
+
+Every round, before a tree is grown, the gradients and hessians of the rows it uses are put on
+a :mod:`~p2pboost.gbdt.fixedpoint` grid chosen from those rows, so all histogram sums are exact
+and a federated run (integer sums under encryption) reproduces the same trees.
+
+Models are saved as versioned JSON (:meth:`Booster.to_dict` / :meth:`Booster.save`); never
+pickle, so a model file cannot run code when loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import InputError, ModelError
+from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
+from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop
+from p2pboost.gbdt.fixedpoint import choose_grid, quantize
+from p2pboost.gbdt.grower import TreeGrower
+from p2pboost.gbdt.histogram import make_builder
+from p2pboost.gbdt.metrics import get_metric
+from p2pboost.gbdt.objectives import Objective, get_objective
+from p2pboost.gbdt.params import BoostParams, MultiStrategy
+from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
+from p2pboost.gbdt.split import candidate_mask
+from p2pboost.gbdt.tree import Tree
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Booster", "train"]
+
+F64 = npt.NDArray[np.float64]
+EvalSet = tuple[Any, Any]
+FORMAT = "p2pboost.gbdt.booster"
+FORMAT_VERSION = 1
+
+
+class Booster:
+    """A trained ensemble: bin mapper, base margin and trees.
+
+    ``tree_output[i]`` is the output (class) tree ``i`` adds to, or -1 when the tree has vector
+    leaves covering every output. ``trees_per_round`` trees make one boosting round.
+    """
+
+    def __init__(
+        self,
+        params: BoostParams,
+        mapper: BinMapper,
+        base_margin: F64,
+        trees: list[Tree],
+        tree_output: list[int],
+        trees_per_round: int,
+        best_iteration: int | None = None,
+    ) -> None:
+        self.params = params
+        self.mapper = mapper
+        self.base_margin = np.asarray(base_margin, dtype=np.float64)
+        self.trees = trees
+        self.tree_output = tree_output
+        self.trees_per_round = trees_per_round
+        self.best_iteration = best_iteration
+        self.objective: Objective = get_objective(params)
+
+    @property
+    def n_features(self) -> int:
+        return self.mapper.n_features
+
+    @property
+    def n_outputs(self) -> int:
+        return int(self.base_margin.size)
+
+    @property
+    def n_rounds(self) -> int:
+        return len(self.trees) // self.trees_per_round
+
+    @classmethod
+    def train(
+        cls,
+        params: BoostParams,
+        X: Any,
+        y: Any,
+        eval_sets: Sequence[EvalSet] = (),
+        eval_names: Sequence[str] | None = None,
+        eval_metrics: Sequence[str] | None = None,
+        callbacks: Sequence[Callback] = (),
+    ) -> Booster:
+        """Same as :func:`train`."""
+        return train(params, X, y, eval_sets, eval_names, eval_metrics, callbacks)
+
+    # -- prediction ----------------------------------------------------------------------------
+
+    def predict_margin(self, X: Any, n_rounds: int | None = None) -> F64:
+        """Raw scores ``(n, K)`` of the first ``n_rounds`` rounds (default: best or all)."""
+        arr = check_matrix(X, n_features=self.n_features)
+        margin = np.tile(self.base_margin, (arr.shape[0], 1))
+        for tree, out in self._used_trees(n_rounds):
+            self._add(margin, tree.predict_raw(arr), out)
+        return margin
+
+    def predict_margin_binned(self, data: BinnedData, n_rounds: int | None = None) -> F64:
+        """As :meth:`predict_margin` for data already binned by this model's mapper."""
+        margin = np.tile(self.base_margin, (data.n_rows, 1))
+        for tree, out in self._used_trees(n_rounds):
+            self._add(margin, tree.predict_binned(data), out)
+        return margin
+
+    def predict(self, X: Any, n_rounds: int | None = None, output_margin: bool = False) -> F64:
+        """Predictions: probabilities (binary ``(n,)``, multi-class ``(n, K)``) or values."""
+        margin = self.predict_margin(X, n_rounds)
+        out = margin if output_margin else self.objective.transform(margin)
+        return out[:, 0] if out.shape[1] == 1 else out
+
+    def feature_importance(self, kind: str = "gain") -> F64:
+        """Per-feature total split gain (``"gain"``) or number of splits (``"split"``)."""
+        if kind not in {"gain", "split"}:
+            raise InputError(f"importance kind must be 'gain' or 'split', got {kind!r}")
+        imp = np.zeros(self.n_features)
+        for tree, _ in self._used_trees(None):
+            internal = tree.feature >= 0
+            weights = tree.gain[internal] if kind == "gain" else None
+            imp += np.bincount(tree.feature[internal], weights=weights, minlength=self.n_features)
+        return imp
+
+    def _used_trees(self, n_rounds: int | None) -> list[tuple[Tree, int]]:
+        if n_rounds is None:
+            n_rounds = self.n_rounds if self.best_iteration is None else self.best_iteration + 1
+        if not 0 <= n_rounds <= self.n_rounds:
+            raise InputError(f"n_rounds must be in [0, {self.n_rounds}], got {n_rounds}")
+        used = n_rounds * self.trees_per_round
+        return list(zip(self.trees[:used], self.tree_output[:used], strict=True))
+
+    @staticmethod
+    def _add(margin: F64, values: F64, out: int) -> None:
+        if out < 0:
+            margin += values
+        else:
+            margin[:, out] += values[:, 0]
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description of the model (versioned)."""
+        return {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "params": self.params.to_dict(),
+            "bin_mapper": self.mapper.to_dict(),
+            "base_margin": self.base_margin.tolist(),
+            "trees_per_round": self.trees_per_round,
+            "best_iteration": self.best_iteration,
+            "tree_output": list(self.tree_output),
+            "trees": [t.to_dict() for t in self.trees],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Booster:
+        """Rebuild a model from :meth:`to_dict`; :class:`ModelError` if it is not one."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ModelError("not a p2pboost gbdt model")
+        if data.get("version") != FORMAT_VERSION:
+            raise ModelError(f"unsupported model version {data.get('version')!r}")
+        try:
+            params = BoostParams.from_dict(data["params"])
+            booster = cls(
+                params=params,
+                mapper=BinMapper.from_dict(data["bin_mapper"]),
+                base_margin=np.asarray(data["base_margin"], dtype=np.float64),
+                trees=[Tree.from_dict(t) for t in data["trees"]],
+                tree_output=[int(o) for o in data["tree_output"]],
+                trees_per_round=int(data["trees_per_round"]),
+                best_iteration=(
+                    None if data["best_iteration"] is None else int(data["best_iteration"])
+                ),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ModelError):
+                raise
+            raise ModelError(f"invalid model: {exc}") from None
+        k = booster.n_outputs
+        if (
+            len(booster.trees) != len(booster.tree_output)
+            or booster.trees_per_round < 1
+            or len(booster.trees) % booster.trees_per_round
+            or any(not -1 <= o < k for o in booster.tree_output)
+        ):
+            raise ModelError("invalid model: inconsistent trees")
+        for tree, out in zip(booster.trees, booster.tree_output, strict=True):
+            if tree.n_outputs != (k if out < 0 else 1):
+                raise ModelError("invalid model: leaf size does not match the outputs")
+            if np.any(tree.feature >= booster.n_features):
+                raise ModelError("invalid model: split on an unknown feature")
+        return booster
+
+    def save(self, path: str | Path) -> None:
+        """Write the model as JSON to ``path``."""
+        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Booster:
+        """Read a model written by :meth:`save`."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelError(f"cannot read model {path}: {exc}") from None
+        return cls.from_dict(data)
+
+
+def train(
+    params: BoostParams,
+    X: Any,
+    y: Any,
+    eval_sets: Sequence[EvalSet] = (),
+    eval_names: Sequence[str] | None = None,
+    eval_metrics: Sequence[str] | None = None,
+    callbacks: Sequence[Callback] = (),
+) -> Booster:
+    """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
+
+    ``eval_sets`` are ``(X, y)`` pairs evaluated after every round with ``eval_metrics``
+    (default: the objective's metric); ``callbacks`` see the results and may stop training
+    (e.g. :class:`~p2pboost.gbdt.callbacks.EarlyStopping`).
+    """
+    params = params.validate()
+    objective = get_objective(params)
+    y_arr = objective.check_labels(y)
+    X_arr = check_matrix(X)
+    if X_arr.shape[0] != y_arr.size:
+        raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
+    metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
+    names = (
+        list(eval_names)
+        if eval_names is not None
+        else [f"valid_{i}" for i in range(len(eval_sets))]
+    )
+    if len(names) != len(eval_sets) or len(set(names)) != len(names):
+        raise InputError("eval_names must name each evaluation set once")
+
+    mapper = BinMapper(params.max_bin).fit(X_arr)
+    data = mapper.transform(X_arr)
+    k_out = objective.n_outputs
+    base = (
+        objective.init_margin(y_arr)
+        if params.base_score is None
+        else objective.margin_from_score(params.base_score)
+    )
+    vector_leaves = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
+    per_round = 1 if (k_out == 1 or vector_leaves) else k_out
+    booster = Booster(params, mapper, base, [], [], per_round)
+
+    valid: list[tuple[str, BinnedData, F64, F64]] = []
+    for name, (Xv, yv) in zip(names, eval_sets, strict=True):
+        yv_arr = objective.check_labels(yv)
+        dv = mapper.transform(
+            check_matrix(Xv, name=f"eval set {name!r}", n_features=data.n_features)
+        )
+        if dv.n_rows != yv_arr.size:
+            raise InputError(f"eval set {name!r}: rows and labels differ in number")
+        valid.append((name, dv, yv_arr, np.tile(base, (dv.n_rows, 1))))
+
+    rng = np.random.default_rng(params.seed)
+    builder = make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1)
+    base_candidates = candidate_mask(mapper.n_bins, params.max_bin)
+    margin = np.tile(base, (data.n_rows, 1))
+
+    sample: npt.NDArray[np.int64] | None
+    for it in range(params.n_estimators):
+        grad, hess = objective.grad_hess(y_arr, margin)
+        if params.goss:
+            sample, scale = goss_sample(rng, grad, params.top_rate, params.other_rate)
+            grad, hess = grad * scale[:, None], hess * scale[:, None]
+        else:
+            sample = row_sample(rng, data.n_rows, params.subsample)
+        features = column_sample(rng, data.n_features, params.colsample_bytree)
+        candidates = base_candidates & features[:, None, None]
+        outputs = [-1] if per_round == 1 else list(range(k_out))
+        for out in outputs:
+            g = grad if out < 0 else grad[:, out : out + 1]
+            h = hess if out < 0 else hess[:, out : out + 1]
+            gq, hq = _on_grid(g, h, sample)
+            grower = TreeGrower(
+                data, builder, params, gq, hq, sample, candidates, mapper.thresholds
+            )
+            tree = grower.grow()
+            if k_out == 1:
+                tree = _refit(objective, tree, y_arr, margin, grower.positions, sample, params)
+            leaf_values = tree.value[grower.positions]
+            Booster._add(margin, leaf_values, out if k_out > 1 else -1)
+            for _, dv, _, vm in valid:
+                Booster._add(vm, tree.predict_binned(dv), out if k_out > 1 else -1)
+            booster.trees.append(tree)
+            booster.tree_output.append(out if k_out > 1 else -1)
+
+        if valid:
+            evaluation = {
+                name: {m.name: m(yv, _prediction(objective, vm)) for m in metrics}
+                for name, _, yv, vm in valid
+            }
+        else:
+            evaluation = {}
+        env = CallbackEnv(iteration=it, n_estimators=params.n_estimators, evaluation=evaluation)
+        try:
+            for cb in callbacks:
+                cb(env)
+        except EarlyStop as stop:
+            booster.best_iteration = stop.best_iteration
+            break
+    return booster
+
+
+def _on_grid(g: F64, h: F64, sample: npt.NDArray[np.int64] | None) -> tuple[F64, F64]:
+    """Quantize g and h on grids chosen from the rows this tree uses (see fixedpoint)."""
+    n = g.shape[0] if sample is None else sample.size
+    g_used = g if sample is None else g[sample]
+    h_used = h if sample is None else h[sample]
+    return quantize(g, choose_grid(g_used, n)), quantize(h, choose_grid(h_used, n))
+
+
+def _refit(
+    objective: Objective,
+    tree: Tree,
+    y: F64,
+    margin: F64,
+    positions: npt.NDArray[np.int64],
+    sample: npt.NDArray[np.int64] | None,
+    params: BoostParams,
+) -> Tree:
+    """Replace the leaf values if the objective refits them (L1: median residual per leaf)."""
+    rows = slice(None) if sample is None else sample
+    values = objective.refit_leaves(y[rows], margin[rows], positions[rows], tree.n_nodes)
+    if values is None:
+        return tree
+    new = np.where(tree.is_leaf, params.learning_rate * values, tree.value[:, 0])
+    return replace(tree, value=new[:, None])
+
+
+def _prediction(objective: Objective, margin: F64) -> F64:
+    out = objective.transform(margin)
+    return out[:, 0] if out.shape[1] == 1 else out

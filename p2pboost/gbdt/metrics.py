@@ -1,0 +1,120 @@
+"""Evaluation metrics on *predictions* (probabilities or values), with a registry by name.
+
+Binary metrics take ``pred`` of shape ``(n,)`` (probability of class 1); multi-class metrics
+take ``(n, K)`` class probabilities; regression metrics take ``(n,)`` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import InputError
+
+__all__ = [
+    "Metric",
+    "accuracy",
+    "auc",
+    "available_metrics",
+    "get_metric",
+    "logloss",
+    "mae",
+    "mlogloss",
+    "rmse",
+]
+
+F64 = npt.NDArray[np.float64]
+_EPS = 1e-15
+
+
+def auc(y: F64, pred: F64) -> float:
+    """Area under the ROC curve (tied scores count one half), from average ranks."""
+    y = np.asarray(y, dtype=np.float64)
+    pred = np.asarray(pred, dtype=np.float64)
+    pos = y == 1.0
+    n_pos = int(pos.sum())
+    n_neg = y.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise InputError("AUC needs both classes among the labels")
+    _, inverse, counts = np.unique(pred, return_inverse=True, return_counts=True)
+    # Average 1-based rank of each group of tied scores.
+    ends = np.cumsum(counts)
+    avg_rank = ends - (counts - 1) / 2.0
+    rank_sum = float(avg_rank[inverse][pos].sum())
+    return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+def logloss(y: F64, pred: F64) -> float:
+    """Mean binary cross-entropy of probabilities ``pred`` (clipped away from 0 and 1)."""
+    p = np.clip(np.asarray(pred, dtype=np.float64), _EPS, 1.0 - _EPS)
+    return float(-np.mean(y * np.log(p) + (1.0 - y) * np.log1p(-p)))
+
+
+def mlogloss(y: F64, pred: F64) -> float:
+    """Mean multi-class cross-entropy of class probabilities ``pred`` ``(n, K)``."""
+    p = np.clip(np.asarray(pred, dtype=np.float64), _EPS, 1.0)
+    return float(-np.mean(np.log(p[np.arange(y.size), np.asarray(y, dtype=np.intp)])))
+
+
+def accuracy(y: F64, pred: F64) -> float:
+    """Share of correct labels: argmax of ``(n, K)`` probabilities, or ``p >= 0.5`` if 1-D."""
+    p = np.asarray(pred, dtype=np.float64)
+    label = p.argmax(axis=1) if p.ndim == 2 else (p >= 0.5).astype(np.float64)
+    return float(np.mean(label == y))
+
+
+def rmse(y: F64, pred: F64) -> float:
+    """Root mean squared error."""
+    return float(np.sqrt(np.mean((np.asarray(pred, dtype=np.float64) - y) ** 2)))
+
+
+def mae(y: F64, pred: F64) -> float:
+    """Mean absolute error."""
+    return float(np.mean(np.abs(np.asarray(pred, dtype=np.float64) - y)))
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A named metric and whether larger values are better (for early stopping)."""
+
+    name: str
+    fn: Callable[[F64, F64], float]
+    higher_is_better: bool
+
+    def __call__(self, y: Any, pred: Any) -> float:
+        y_arr = np.asarray(y, dtype=np.float64)
+        p_arr = np.asarray(pred, dtype=np.float64)
+        if p_arr.shape[0] != y_arr.shape[0]:
+            raise InputError(f"{self.name}: {y_arr.shape[0]} labels but {p_arr.shape[0]} rows")
+        return self.fn(y_arr, p_arr)
+
+
+_REGISTRY: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("auc", auc, True),
+        Metric("logloss", logloss, False),
+        Metric("mlogloss", mlogloss, False),
+        Metric("accuracy", accuracy, True),
+        Metric("rmse", rmse, False),
+        Metric("mae", mae, False),
+    )
+}
+
+
+def available_metrics() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_metric(name: str) -> Metric:
+    """The metric called ``name``; :class:`InputError` if there is none."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise InputError(
+            f"unknown metric {name!r}; choose one of {', '.join(available_metrics())}"
+        ) from None

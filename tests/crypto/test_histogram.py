@@ -1,0 +1,234 @@
+"""Encrypted histograms and cipher compression against the plaintext fixed-point histogram."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from gmpy2 import mpz
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2pboost.codec import decode, encode
+from p2pboost.crypto.compress import (
+    SplitInfoPackage,
+    compress,
+    compress_split_infos,
+    compression_layout,
+    decompress,
+    decompress_split_infos,
+    split_candidates,
+)
+from p2pboost.crypto.histogram import batch_invert, build_histogram
+from p2pboost.crypto.packing import PackingSpec, pack
+from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PrivateKey, PublicKey
+from p2pboost.exceptions import CodecError, CryptoError, InputError
+from p2pboost.gbdt.fixedpoint import choose_grid, to_fixed
+
+
+@pytest.fixture(scope="module")
+def table(public_key: PublicKey, private_key: PrivateKey) -> FixedBaseTable:
+    return FixedBaseTable(public_key, private_key, window_bits=8)
+
+
+def _problem(seed: int, n: int, n_features: int, n_bins: int, k: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    g = rng.normal(0, 1, (n, k))  # negative and positive gradients
+    h = rng.uniform(0, 0.25, (n, k))
+    gg, hg = choose_grid(g, n), choose_grid(h, n)
+    bins = rng.integers(0, n_bins, (n, n_features)).astype(np.uint8)
+    bins[rng.random((n, n_features)) < 0.5] = 0  # sparse-ish: bin 0 dominates
+    return {
+        "gi": to_fixed(g, gg),
+        "hi": to_fixed(h, hg),
+        "gg": gg,
+        "hg": hg,
+        "bins": bins,
+        "rng": rng,
+    }
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(2, 60),
+    n_features=st.integers(1, 3),
+    n_bins=st.integers(2, 6),
+    k=st.sampled_from([1, 2, 11]),
+)
+def test_pipeline_equals_plaintext_histogram(
+    public_key: PublicKey,
+    private_key: PrivateKey,
+    table: FixedBaseTable,
+    seed: int,
+    n: int,
+    n_features: int,
+    n_bins: int,
+    k: int,
+) -> None:
+    """pack -> encrypt -> histogram (chunked, sparse) -> subtract -> cumulative -> compress ->
+    decrypt -> decompress -> unpack gives exactly the plaintext fixed-point left sums."""
+    p = _problem(seed, n, n_features, n_bins, k)
+    bins, rng = p["bins"], p["rng"]
+    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits, n_outputs=k)
+    planes = [table.encrypt_many(plane) for plane in pack(spec, p["gi"], p["hi"])]
+
+    # Parent (a node holding a random subset of rows), accumulated in two chunks.
+    parent_rows = np.flatnonzero(rng.random(n) < 0.8)
+    cut = len(parent_rows) // 2
+    zero_bins = np.zeros(n_features, dtype=np.int64)
+    parent = build_histogram(
+        public_key, bins, n_bins, planes, parent_rows[:cut], zero_bins=zero_bins
+    )
+    parent = parent.merge(
+        build_histogram(public_key, bins, n_bins, planes, parent_rows[cut:], zero_bins=zero_bins)
+    )
+    child_rows = parent_rows[rng.random(len(parent_rows)) < 0.5]
+    child = build_histogram(public_key, bins, n_bins, planes, child_rows)
+    sibling_rows = np.setdiff1d(parent_rows, child_rows)
+    sibling = parent.subtract(child).cumulative()
+
+    package, lookup = compress_split_infos(
+        public_key, spec, sibling, split_candidates(sibling, min_rows=0)
+    )
+    assert len(package) == n_features * (n_bins - 1)
+    assert len(package.ciphertexts) == len(compression_layout(spec, len(package)))
+    plaintexts = [private_key.decrypt(c) for c in package.ciphertexts]
+    G, H = decompress_split_infos(spec, plaintexts, package.counts)
+
+    for i, opaque in enumerate(package.ids.tolist()):
+        f, b = lookup.resolve(opaque)
+        left = sibling_rows[bins[sibling_rows, f] <= b]
+        assert package.counts[i] == len(left)
+        np.testing.assert_array_equal(G[i], p["gi"][left].sum(axis=0))
+        np.testing.assert_array_equal(H[i], p["hi"][left].sum(axis=0))
+
+
+def test_histogram_cells_and_counts(
+    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable
+) -> None:
+    rng = np.random.default_rng(1)
+    n, n_bins = 80, 5
+    values = rng.integers(0, 1000, n)
+    bins = rng.integers(0, n_bins, (n, 2)).astype(np.uint16)
+    cts = table.encrypt_many(values.tolist())
+    rows = np.flatnonzero(rng.random(n) < 0.7)
+    for zero_bins in (None, np.array([2, -1])):
+        hist = build_histogram(public_key, bins, n_bins, [cts], rows, zero_bins=zero_bins)
+        for f in range(2):
+            for b in range(n_bins):
+                sel = rows[bins[rows, f] == b]
+                assert hist.counts[f, b] == len(sel)
+                assert private_key.decrypt(hist.cell(f, b)[0]) == values[sel].sum()
+
+
+def test_chunks_merge_to_the_whole(public_key: PublicKey, table: FixedBaseTable) -> None:
+    rng = np.random.default_rng(2)
+    n, n_bins = 60, 4
+    bins = rng.integers(0, n_bins, (n, 3)).astype(np.uint8)
+    cts = table.encrypt_many(rng.integers(0, 100, n).tolist())
+    whole = build_histogram(public_key, bins, n_bins, [cts])
+    merged = build_histogram(public_key, bins[:25], n_bins, [cts[:25]]).merge(
+        build_histogram(public_key, bins[25:], n_bins, [cts[25:]])
+    )
+    np.testing.assert_array_equal(whole.counts, merged.counts)
+    assert whole.planes == merged.planes  # ciphertext products are exactly equal
+
+
+def test_bad_histogram_inputs(public_key: PublicKey, table: FixedBaseTable) -> None:
+    cts = table.encrypt_many([1, 2, 3])
+    bins = np.array([[0], [1], [2]], dtype=np.uint8)
+    with pytest.raises(InputError):
+        build_histogram(public_key, bins, 2, [cts])  # bin 2 >= n_bins
+    with pytest.raises(InputError):
+        build_histogram(public_key, bins.astype(np.int64), 3, [cts])
+    with pytest.raises(InputError):
+        build_histogram(public_key, bins, 3, [cts[:2]])
+    with pytest.raises(InputError):
+        build_histogram(public_key, bins, 3, [cts], np.array([3]))
+    small = build_histogram(public_key, bins, 3, [cts], np.array([0]))
+    whole = build_histogram(public_key, bins, 3, [cts])
+    with pytest.raises(InputError):
+        small.subtract(whole)
+
+
+def test_batch_invert(public_key: PublicKey) -> None:
+    values = [mpz(v) for v in (1, 2, 3, 12345678901234567890, int(public_key.n2) - 1)]
+    for v, inv in zip(values, batch_invert(values, public_key.n2), strict=True):
+        assert v * inv % public_key.n2 == 1
+    assert batch_invert([], public_key.n2) == []
+
+
+def test_compression_round_trip_of_plain_sums(
+    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable
+) -> None:
+    """Compressing arbitrary packed sums below their slot width and decompressing is exact."""
+    rng = np.random.default_rng(3)
+    grid = choose_grid(np.array([1.0]), 1000)
+    spec = PackingSpec.for_grids(1000, grid, grid, key_bits=public_key.bits, n_outputs=7)
+    width = spec.row_bits
+    n_infos = 5
+    sums = [[int(rng.integers(0, 2**62)) << (w - 62) for w in width] for _ in range(n_infos)]
+    cts = [table.encrypt_many(row) for row in sums]
+    compressed = compress(public_key, spec, cts)
+    planes = decompress(spec, [private_key.decrypt(c) for c in compressed], n_infos)
+    assert planes == [[sums[i][p] for i in range(n_infos)] for p in range(len(width))]
+    with pytest.raises(CryptoError):
+        decompress(spec, [1 << public_key.plaintext_bits] * len(compressed), n_infos)
+    with pytest.raises(CryptoError):
+        decompress(spec, [0], n_infos)
+
+
+def test_capacity_matches_the_spec(public_key: PublicKey) -> None:
+    grid = choose_grid(np.array([1.0]), 1000)
+    spec = PackingSpec.for_grids(1000, grid, grid, key_bits=public_key.bits)
+    layout = compression_layout(spec, 100)
+    assert all(len(items) == spec.split_infos_per_plaintext for items in layout[:-1])
+    assert len(layout) == -(-100 // spec.split_infos_per_plaintext)
+
+
+def test_lookup_rejects_unknown_ids(public_key: PublicKey, table: FixedBaseTable) -> None:
+    bins = np.array([[0], [1], [1]], dtype=np.uint8)
+    hist = build_histogram(public_key, bins, 2, [table.encrypt_many([1, 2, 3])]).cumulative()
+    grid = choose_grid(np.array([1.0]), 3)
+    spec = PackingSpec.for_grids(3, grid, grid, key_bits=public_key.bits)
+    package, lookup = compress_split_infos(public_key, spec, hist)
+    assert lookup.resolve(int(package.ids[0])) == (0, 0)
+    with pytest.raises(InputError):
+        lookup.resolve(int(package.ids[0]) ^ 1)
+
+
+def test_package_survives_the_wire_and_is_validated(
+    public_key: PublicKey, table: FixedBaseTable
+) -> None:
+    rng = np.random.default_rng(4)
+    bins = rng.integers(0, 5, (30, 2)).astype(np.uint8)
+    hist = build_histogram(public_key, bins, 5, [table.encrypt_many(range(30))]).cumulative()
+    grid = choose_grid(np.array([1.0]), 30)
+    spec = PackingSpec.for_grids(30, grid, grid, key_bits=public_key.bits)
+    package, _ = compress_split_infos(public_key, spec, hist, split_candidates(hist, min_rows=0))
+    wire = decode(encode(package.to_wire(public_key)))
+    back = SplitInfoPackage.from_wire(wire, public_key, spec)
+    assert back.ciphertexts == package.ciphertexts
+    np.testing.assert_array_equal(back.ids, package.ids)
+    np.testing.assert_array_equal(back.counts, package.counts)
+
+    assert isinstance(wire, dict)
+    bad_cases = [
+        {**wire, "extra": 1},
+        {**wire, "ids": wire["ids"].astype(np.int64)},
+        {**wire, "counts": wire["counts"][:-1]},
+        {**wire, "counts": np.full_like(wire["counts"], 31)},
+        {**wire, "ids": np.zeros_like(wire["ids"])},
+        {
+            **wire,
+            "ciphertexts": CiphertextBatch(
+                public_key.fingerprint, public_key.ciphertext_bytes, b""
+            ),
+        },
+        [1, 2],
+    ]
+    for bad in bad_cases:
+        with pytest.raises(CodecError):
+            SplitInfoPackage.from_wire(bad, public_key, spec)

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import load_diabetes, load_iris
+
+from p2pboost.exceptions import InputError, NotFittedError
+from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
+
+Data = tuple[np.ndarray, np.ndarray]
+
+
+def test_classifier_fit_predict(breast: Data) -> None:
+    X, y = breast
+    labels = np.where(y == 1, "benign", "malignant")
+    clf = GBDTClassifier(n_estimators=5, max_depth=3)
+    assert clf.fit(X, labels) is clf
+    assert clf.classes_.tolist() == ["benign", "malignant"]
+    assert clf.n_features_in_ == X.shape[1]
+    proba = clf.predict_proba(X)
+    assert proba.shape == (len(X), 2)
+    assert np.allclose(proba.sum(axis=1), 1.0)
+    assert np.mean(clf.predict(X) == labels) > 0.95
+    assert clf.feature_importances_.sum() == pytest.approx(1.0)
+    assert clf.booster_.n_rounds == 5
+
+
+@pytest.mark.parametrize("strategy", ["one_output_per_tree", "multi_output_tree"])
+def test_multiclass_classifier(strategy: str) -> None:
+    X, y = load_iris(return_X_y=True)
+    clf = GBDTClassifier(n_estimators=5, max_depth=3, multi_strategy=strategy).fit(X, y)
+    assert clf.predict_proba(X).shape == (150, 3)
+    assert np.mean(clf.predict(X) == y) > 0.95
+
+
+def test_regressor_with_early_stopping() -> None:
+    X, y = load_diabetes(return_X_y=True)
+    reg = GBDTRegressor(n_estimators=200, max_depth=3, early_stopping_rounds=3)
+    reg.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])])
+    assert reg.best_iteration_ is not None
+    assert reg.booster_.n_rounds < 200
+    assert reg.predict(X).shape == (len(X),)
+
+
+def test_params_protocol_and_clone() -> None:
+    clf = GBDTClassifier(max_depth=3, multi_strategy="multi_output_tree")
+    params = clf.get_params()
+    assert params["max_depth"] == 3
+    assert params["multi_strategy"] == "multi_output_tree"
+    copy = clone(clf)
+    assert copy.get_params() == params
+    assert copy is not clf
+    assert clf.set_params(max_depth=4).max_depth == 4
+    with pytest.raises(InputError, match="unknown parameter"):
+        clf.set_params(depth=4)
+    assert "max_depth=4" in repr(clf)
+    assert "objective" in GBDTRegressor().get_params()
+
+
+def test_estimator_errors(breast: Data) -> None:
+    X, y = breast
+    with pytest.raises(NotFittedError):
+        GBDTClassifier().predict(X)
+    with pytest.raises(InputError, match="two classes"):
+        GBDTClassifier().fit(X, np.zeros(len(X)))
+    with pytest.raises(InputError, match="NaN"):
+        GBDTClassifier().fit(X, np.full(len(X), np.nan))
+    with pytest.raises(InputError, match="max_bin"):
+        GBDTClassifier(max_bin=1).fit(X, y)
+    with pytest.raises(InputError, match="regression objective"):
+        GBDTRegressor(objective="binary:logistic").fit(X, y)
+    with pytest.raises(InputError, match="eval_set"):
+        GBDTRegressor(early_stopping_rounds=2).fit(X, y)
+    with pytest.raises(InputError, match="not seen"):
+        GBDTClassifier(n_estimators=1).fit(X, y, eval_set=[(X, y + 5)])

@@ -1,0 +1,480 @@
+"""WebSockets over mutual TLS 1.3, with the peer's party id taken from its certificate.
+
+Security model, in the order the checks happen:
+
+1. **TLS 1.3 only, mutual.** Both sides present a certificate signed by the federation's private
+   CA and trust no other CA (:mod:`p2pboost.certs`). A client without a certificate, with one
+   from another CA, with an expired one, or speaking plain TCP fails the TLS handshake.
+2. **Party id instead of host name.** Parties reach each other by IP address, so host names are
+   not checked; the party id in the certificate's ``p2pboost://party/<id>`` URI is.
+
+   * Client side, right after the TLS handshake and *before* any HTTP byte is sent, the
+     server's certificate must name the party the caller asked for (``connect(peer_id=...)``).
+   * Server side, in the WebSocket opening handshake, the client's certificate must name the
+     party it claims in the ``X-P2PBoost-Party`` header, that party must be in
+     ``allowed_peers`` (when given), and the ``X-P2PBoost-Peer`` header (the party the client
+     wants) must be this server's own id. A refusal is an HTTP 403 whose body says why.
+
+3. **Limits.** ``max_message_bytes`` bounds every message both ways (``FrameTooLarge``);
+   compression is off (compressing secrets next to data a peer influences leaks them through
+   sizes, as in CRIME/BREACH, and ciphertexts do not compress anyway); the TLS and WebSocket
+   opening handshakes must finish within ``open_timeout``.
+
+Errors at the boundary: every library exception (``ssl.SSLError``, ``OSError``,
+``websockets.exceptions.*``) is translated into :mod:`p2pboost.exceptions`. A refused connection
+gives a :class:`~p2pboost.exceptions.HandshakeError` with a readable message at the client, and
+at the server a :class:`~p2pboost.exceptions.HandshakeError` passed to the ``on_error`` hook and
+logged as a warning on the ``p2pboost.transport.websocket`` logger; the server keeps serving.
+One blind spot: asyncio drops the TLS alert a refusing peer sends, so a client refused during
+TLS sees only a hang-up (:meth:`WebSocketTransport.connect` then says so and checks our own
+certificate for the usual causes with :func:`~p2pboost.certs.certificate_problem`), and a
+server whose certificate a client refused sees nothing at all; the client's error says why.
+
+A server's handler runs once per accepted connection; the connection closes when it returns.
+
+Performance: :meth:`WebSocketConnection.send` is one length check around ``ws.send`` (no copy);
+back-pressure comes from websockets' own water marks (``write_limit`` for sending, ``max_queue``
+for receiving), so a peer that does not read eventually makes ``send`` wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import ssl
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+from websockets.datastructures import HeadersLike
+from websockets.exceptions import (
+    ConcurrencyError,
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidMessage,
+    InvalidStatus,
+    InvalidURI,
+)
+from websockets.frames import CloseCode
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+
+from p2pboost.certs import (
+    TLSConfig,
+    certificate_problem,
+    client_context,
+    party_id_from_peercert,
+    server_context,
+)
+from p2pboost.exceptions import (
+    ConfigError,
+    FrameTooLarge,
+    HandshakeError,
+    InputError,
+    LocalProtocolError,
+    TransportError,
+)
+from transports.base import Connection, ConnectionHandler, Listener, Transport
+
+__all__ = [
+    "PARTY_HEADER",
+    "PEER_HEADER",
+    "WebSocketConnection",
+    "WebSocketListener",
+    "WebSocketTransport",
+    "describe_tls_error",
+]
+
+logger = logging.getLogger("p2pboost.transport.websocket")
+
+#: Request header in which the client claims its own party id (checked against its cert).
+PARTY_HEADER = "X-P2PBoost-Party"
+#: Request header naming the party the client wants to reach (checked against the server's id).
+PEER_HEADER = "X-P2PBoost-Peer"
+#: Default largest message, in bytes.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+ErrorHook = Callable[[Exception], None]
+
+# OpenSSL reasons that deserve a plainer sentence than OpenSSL's own.
+_TLS_REASONS = {
+    "PEER_DID_NOT_RETURN_A_CERTIFICATE": "the client presented no certificate",
+    "HTTP_REQUEST": "the client did not speak TLS (a plain HTTP request)",
+    "WRONG_VERSION_NUMBER": "the peer did not speak TLS 1.3 (plain connection or old TLS)",
+    "UNSUPPORTED_PROTOCOL": "the peer offered only TLS versions older than 1.3",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "the peer refused the TLS version (1.3 only)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the peer does not trust our certificate's CA",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the peer refused our certificate as expired",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the peer refused our certificate",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the peer requires a client certificate",
+}
+
+
+def describe_tls_error(exc: BaseException) -> str:
+    """A one-line explanation of an ``ssl`` error, for people."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate rejected: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return "the peer closed the connection during the TLS handshake"
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or ""
+        return _TLS_REASONS.get(reason, f"TLS error {reason or exc}")
+    return str(exc) or type(exc).__name__
+
+
+def _reporting_sslobject(report: ErrorHook) -> type[ssl.SSLObject]:
+    """An ``SSLObject`` class that reports failed server-side TLS handshakes.
+
+    asyncio fails such handshakes silently (before websockets ever sees the connection), so the
+    server context uses this documented hook (``SSLContext.sslobject_class``) to tell the
+    operator that, and why, a client was refused.
+    """
+
+    class ReportingSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except ssl.SSLError as exc:
+                report(
+                    HandshakeError(
+                        f"refused a client in the TLS handshake: {describe_tls_error(exc)}"
+                    )
+                )
+                raise
+
+    return ReportingSSLObject
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    """``"wss://host:port"`` or ``"host:port"`` -> ``(host, port)``."""
+    parts = urlsplit(address if "://" in address else f"wss://{address}")
+    if parts.scheme != "wss":
+        raise ConfigError(f"unsupported address {address!r}: use wss://host:port")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None or parts.path not in ("", "/"):
+        raise ConfigError(f"invalid address {address!r}: use wss://host:port")
+    return parts.hostname or "", port
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"wss://[{host}]:{port}" if ":" in host else f"wss://{host}:{port}"
+
+
+def _peer_party(transport: asyncio.BaseTransport | None) -> str:
+    """The verified party id in the certificate of the peer on ``transport``."""
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    peercert = ssl_object.getpeercert() if ssl_object is not None else None
+    if not peercert:
+        raise HandshakeError("the peer presented no verified certificate")
+    try:
+        return party_id_from_peercert(peercert)
+    except InputError as exc:
+        raise HandshakeError(f"peer certificate: {exc}") from None
+
+
+class _ClientConnection(ClientConnection):
+    """Checks the server's party id after TLS and before the first HTTP byte is sent."""
+
+    async def handshake(
+        self,
+        additional_headers: HeadersLike | None = None,
+        user_agent_header: str | None = None,
+    ) -> None:
+        # connect() passes the party we want in the headers it sends (see WebSocketTransport).
+        if not isinstance(additional_headers, dict) or PEER_HEADER not in additional_headers:
+            raise LocalProtocolError(f"the {PEER_HEADER} header is required")
+        expected = additional_headers[PEER_HEADER]
+        actual = _peer_party(self.transport)
+        if actual != expected:
+            raise HandshakeError(
+                f"the server's certificate is for party {actual!r}, expected {expected!r}"
+            )
+        try:
+            await super().handshake(additional_headers, user_agent_header)
+        except InvalidHandshake:
+            # In TLS 1.3 the server checks our certificate after our side of the handshake
+            # is done, so its refusal (an alert) can only arrive while we wait for the HTTP
+            # response. asyncio usually drops that alert (then connect() explains the bare
+            # hang-up instead), but when it does get through, it says exactly why.
+            lost = self.connection_exc
+            if isinstance(lost, ssl.SSLError):
+                raise HandshakeError(
+                    f"the server refused the TLS handshake: {describe_tls_error(lost)}"
+                ) from None
+            raise
+
+
+class _ServerConnection(ServerConnection):
+    #: The client's party id, set by the identity check before the handler runs.
+    party_id: str = ""
+
+
+class WebSocketConnection(Connection):
+    """One authenticated WebSocket link to ``peer_id``."""
+
+    __slots__ = ("_max", "_ws", "peer_id")
+
+    def __init__(
+        self, ws: ClientConnection | ServerConnection, peer_id: str, max_message_bytes: int
+    ) -> None:
+        self._ws = ws
+        self._max = max_message_bytes
+        self.peer_id = peer_id
+
+    def __repr__(self) -> str:
+        return f"<WebSocketConnection to {self.peer_id!r} at {self._ws.remote_address}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._ws.state is State.CLOSING or self._ws.state is State.CLOSED
+
+    async def send(self, message: bytes) -> None:
+        if len(message) > self._max:
+            raise FrameTooLarge(
+                f"message of {len(message)} bytes exceeds the limit of {self._max} bytes"
+            )
+        try:
+            await self._ws.send(message)
+        except ConnectionClosed as exc:
+            raise self._closed_error(exc) from None
+
+    async def receive(self) -> bytes:
+        try:
+            message = await self._ws.recv()
+        except ConnectionClosed as exc:
+            raise self._closed_error(exc) from None
+        except ConcurrencyError:
+            raise LocalProtocolError("receive() called while another receive() waits") from None
+        if isinstance(message, str):
+            await self._ws.close(CloseCode.UNSUPPORTED_DATA, "binary messages only")
+            raise TransportError(f"peer {self.peer_id!r} sent a text message; link closed")
+        return message
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    def _closed_error(self, exc: ConnectionClosed) -> TransportError:
+        if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:
+            return FrameTooLarge(
+                f"peer {self.peer_id!r} sent a message over the limit of {self._max} bytes; "
+                "link closed"
+            )
+        if exc.rcvd is not None and exc.rcvd.code == CloseCode.MESSAGE_TOO_BIG:
+            return FrameTooLarge(f"peer {self.peer_id!r} refused a message over its size limit")
+        if exc.sent is not None and exc.rcvd_then_sent is False:
+            return TransportError(f"connection to {self.peer_id!r} closed locally")
+        if exc.rcvd is not None:
+            reason = f" ({exc.rcvd.reason})" if exc.rcvd.reason else ""
+            return TransportError(
+                f"peer {self.peer_id!r} closed the connection, code {exc.rcvd.code}{reason}"
+            )
+        if exc.sent is not None:
+            return TransportError(f"connection to {self.peer_id!r} closed locally")
+        return TransportError(f"connection to {self.peer_id!r} lost")
+
+
+class WebSocketListener(Listener):
+    """A running WebSocket server."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        host, port = server.sockets[0].getsockname()[:2]
+        self.address = _format_address(host, port)
+
+    async def close(self) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+
+class WebSocketTransport(Transport):
+    """WebSocket + mutual TLS 1.3 transport for the party named in ``tls``'s certificate.
+
+    ``tls``: this party's CA, certificate and key. ``party_id``: optional, checked against the
+    certificate (a :class:`ConfigError` if they differ) to catch mixed-up directories early.
+    ``allowed_peers``: parties allowed to connect to our servers (``None``: any party with a
+    certificate from the CA). ``ping_interval`` / ``ping_timeout``: WebSocket keep-alive, in
+    seconds (``None`` disables; the node may run its own heart-beat instead). ``max_queue``
+    (incoming messages buffered) and ``write_limit`` (outgoing bytes buffered) are the
+    back-pressure water marks. ``on_error`` receives every error a server reports (refused
+    clients, failing handlers), in addition to a warning on ``logger``.
+    """
+
+    def __init__(
+        self,
+        tls: TLSConfig,
+        *,
+        party_id: str | None = None,
+        allowed_peers: Iterable[str] | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        open_timeout: float = 10.0,
+        close_timeout: float = 10.0,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float | None = 20.0,
+        max_queue: int = 16,
+        write_limit: int = 1 << 20,
+        on_error: ErrorHook | None = None,
+    ) -> None:
+        own_id = tls.party_id
+        if party_id is not None and party_id != own_id:
+            raise ConfigError(
+                f"the certificate {tls.cert_file} is for party {own_id!r}, not {party_id!r}"
+            )
+        if max_message_bytes < 1 or max_queue < 1 or write_limit < 1:
+            raise ConfigError("max_message_bytes, max_queue and write_limit must be >= 1")
+        self.party_id = own_id
+        self.allowed_peers = None if allowed_peers is None else frozenset(allowed_peers)
+        self.max_message_bytes = max_message_bytes
+        self._on_error = on_error
+        self._tls = tls
+        self._client_ssl = client_context(tls)
+        self._server_ssl = server_context(tls)
+        self._server_ssl.sslobject_class = _reporting_sslobject(self._report)
+        self._open_timeout = open_timeout
+        self._common: dict[str, Any] = {
+            "compression": None,
+            "max_size": max_message_bytes,
+            "max_queue": max_queue,
+            "write_limit": write_limit,
+            "open_timeout": open_timeout,
+            "close_timeout": close_timeout,
+            "ping_interval": ping_interval,
+            "ping_timeout": ping_timeout,
+        }
+
+    def _report(self, error: Exception) -> None:
+        logger.warning("%s: %s", self.party_id, error)
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:
+                logger.exception("the on_error hook failed")
+
+    # -- client -------------------------------------------------------------------------------
+
+    async def connect(self, address: str, *, peer_id: str) -> WebSocketConnection:
+        host, port = _split_address(address)
+        where = f"party {peer_id!r} at {_format_address(host, port)}"
+        try:
+            ws = await ws_connect(
+                f"{_format_address(host, port)}/",
+                ssl=self._client_ssl,
+                additional_headers={PARTY_HEADER: self.party_id, PEER_HEADER: peer_id},
+                user_agent_header=None,
+                proxy=None,
+                create_connection=_ClientConnection,
+                ssl_handshake_timeout=self._open_timeout,
+                **self._common,
+            )
+        except HandshakeError as exc:
+            raise HandshakeError(f"{where}: {exc}") from None
+        except InvalidStatus as exc:
+            body = exc.response.body.decode("utf-8", "replace").strip()
+            raise HandshakeError(
+                f"{where} refused the connection (HTTP {exc.response.status_code}): {body}"
+            ) from None
+        except ssl.SSLError as exc:
+            raise HandshakeError(
+                f"TLS handshake with {where} failed: {describe_tls_error(exc)}"
+            ) from None
+        except InvalidHandshake as exc:
+            raise HandshakeError(f"{where} refused the connection: {self._explain(exc)}") from None
+        except InvalidURI as exc:
+            raise ConfigError(f"invalid address {address!r}: {exc}") from None
+        except TimeoutError:
+            raise TransportError(f"timed out connecting to {where}") from None
+        except OSError as exc:
+            raise TransportError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        return WebSocketConnection(ws, peer_id, self.max_message_bytes)
+
+    def _explain(self, exc: InvalidHandshake) -> str:
+        cause = _tls_cause(exc)
+        if cause is not None:
+            return describe_tls_error(cause)
+        if isinstance(exc, InvalidMessage):
+            # asyncio drops the TLS alert a server sends when it refuses a client certificate,
+            # so all we see is the connection closing: say what that means, and check our
+            # own certificate for the usual causes.
+            problem = certificate_problem(self._tls)
+            hint = f"; {problem}" if problem else ""
+            return (
+                "it closed the connection without answering, which means it refused our "
+                f"certificate (expired, unknown CA or missing){hint}; its log says why"
+            )
+        return str(exc)
+
+    # -- server -------------------------------------------------------------------------------
+
+    async def serve(self, address: str, handler: ConnectionHandler) -> WebSocketListener:
+        host, port = _split_address(address)
+
+        async def run(ws: ServerConnection) -> None:
+            assert isinstance(ws, _ServerConnection)
+            connection = WebSocketConnection(ws, ws.party_id, self.max_message_bytes)
+            try:
+                await handler(connection)
+            except Exception as exc:
+                self._report(TransportError(f"handler for party {ws.party_id!r} failed: {exc!r}"))
+                await ws.close(CloseCode.INTERNAL_ERROR, "handler failed")
+
+        try:
+            server = await ws_serve(
+                run,
+                host or None,
+                port,
+                ssl=self._server_ssl,
+                process_request=self._check_client,
+                server_header=None,
+                create_connection=_ServerConnection,
+                ssl_handshake_timeout=self._open_timeout,
+                **self._common,
+            )
+        except OSError as exc:
+            raise TransportError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+        return WebSocketListener(server)
+
+    def _check_client(self, ws: ServerConnection, request: Request) -> Response | None:
+        """The server's identity check; a refusal is reported and answered with HTTP 403."""
+        try:
+            actual = _peer_party(ws.transport)
+        except HandshakeError as exc:
+            return self._refuse(ws, str(exc))
+        claimed = request.headers.get_all(PARTY_HEADER)
+        if claimed != [actual]:
+            return self._refuse(
+                ws, f"the certificate is for party {actual!r} but the client claims {claimed}"
+            )
+        if self.allowed_peers is not None and actual not in self.allowed_peers:
+            return self._refuse(ws, f"party {actual!r} is not an allowed peer")
+        wanted = request.headers.get_all(PEER_HEADER)
+        if wanted != [self.party_id]:
+            return self._refuse(
+                ws, f"party {actual!r} wants {wanted}, but this is party {self.party_id!r}"
+            )
+        assert isinstance(ws, _ServerConnection)
+        ws.party_id = actual
+        return None
+
+    def _refuse(self, ws: ServerConnection, reason: str) -> Response:
+        host, port = ws.remote_address[:2]
+        self._report(HandshakeError(f"refused a client from {host}:{port}: {reason}"))
+        return ws.respond(http.HTTPStatus.FORBIDDEN, reason + "\n")
+
+
+def _tls_cause(exc: BaseException) -> ssl.SSLError | None:
+    """The ``ssl`` error that caused ``exc``, if any (a TLS alert read after the handshake)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
