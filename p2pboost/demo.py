@@ -61,9 +61,7 @@ def _load_breast_cancer() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     return np.asarray(data.data, dtype=np.float64), np.asarray(data.target, dtype=np.float64)
 
 
-def run_demo(
-    mode: str = "plain", *, trees: int = 25, depth: int = 5, seed: int = 0
-) -> DemoResult:
+def run_demo(mode: str = "plain", *, trees: int = 25, depth: int = 5, seed: int = 0) -> DemoResult:
     """Train and evaluate one demo model; see the module docstring."""
     if mode not in MODES:
         raise ConfigError(f"unknown demo mode {mode!r}; choose one of {', '.join(MODES)}")
