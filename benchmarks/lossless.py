@@ -148,9 +148,13 @@ def _predict_xgb(model: Any, X: np.ndarray, task: Task) -> np.ndarray:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks lossless", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks lossless",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--dataset", required=True, choices=DATASETS)
-    parser.add_argument("--mode", default="plain")
+    parser.add_argument("--mode", default="plain", help="plain (more modes to come)")
     parser.add_argument("--trees", type=int, default=25)
     parser.add_argument("--depth", type=int, default=5)
     parser.add_argument("--bins", type=int, default=32)

@@ -1,14 +1,16 @@
 """Node throughput and latency against bare ``websockets``, over loopback with mutual TLS.
 
-``python -m benchmarks transport [--mib 200 --rtt-rounds 2000 --small 50000]``
+``python -m benchmarks transport [--mib 40 --rounds 9 --rtt-rounds 2000 --small 50000]``
 
 Both sides of every measurement run in this one process and event loop (so the figures
 include the work of both ends on the same core, as two co-located parties would). Bulk
 throughput is timed identically for both stacks: the sender pushes ``--mib`` messages of
-1 MiB (``bytes``) and the clock stops when the receiver's one-byte acknowledgement of the last
-one arrives. The raw stack uses the same TLS contexts (throw-away CA from
-:mod:`p2pboost.certs`), no compression, and one WebSocket message per payload; the node adds
-sessions, channels, credit flow control, sequence numbers and acks on top.
+1 MiB (``bytes``) and the clock stops when the receiver's one-byte acknowledgement of the
+last one arrives. Raw and node rounds alternate ``--rounds`` times (so drift on a shared
+machine hits both alike) and the medians are reported. The raw stack uses the same TLS
+contexts (throw-away CA from :mod:`p2pboost.certs`), no compression, and one WebSocket message
+per payload; the node adds sessions, channels, credit flow control, sequence numbers, acks and
+the codec on top.
 
 JSON keys: ``benchmark``, ``node_mb_per_s``, ``raw_websockets_mb_per_s``, ``rtt_p50_ms``,
 ``rtt_p99_ms``, ``small_msgs_per_s`` (MB = 2**20 bytes).
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -61,105 +64,148 @@ async def _raw_websockets(tls: Any, payload: bytes, count: int) -> float:
     return elapsed * count / (count - 1)
 
 
-async def _node_bench(
-    tls: Any, payload: bytes, count: int, rtt_rounds: int, small: int
-) -> dict[str, float]:
-    from p2pboost.node import Node
+class _NodePair:
+    """Two nodes (``bench-a`` dials ``bench-b``) over the default-style WebSocket transport."""
 
-    results: dict[str, float] = {}
-    b = Node(
-        "bench-b", listen=tls.listen, peers={"bench-a": None}, transport=tls.transport("bench-b")
-    )
-    async with b:
+    def __init__(self, tls: _Tls) -> None:
+        self.tls = tls
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> _NodePair:
+        from p2pboost.node import Node
+
+        tls = self.tls
+        b = Node(
+            "bench-b",
+            listen=tls.listen,
+            peers={"bench-a": None},
+            transport=tls.transport("bench-b"),
+        )
+        self.b = await self._stack.enter_async_context(b)
         assert b.address is not None
         a = Node("bench-a", peers={"bench-b": b.address}, transport=tls.transport("bench-a"))
-        async with a:
-            sa = a.session("bench", peers=["bench-b"])
-            sb = b.session("bench", peers=["bench-a"])
-            # -- bulk ---------------------------------------------------------------------
-            tx, rx = sa.channel("bench-b", "bulk"), sb.channel("bench-a", "bulk")
+        self.a = await self._stack.enter_async_context(a)
+        return self
 
-            async def sink(n: int) -> None:
-                for _ in range(n):
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def bulk(self, payload: bytes, count: int, name: str) -> float:
+        """Seconds to push ``count`` payloads a -> b, timed like :func:`_raw_websockets`."""
+        async with (
+            self.a.session(name, peers=["bench-b"]) as sa,
+            self.b.session(name, peers=["bench-a"]) as sb,
+        ):
+            tx, rx = sa.channel("bench-b"), sb.channel("bench-a")
+
+            async def sink() -> None:
+                for _ in range(count):
                     await rx.recv()
                 await rx.send(b"k")
 
-            consumer = asyncio.create_task(sink(count))
+            consumer = asyncio.create_task(sink())
             await tx.send(payload)  # warm-up, as for the raw stack
             await asyncio.sleep(0)
             start = time.perf_counter()
             for _ in range(count - 1):
                 await tx.send(payload)
             await tx.recv()
-            results["node_s"] = (time.perf_counter() - start) * count / (count - 1)
+            elapsed = time.perf_counter() - start
             await consumer
-            # -- round trips ------------------------------------------------------------
-            ping, pong = sa.channel("bench-b", "rpc"), sb.channel("bench-a", "rpc")
+        return elapsed * count / (count - 1)
 
-            async def echo(n: int) -> None:
-                for _ in range(n):
+    async def round_trips(self, rounds: int) -> list[float]:
+        """Seconds per small request/response (after 50 warm-up rounds), sorted."""
+        async with (
+            self.a.session("rtt", peers=["bench-b"]) as sa,
+            self.b.session("rtt", peers=["bench-a"]) as sb,
+        ):
+            ping, pong = sa.channel("bench-b"), sb.channel("bench-a")
+
+            async def echo() -> None:
+                for _ in range(rounds + 50):
                     await pong.send(await pong.recv())
 
-            echoer = asyncio.create_task(echo(rtt_rounds + 50))
+            echoer = asyncio.create_task(echo())
             rtts = []
-            for i in range(rtt_rounds + 50):
+            for i in range(rounds + 50):
                 t0 = time.perf_counter()
                 await ping.send({"i": i})
                 await ping.recv()
-                if i >= 50:  # skip warm-up rounds
+                if i >= 50:
                     rtts.append(time.perf_counter() - t0)
             await echoer
-            rtts.sort()
-            results["rtt_p50_ms"] = statistics.median(rtts) * 1e3
-            results["rtt_p99_ms"] = rtts[min(len(rtts) - 1, int(0.99 * len(rtts)))] * 1e3
-            # -- small messages -----------------------------------------------------------
-            stx, srx = sa.channel("bench-b", "small"), sb.channel("bench-a", "small")
+        return sorted(rtts)
 
-            async def small_sink() -> None:
-                for _ in range(small):
-                    await srx.recv()
-                await srx.send(b"k")
+    async def small_messages(self, count: int) -> float:
+        """Small messages per second, a -> b, until b acknowledges the last one."""
+        async with (
+            self.a.session("small", peers=["bench-b"]) as sa,
+            self.b.session("small", peers=["bench-a"]) as sb,
+        ):
+            tx, rx = sa.channel("bench-b"), sb.channel("bench-a")
 
-            consumer = asyncio.create_task(small_sink())
+            async def sink() -> None:
+                for _ in range(count):
+                    await rx.recv()
+                await rx.send(b"k")
+
+            consumer = asyncio.create_task(sink())
             start = time.perf_counter()
-            for i in range(small):
-                await stx.send(i)
-            await stx.recv()
-            results["small_msgs_per_s"] = small / (time.perf_counter() - start)
+            for i in range(count):
+                await tx.send(i)
+            await tx.recv()
+            rate = count / (time.perf_counter() - start)
             await consumer
-            await sa.close()
-            await sb.close()
-    return results
+        return rate
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks transport", description=__doc__)
-    parser.add_argument("--mib", type=int, default=200, help="1 MiB messages per stack")
+    parser.add_argument("--mib", type=int, default=40, help="1 MiB messages per stack per round")
+    parser.add_argument("--rounds", type=int, default=9, help="alternating raw/node rounds")
     parser.add_argument("--rtt-rounds", type=int, default=2000)
     parser.add_argument("--small", type=int, default=50_000, help="small messages to send")
     args = parser.parse_args(argv)
+    if args.mib < 2 or args.rounds < 1:
+        parser.error("need --mib >= 2 and --rounds >= 1")
     payload = bytes(range(256)) * (MIB // 256)
 
     with tempfile.TemporaryDirectory(prefix="p2pboost-bench-") as tmp:
         tls = _Tls(Path(tmp))
 
-        async def run() -> tuple[float, dict[str, float]]:
-            raw_s = await _raw_websockets(tls, payload, args.mib)
-            node = await _node_bench(tls, payload, args.mib, args.rtt_rounds, args.small)
-            return raw_s, node
+        async def run() -> tuple[list[float], list[float], list[float], float]:
+            raw_s: list[float] = []
+            node_s: list[float] = []
+            async with _NodePair(tls) as pair:
+                for r in range(args.rounds):  # alternate, so drift hits both stacks alike
+                    raw_s.append(await _raw_websockets(tls, payload, args.mib))
+                    node_s.append(await pair.bulk(payload, args.mib, f"bulk-{r}"))
+                rtts = await pair.round_trips(args.rtt_rounds)
+                small = await pair.small_messages(args.small)
+            return raw_s, node_s, rtts, small
 
-        raw_s, node = asyncio.run(run())
+        raw_s, node_s, rtts, small = asyncio.run(run())
 
-    node_mb = args.mib / node["node_s"]
-    raw_mb = args.mib / raw_s
-    rows = [
-        ("1 MiB messages per stack", args.mib),
-        ("node MB/s", node_mb),
-        ("raw websockets MB/s", raw_mb),
-        ("node / raw", node_mb / raw_mb),
-        ("rtt p50 ms", node["rtt_p50_ms"]),
-        ("rtt p99 ms", node["rtt_p99_ms"]),
-        ("small messages / s", node["small_msgs_per_s"]),
+    raw_mb = args.mib / statistics.median(raw_s)
+    node_mb = args.mib / statistics.median(node_s)
+    rtt_p50 = statistics.median(rtts) * 1e3
+    rtt_p99 = rtts[min(len(rtts) - 1, int(0.99 * len(rtts)))] * 1e3
+    rows: list[tuple[str, Any]] = [
+        ("1 MiB messages per stack and round", args.mib),
+        ("rounds (raw, node alternating)", args.rounds),
+        ("raw websockets MB/s per round", " ".join(f"{args.mib / t:.0f}" for t in raw_s)),
+        ("node MB/s per round", " ".join(f"{args.mib / t:.0f}" for t in node_s)),
+        ("raw websockets MB/s (median)", raw_mb),
+        ("node MB/s (median)", node_mb),
+        ("node / raw (ratio of medians)", node_mb / raw_mb),
+        (
+            "node / raw (median of round pairs)",
+            statistics.median(r / n for r, n in zip(raw_s, node_s, strict=True)),
+        ),
+        ("rtt p50 ms", rtt_p50),
+        ("rtt p99 ms", rtt_p99),
+        ("small messages / s", small),
     ]
     print_table(rows, "transport: Node over WebSocket + mTLS (loopback, one process)")
     emit_json(
@@ -167,9 +213,9 @@ def main(argv: list[str]) -> int:
             "benchmark": "transport",
             "node_mb_per_s": round(node_mb, 1),
             "raw_websockets_mb_per_s": round(raw_mb, 1),
-            "rtt_p50_ms": round(node["rtt_p50_ms"], 3),
-            "rtt_p99_ms": round(node["rtt_p99_ms"], 3),
-            "small_msgs_per_s": round(node["small_msgs_per_s"]),
+            "rtt_p50_ms": round(rtt_p50, 3),
+            "rtt_p99_ms": round(rtt_p99, 3),
+            "small_msgs_per_s": round(small),
         }
     )
     return 0

@@ -115,14 +115,12 @@ class Link:
         self._unacked_bytes = 0
         self._ack_due: float | None = None
         # -- what the peer told us in its HELLO --
-        self.peer_window: int | None = None
+        self.peer_window: int | None = None  # None until the first HELLO
         self.peer_max_fragment: int | None = None
-        self.ready = asyncio.Event()  # set once the first HELLO arrived
         # -- connection --
         self.connected = False
         self.away_since = loop.time()
         self.last_recv = self.last_send = loop.time()
-        self._conn: Connection | None = None
         self._dead: asyncio.Event | None = None
         self._run_lock = asyncio.Lock()
         self._generation = 0
@@ -202,7 +200,6 @@ class Link:
                 spawn(_close_quietly(conn), name="p2pboost-close")
                 return
             dead = self._dead = asyncio.Event()
-            self._conn = conn
             tasks: list[asyncio.Task[Any]] = []
             try:
                 await conn.send(encode_hello(self._hello()))
@@ -236,7 +233,6 @@ class Link:
                 if self.connected:
                     self.connected = False
                     self.away_since = self._loop.time()
-                self._conn = None
                 self._dead = None
                 spawn(_close_quietly(conn), name="p2pboost-close")
                 self.owner._link_state_changed(self)
@@ -314,7 +310,6 @@ class Link:
             self._write_seq = self._acked + 1
         self.peer_window = hello.window
         self.peer_max_fragment = hello.max_fragment
-        self.ready.set()
 
     def _reset_send_state(self) -> None:
         """The peer lost its state: frames for it are meaningless (its sessions were failed)."""

@@ -87,6 +87,8 @@ class Session:
         self._node = node
         self._peers = set(peers)
         self.claimed = claimed
+        #: The peer whose frame opened this session here (``None``: opened locally).
+        self.opener: str | None = None
         self.state = SessionState.OPEN
         self.error: P2PBoostError | None = None
         self._channels: dict[tuple[str, str], Channel] = {}
@@ -192,9 +194,7 @@ class Session:
 
     def _peer_left(self, peer: str) -> None:
         self._peer_closed.add(peer)
-        for (p, _), ch in self._channels.items():
-            if p == peer:
-                ch._wake()
+        self._wake_peer(peer)
 
     def _wake_peer(self, peer: str) -> None:
         for (p, _), ch in self._channels.items():

@@ -2,8 +2,7 @@
 
 ::
 
-    async with Node("guest", listen="wss://0.0.0.0:8443", peers={"host": "wss://host:8443"},
-                    tls=tls) as node:
+    async with Node("guest", peers={"host": "wss://10.0.0.2:8443"}, tls="certs/guest") as node:
         async with node.session("train-42", peers=["host"]) as session:
             ch = session.channel("host", "gradients")
             await ch.send({"round": 1})
@@ -77,10 +76,12 @@ MiB = 1024 * KiB
 class NodeConfig:
     """Limits and timeouts of a node (seconds, bytes). Both sides should use the same values.
 
-    Memory a peer can make this node hold is bounded by, per channel, ``window`` (plus one
-    message being reassembled when a single message is larger than the window), times
-    ``max_channels_per_session * max_sessions``; the resend buffer is bounded by the peers'
-    windows the same way.
+    Memory one peer can make this node hold is bounded by, per channel, ``window`` (plus, on
+    a channel where the application waits for a message larger than the window, that message,
+    at most ``max_message_bytes``), times ``max_channels_per_session``, times the sessions it
+    is in (those it opens here: at most ``max_sessions_per_peer``). The resend buffer is
+    bounded by the peers' windows the same way. Lower these for peers you trust less;
+    ``Node.stats().buffered_bytes`` shows what is held.
     """
 
     #: Per-channel receive window (credit granted to the peer before it must wait).
@@ -93,7 +94,12 @@ class NodeConfig:
     #: Small frames are coalesced into one transport message up to this size.
     coalesce_bytes: int = 64 * KiB
     max_sessions: int = 1024
+    #: Sessions one peer may open here (so one peer cannot take every slot).
+    max_sessions_per_peer: int = 256
     max_channels_per_session: int = 64
+    #: A session a peer opened that the application neither claimed (``session`` or
+    #: ``accept_session``) nor saw end within this time is aborted, freeing its slot.
+    unclaimed_timeout: float = 300.0
     #: Send an (empty) message after this much silence...
     heartbeat_interval: float = 5.0
     #: ...and drop a connection on which nothing arrived for this long.
@@ -118,7 +124,9 @@ class NodeConfig:
             "max_message_bytes": self.max_message_bytes,
             "coalesce_bytes": self.coalesce_bytes,
             "max_sessions": self.max_sessions,
+            "max_sessions_per_peer": self.max_sessions_per_peer,
             "max_channels_per_session": self.max_channels_per_session,
+            "unclaimed_timeout": self.unclaimed_timeout,
             "heartbeat_interval": self.heartbeat_interval,
             "heartbeat_timeout": self.heartbeat_timeout,
             "reconnect_timeout": self.reconnect_timeout,
@@ -218,7 +226,8 @@ class Node:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: Listener | None = None
         self._running = False
-        self._closing = False
+        self._close_started = False
+        self._closing = False  # set once flushing is over: from then on nothing new is accepted
 
     def __repr__(self) -> str:
         return f"<Node {self.party_id!r} peers={sorted(self.peers)}>"
@@ -280,8 +289,9 @@ class Node:
     async def close(self, *, flush: bool = True) -> None:
         """Stop: flush unacknowledged frames (up to ``close_timeout``), end every session,
         close the listener and connections, cancel and await every task. Idempotent."""
-        if self._closing:
+        if self._close_started:
             return
+        self._close_started = True
         for session in list(self._sessions.values()):
             await session.close()  # peers learn at once instead of after reconnect_timeout
         if flush:
@@ -355,6 +365,9 @@ class Node:
                 if link.connected and now - link.last_recv > c.heartbeat_timeout:
                     link.kill(f"nothing received for {c.heartbeat_timeout} s")
             for session in list(self._sessions.values()):
+                if not session.claimed and now - session.created_at > c.unclaimed_timeout:
+                    await session.abort("not claimed by the application in time")
+                    continue
                 if session.state is not SessionState.OPEN:
                     continue
                 for peer in sorted(session._peers - session._peer_closed):
@@ -434,7 +447,7 @@ class Node:
             await self._incoming_event.wait()
 
     def _check_running(self) -> None:
-        if not self._running or self._closing:
+        if not self._running or self._close_started:
             raise LocalProtocolError("node is not running (use `async with Node(...)`)")
 
     def _check_peers(self, peers: Iterable[str]) -> set[str]:
@@ -488,12 +501,20 @@ class Node:
         sid = frame.session
         session = self._sessions.get(sid)
         if session is None:
-            if sid in self._ended or self._closing:
+            if sid in self._ended:
                 return  # late frames of a session that ended here
+            if self._close_started:
+                self._reject(peer, sid, "node is shutting down")
+                return
             if len(self._sessions) >= self.config.max_sessions:
                 self._reject(peer, sid, "too many concurrent sessions")
                 return
+            opened = sum(1 for s in self._sessions.values() if s.opener == peer)
+            if opened >= self.config.max_sessions_per_peer:
+                self._reject(peer, sid, f"too many concurrent sessions from {peer!r}")
+                return
             session = Session(self, sid, (peer,), claimed=False)
+            session.opener = peer
             self._sessions[sid] = session
             self._incoming.append(session)
             assert self._incoming_event is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,8 @@ from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize
-from p2pboost.gbdt.grower import TreeGrower
-from p2pboost.gbdt.histogram import make_builder
+from p2pboost.gbdt.grower import ThresholdFn, TreeGrower
+from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
@@ -136,6 +136,7 @@ class Booster:
 
     @staticmethod
     def _add(margin: F64, values: F64, out: int) -> None:
+        """Add tree outputs ``values`` ``(n, 1 or K)`` to output ``out`` (-1: all outputs)."""
         if out < 0:
             margin += values
         else:
@@ -182,6 +183,11 @@ class Booster:
                 raise
             raise ModelError(f"invalid model: {exc}") from None
         k = booster.n_outputs
+        best = booster.best_iteration
+        if k != booster.objective.n_outputs or not np.all(np.isfinite(booster.base_margin)):
+            raise ModelError("invalid model: base margin does not match the objective")
+        if best is not None and not 0 <= best < max(1, booster.n_rounds):
+            raise ModelError("invalid model: best_iteration out of range")
         if (
             len(booster.trees) != len(booster.tree_output)
             or booster.trees_per_round < 1
@@ -232,76 +238,39 @@ def train(
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
-    names = (
-        list(eval_names)
-        if eval_names is not None
-        else [f"valid_{i}" for i in range(len(eval_sets))]
-    )
-    if len(names) != len(eval_sets) or len(set(names)) != len(names):
-        raise InputError("eval_names must name each evaluation set once")
 
     mapper = BinMapper(params.max_bin).fit(X_arr)
     data = mapper.transform(X_arr)
-    k_out = objective.n_outputs
     base = (
         objective.init_margin(y_arr)
         if params.base_score is None
         else objective.margin_from_score(params.base_score)
     )
     vector_leaves = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
-    per_round = 1 if (k_out == 1 or vector_leaves) else k_out
-    booster = Booster(params, mapper, base, [], [], per_round)
-
-    valid: list[tuple[str, BinnedData, F64, F64]] = []
-    for name, (Xv, yv) in zip(names, eval_sets, strict=True):
-        yv_arr = objective.check_labels(yv)
-        dv = mapper.transform(
-            check_matrix(Xv, name=f"eval set {name!r}", n_features=data.n_features)
-        )
-        if dv.n_rows != yv_arr.size:
-            raise InputError(f"eval set {name!r}: rows and labels differ in number")
-        valid.append((name, dv, yv_arr, np.tile(base, (dv.n_rows, 1))))
-
-    rng = np.random.default_rng(params.seed)
-    builder = make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1)
-    base_candidates = candidate_mask(mapper.n_bins, params.max_bin)
-    margin = np.tile(base, (data.n_rows, 1))
-
-    sample: npt.NDArray[np.int64] | None
+    k_out = objective.n_outputs
+    booster = Booster(params, mapper, base, [], [], 1 if vector_leaves else k_out)
+    evals = _eval_sets(objective, mapper, base, eval_sets, eval_names)
+    state = _Round(
+        params=params,
+        objective=objective,
+        data=data,
+        y=y_arr,
+        margin=np.tile(base, (data.n_rows, 1)),
+        rng=np.random.default_rng(params.seed),
+        builder=make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1),
+        candidates=candidate_mask(mapper.n_bins, params.max_bin),
+        thresholds=mapper.thresholds,
+    )
     for it in range(params.n_estimators):
-        grad, hess = objective.grad_hess(y_arr, margin)
-        if params.goss:
-            sample, scale = goss_sample(rng, grad, params.top_rate, params.other_rate)
-            grad, hess = grad * scale[:, None], hess * scale[:, None]
-        else:
-            sample = row_sample(rng, data.n_rows, params.subsample)
-        features = column_sample(rng, data.n_features, params.colsample_bytree)
-        candidates = base_candidates & features[:, None, None]
-        outputs = [-1] if per_round == 1 else list(range(k_out))
-        for out in outputs:
-            g = grad if out < 0 else grad[:, out : out + 1]
-            h = hess if out < 0 else hess[:, out : out + 1]
-            gq, hq = _on_grid(g, h, sample)
-            grower = TreeGrower(
-                data, builder, params, gq, hq, sample, candidates, mapper.thresholds
-            )
-            tree = grower.grow()
-            if k_out == 1:
-                tree = _refit(objective, tree, y_arr, margin, grower.positions, sample, params)
-            leaf_values = tree.value[grower.positions]
-            Booster._add(margin, leaf_values, out if k_out > 1 else -1)
-            for _, dv, _, vm in valid:
-                Booster._add(vm, tree.predict_binned(dv), out if k_out > 1 else -1)
+        for tree, out in state.grow_round(booster.trees_per_round):
             booster.trees.append(tree)
-            booster.tree_output.append(out if k_out > 1 else -1)
-
-        if valid:
-            evaluation = {
-                name: {m.name: m(yv, _prediction(objective, vm)) for m in metrics}
-                for name, _, yv, vm in valid
-            }
-        else:
-            evaluation = {}
+            booster.tree_output.append(out)
+            for ev in evals:
+                Booster._add(ev.margin, tree.predict_binned(ev.data), out)
+        evaluation = {
+            ev.name: {m.name: m(ev.y, _prediction(objective, ev.margin)) for m in metrics}
+            for ev in evals
+        }
         env = CallbackEnv(iteration=it, n_estimators=params.n_estimators, evaluation=evaluation)
         try:
             for cb in callbacks:
@@ -310,6 +279,91 @@ def train(
             booster.best_iteration = stop.best_iteration
             break
     return booster
+
+
+@dataclass
+class _EvalSet:
+    name: str
+    data: BinnedData
+    y: F64
+    margin: F64
+
+
+def _eval_sets(
+    objective: Objective,
+    mapper: BinMapper,
+    base: F64,
+    eval_sets: Sequence[EvalSet],
+    eval_names: Sequence[str] | None,
+) -> list[_EvalSet]:
+    """Bin the evaluation sets once; their margins are updated tree by tree."""
+    names = list(eval_names) if eval_names is not None else []
+    if eval_names is None:
+        names = [f"valid_{i}" for i in range(len(eval_sets))]
+    if len(names) != len(eval_sets) or len(set(names)) != len(names):
+        raise InputError("eval_names must name each evaluation set once")
+    out = []
+    for name, (Xv, yv) in zip(names, eval_sets, strict=True):
+        yv_arr = objective.check_labels(yv)
+        arr = check_matrix(Xv, name=f"eval set {name!r}", n_features=mapper.n_features)
+        if arr.shape[0] != yv_arr.size:
+            raise InputError(f"eval set {name!r}: rows and labels differ in number")
+        out.append(_EvalSet(name, mapper.transform(arr), yv_arr, np.tile(base, (yv_arr.size, 1))))
+    return out
+
+
+@dataclass
+class _Round:
+    """What one boosting round needs; :meth:`grow_round` adds its trees to ``margin``."""
+
+    params: BoostParams
+    objective: Objective
+    data: BinnedData
+    y: F64
+    margin: F64
+    rng: np.random.Generator
+    builder: HistogramBuilder
+    candidates: npt.NDArray[np.bool_]
+    thresholds: ThresholdFn
+
+    def grow_round(self, trees_per_round: int) -> list[tuple[Tree, int]]:
+        """Sample, then grow one tree (or one per output) on this round's gradients.
+
+        Returns ``(tree, output)`` pairs, ``output`` -1 for trees covering every output.
+        """
+        params, data = self.params, self.data
+        grad, hess = self.objective.grad_hess(self.y, self.margin)
+        sample: npt.NDArray[np.int64] | None
+        if params.goss:
+            sample, scale = goss_sample(self.rng, grad, params.top_rate, params.other_rate)
+            grad, hess = grad * scale[:, None], hess * scale[:, None]
+        else:
+            sample = row_sample(self.rng, data.n_rows, params.subsample)
+        features = column_sample(self.rng, data.n_features, params.colsample_bytree)
+        candidates = self.candidates & features[:, None, None]
+        outputs = [-1] if trees_per_round == 1 else list(range(trees_per_round))
+        grown = []
+        for out in outputs:
+            g = grad if out < 0 else grad[:, out : out + 1]
+            h = hess if out < 0 else hess[:, out : out + 1]
+            gq, hq = _on_grid(g, h, sample)
+            grower = TreeGrower(
+                data, self.builder, params, gq, hq, sample, candidates, self.thresholds
+            )
+            tree = grower.grow()
+            if self.margin.shape[1] == 1:
+                tree = _refit(
+                    self.objective,
+                    tree,
+                    self.y,
+                    self.margin,
+                    grower.positions,
+                    sample,
+                    params.learning_rate,
+                )
+            Booster._add(self.margin, tree.value[grower.positions], out)
+            grown.append((tree, out))
+        return grown
 
 
 def _on_grid(g: F64, h: F64, sample: npt.NDArray[np.int64] | None) -> tuple[F64, F64]:
@@ -327,14 +381,14 @@ def _refit(
     margin: F64,
     positions: npt.NDArray[np.int64],
     sample: npt.NDArray[np.int64] | None,
-    params: BoostParams,
+    learning_rate: float,
 ) -> Tree:
     """Replace the leaf values if the objective refits them (L1: median residual per leaf)."""
     rows = slice(None) if sample is None else sample
     values = objective.refit_leaves(y[rows], margin[rows], positions[rows], tree.n_nodes)
     if values is None:
         return tree
-    new = np.where(tree.is_leaf, params.learning_rate * values, tree.value[:, 0])
+    new = np.where(tree.is_leaf, learning_rate * values, tree.value[:, 0])
     return replace(tree, value=new[:, None])
 
 

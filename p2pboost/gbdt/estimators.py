@@ -47,7 +47,7 @@ class _GBDTBase:
         top_rate: float = 0.2,
         other_rate: float = 0.1,
         base_score: float | None = None,
-        sparse_aware: bool = False,
+        sparse_aware: bool | str = "auto",
         early_stopping_rounds: int | None = None,
         random_state: int = 0,
     ) -> None:

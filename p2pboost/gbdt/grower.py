@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.gbdt.binning import BinnedData
-from p2pboost.gbdt.histogram import DenseHistogramBuilder, Histogram, SparseHistogramBuilder
+from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.split import MIN_GAIN, LayerSplits, find_best_splits, leaf_weight
 from p2pboost.gbdt.tree import Tree, TreeBuilder
@@ -125,7 +125,7 @@ class TreeGrower:
     def __init__(
         self,
         data: BinnedData,
-        builder: DenseHistogramBuilder | SparseHistogramBuilder,
+        builder: HistogramBuilder,
         params: BoostParams,
         grad: F64,
         hess: F64,

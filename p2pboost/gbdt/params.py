@@ -56,9 +56,9 @@ class BoostParams:
     goss: bool = False
     top_rate: float = 0.2
     other_rate: float = 0.1
-    multi_strategy: MultiStrategy = MultiStrategy.ONE_OUTPUT_PER_TREE
+    multi_strategy: MultiStrategy | str = MultiStrategy.ONE_OUTPUT_PER_TREE
     base_score: float | None = None
-    sparse_aware: bool = False
+    sparse_aware: bool | str = "auto"
     huber_delta: float = 1.0
     fair_c: float = 1.0
     tweedie_variance_power: float = 1.5
@@ -83,8 +83,12 @@ class BoostParams:
         _check_real("huber_delta", self.huber_delta, 0.0, None, low_open=True)
         _check_real("fair_c", self.fair_c, 0.0, None, low_open=True)
         _check_real("tweedie_variance_power", self.tweedie_variance_power, 1.0, 2.0, True, True)
-        if not isinstance(self.goss, bool) or not isinstance(self.sparse_aware, bool):
-            raise InputError("goss and sparse_aware must be booleans")
+        if not isinstance(self.goss, bool):
+            raise InputError("goss must be a boolean")
+        if not (isinstance(self.sparse_aware, bool) or self.sparse_aware == "auto"):
+            raise InputError(
+                f"sparse_aware must be True, False or 'auto', not {self.sparse_aware!r}"
+            )
         if self.goss and self.top_rate + self.other_rate > 1.0:
             raise InputError("GOSS needs top_rate + other_rate <= 1")
         if self.goss and self.subsample < 1.0:

@@ -52,7 +52,11 @@ def split_gains(GL: F64, HL: F64, G: F64, H: F64, reg_lambda: float) -> F64:
     ``GL``/``HL`` and ``G``/``H`` broadcast against each other; the result drops the last axis.
     :func:`find_best_splits` computes exactly these numbers (same operations, same order).
     """
-    return _children_score(GL, HL, G, H, reg_lambda) - _node_score(G, H, reg_lambda)
+    shape = np.broadcast_shapes(np.shape(GL), np.shape(HL), np.shape(G), np.shape(H))
+    GL, HL = np.broadcast_to(GL, shape), np.broadcast_to(HL, shape)
+    GR = np.subtract(G, GL)
+    HR = np.subtract(H, HL)
+    return _children_score(GL, HL, GR, HR, reg_lambda) - _node_score(G, H, reg_lambda)
 
 
 def _node_score(G: F64, H: F64, reg_lambda: float) -> F64:
@@ -61,14 +65,21 @@ def _node_score(G: F64, H: F64, reg_lambda: float) -> F64:
         return np.asarray((G * G / (H + reg_lambda)).sum(axis=-1))
 
 
-def _children_score(GL: F64, HL: F64, G: F64, H: F64, reg_lambda: float) -> F64:
-    GR = G - GL
-    HR = H - HL
+def _children_score(GL: F64, HL: F64, GR: F64, HR: F64, reg_lambda: float) -> F64:
+    """``sum_k GL^2 / (HL + lambda) + GR^2 / (HR + lambda)``; consumes ``GR`` and ``HR``.
+
+    In place where possible: these arrays are the largest of split finding.
+    """
     # Empty or hessian-free children with lambda = 0 give 0/0; min_child_weight masks those
     # candidates, so the NaN never wins.
     with np.errstate(divide="ignore", invalid="ignore"):
-        score = GL * GL / (HL + reg_lambda) + GR * GR / (HR + reg_lambda)
-    return np.asarray(score.sum(axis=-1))
+        left = GL * GL
+        left /= HL + reg_lambda
+        GR *= GR
+        HR += reg_lambda
+        GR /= HR
+        left += GR
+    return np.asarray(left.sum(axis=-1))
 
 
 def leaf_weight(G: F64, H: F64, reg_lambda: float, min_child_weight: float) -> F64:
@@ -143,17 +154,16 @@ def find_best_splits(
         np.add(hl[:, :, :, 1, :], hist.hess[:, :, -1:, :], out=hl[:, :, :, 0, :])
     else:
         candidates = candidates[..., :1]
-    g_tot = node_grad[:, None, None, None, :]
-    h_tot = node_hess[:, None, None, None, :]
-    lam = params.reg_lambda
-    parent = _node_score(node_grad, node_hess, lam)[:, None, None, None]
-    gains = _children_score(gl, hl, g_tot, h_tot, lam) - parent  # (k, F, B-1, n_dir)
-
-    mcw = params.min_child_weight
+    lam, mcw = params.reg_lambda, params.min_child_weight
+    gr = node_grad[:, None, None, None, :] - gl
+    hr = node_hess[:, None, None, None, :] - hl
     if k_out == 1:
-        valid = (hl[..., 0] >= mcw) & (h_tot[..., 0] - hl[..., 0] >= mcw)
+        valid = (hl[..., 0] >= mcw) & (hr[..., 0] >= mcw)
     else:
-        valid = np.all(hl >= mcw, axis=-1) & np.all(h_tot - hl >= mcw, axis=-1)
+        valid = np.all(hl >= mcw, axis=-1) & np.all(hr >= mcw, axis=-1)
+    parent = _node_score(node_grad, node_hess, lam)[:, None, None, None]
+    gains = _children_score(gl, hl, gr, hr, lam)  # (k, F, B-1, n_dir)
+    gains -= parent
     valid &= candidates[None]
     cl: I64 | None = None
     if hist.count is not None and node_count is not None:

@@ -27,13 +27,23 @@ class BlockBuilder:
             DenseHistogramBuilder(BinnedData(data.codes[n_guest:], data.n_slots)),
         ]
 
-    def build(self, rows, slots, n_nodes, grad, hess) -> Histogram:  # type: ignore[no-untyped-def]
+    def build(
+        self,
+        rows: np.ndarray | None,
+        slots: np.ndarray | None,
+        n_nodes: int,
+        grad: np.ndarray,
+        hess: np.ndarray,
+    ) -> Histogram:
         return Histogram.concat_features(
             [p.build(rows, slots, n_nodes, grad, hess) for p in self.parts]
         )
 
 
-def _setup(breast_missing: Data):  # type: ignore[no-untyped-def]
+Setup = tuple[BinMapper, BinnedData, np.ndarray, np.ndarray, BoostParams, np.ndarray]
+
+
+def _setup(breast_missing: Data) -> Setup:
     X, y = breast_missing
     mapper = BinMapper(16).fit(X)
     data = mapper.transform(X)
@@ -77,7 +87,7 @@ def test_feature_blocks_give_the_same_tree(breast_missing: Data) -> None:
         h,
         None,
         cands,
-        mapper.thresholds,  # type: ignore[arg-type]
+        mapper.thresholds,
     ).grow()
     assert blocks.to_dict() == plain.to_dict()
 
@@ -100,3 +110,20 @@ def test_partition_rows_matches_a_row_by_row_walk() -> None:
             b = data.codes[feature[j], i]
             goes_left = dleft[j] if b == data.missing_bin else b <= thr[j]
             assert got[i] == (left[j] if goes_left else right[j])
+
+
+def test_derived_sibling_histograms_equal_direct_ones_in_every_layer(breast_missing: Data) -> None:
+    mapper, data, g, h, params, cands = _setup(breast_missing)
+    sample = np.sort(np.random.default_rng(0).choice(len(g), 400, replace=False))
+    grower = TreeGrower(
+        data, DenseHistogramBuilder(data), params, g, h, sample, cands, mapper.thresholds
+    )
+    frontier = grower.root()
+    for _ in range(3):
+        plan = grower.apply_splits(frontier, grower.find_splits(frontier))
+        grower.partition(plan)
+        frontier = grower.child_histograms(frontier, plan)
+        direct = grower.node_histograms(frontier.nodes)
+        assert np.array_equal(frontier.hist.grad, direct.grad)  # exact, not allclose
+        assert np.array_equal(frontier.hist.hess, direct.hess)
+        assert np.array_equal(frontier.grad, direct.grad[:, 0].sum(axis=1))

@@ -11,6 +11,7 @@ from p2pboost.gbdt.histogram import (
     DenseHistogramBuilder,
     Histogram,
     SparseHistogramBuilder,
+    default_bin_density,
     make_builder,
 )
 
@@ -33,16 +34,15 @@ def _gradients(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def _reference(
     data: BinnedData, rows: np.ndarray, slots: np.ndarray, k: int, g: np.ndarray, h: np.ndarray
 ) -> Histogram:
-    """Plain loops over rows: the definition of a histogram."""
+    """The definition of a histogram, by ``np.add.at`` (unbuffered, independent of bincount)."""
     shape = (k, data.n_features, data.n_slots, g.shape[1])
     G, H = np.zeros(shape), np.zeros(shape)
     C = np.zeros(shape[:3], dtype=np.int64)
-    for r, s in zip(rows.tolist(), slots.tolist(), strict=True):
-        for f in range(data.n_features):
-            b = data.codes[f, r]
-            G[s, f, b] += g[r]
-            H[s, f, b] += h[r]
-            C[s, f, b] += 1
+    for f in range(data.n_features):
+        at = (slots, f, data.codes[f, rows].astype(np.intp))
+        np.add.at(G, at, g[rows])
+        np.add.at(H, at, h[rows])
+        np.add.at(C, at, 1)
     return Histogram(G, H, C)
 
 
@@ -52,7 +52,7 @@ def _same(a: Histogram, b: Histogram) -> bool:
 
 
 @pytest.mark.parametrize("builder_cls", [DenseHistogramBuilder, SparseHistogramBuilder])
-@pytest.mark.parametrize(("n", "n_features"), [(60, 5), (3000, 12)])  # small and lane paths
+@pytest.mark.parametrize(("n", "n_features"), [(60, 5), (7000, 12)])  # small and lane paths
 def test_builders_equal_the_definition(builder_cls: type, n: int, n_features: int) -> None:
     data = _data(n, n_features, seed=n)
     g, h = _gradients(n, 2, seed=1)
@@ -137,3 +137,12 @@ def test_histograms_of_feature_blocks_join_to_the_whole() -> None:
         DenseHistogramBuilder(d, with_counts=True).build(None, None, 1, g, h) for d in (guest, host)
     ]
     assert _same(Histogram.concat_features(parts), whole)
+
+
+def test_auto_builder_follows_density() -> None:
+    dense_data = _data(400, 4, seed=13, missing=0.0)
+    sparse_data = BinMapper(8).fit_transform(np.where(np.eye(400, 5, dtype=bool), 1.0, 0.0))
+    assert default_bin_density(sparse_data) == pytest.approx(5 / 2000)
+    assert isinstance(make_builder(sparse_data, "auto", False), SparseHistogramBuilder)
+    assert isinstance(make_builder(dense_data, "auto", False), DenseHistogramBuilder)
+    assert isinstance(make_builder(sparse_data, False, False), DenseHistogramBuilder)

@@ -7,7 +7,7 @@ import pytest
 
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize
-from p2pboost.gbdt.histogram import DenseHistogramBuilder
+from p2pboost.gbdt.histogram import DenseHistogramBuilder, Histogram
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.split import (
     candidate_mask,
@@ -41,7 +41,9 @@ def test_leaf_weight_is_zero_below_min_child_weight() -> None:
     assert w.tolist() == [-0.5, 0.0]
 
 
-def _layer(seed: int, n: int = 300, n_features: int = 4, max_bin: int = 6, k: int = 3):
+def _layer(
+    seed: int, n: int = 300, n_features: int = 4, max_bin: int = 6, k: int = 3
+) -> tuple[BinMapper, Histogram, np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, n_features)).round(1)
     X[rng.random(X.shape) < 0.1] = np.nan
@@ -65,6 +67,7 @@ def test_best_split_equals_brute_force_enumeration(seed: int) -> None:
     params = BoostParams(reg_lambda=0.7, min_child_weight=2.0, min_samples_leaf=5)
     cands = candidate_mask(mapper.n_bins, mapper.max_bin)
     got = find_best_splits(hist, G, H, N, cands, params)
+    assert hist.count is not None
     n_features, n_thr = hist.grad.shape[1], hist.grad.shape[2] - 1
     for node in range(G.shape[0]):
         best: tuple[float, int, int, int] | None = None

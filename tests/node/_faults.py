@@ -120,8 +120,3 @@ class FaultyTransport(Transport):
             await handler(conn)
 
         return _FaultyListener(await self.inner.serve(address, wrapped))
-
-    async def drain_closers(self) -> None:
-        for conn in self.connections:
-            if conn._closers:
-                await asyncio.wait(set(conn._closers))

@@ -207,3 +207,22 @@ async def test_cancelling_a_send_mid_message_ends_the_session(memory_fabric: Fab
         assert session.state is SessionState.FAILED
         with pytest.raises(LocalProtocolError, match="interrupted mid-message"):
             await session.channel("b").send(b"more")
+
+
+async def test_per_peer_limit_and_unclaimed_sessions_expire(memory_fabric: Fabric) -> None:
+    async with cluster(
+        memory_fabric, ["a", "b"], max_sessions_per_peer=2, unclaimed_timeout=0.3
+    ) as c:
+        mine = [c["a"].session(f"s{i}", peers=["b"]) for i in range(3)]
+        for session in mine:
+            await session.channel("b").send("hello")
+        with pytest.raises(SessionClosed, match="too many concurrent sessions from 'a'"):
+            await mine[2].channel("b").recv()
+        # b's application never claims s0 and s1: they are aborted, freeing the slots.
+        for session in mine[:2]:
+            with pytest.raises(SessionClosed, match="not claimed by the application in time"):
+                await session.channel("b").recv()
+        assert c["b"].stats().sessions == 0
+        async with c["a"].session("later", peers=["b"]) as later:
+            await later.channel("b").send("admitted")
+            assert await (await c["b"].accept_session()).channel("a").recv() == "admitted"

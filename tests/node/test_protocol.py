@@ -173,6 +173,7 @@ async def test_a_delayed_ack_does_not_wait_for_the_heart_beat() -> None:
     ):
         conn, _ = await _dial(network)
         loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.05)  # the node's writer is now asleep until its next heart-beat
         await conn.send(encode_message(0, _data(1, "x")))
         t0 = loop.time()
         ack, frames = await _next_frames(conn)

@@ -1,0 +1,287 @@
+"""Private set intersection between one guest and any number of hosts (DH-PSI on X25519).
+
+One coroutine per role, over a node session (the math is in :mod:`p2pboost.crypto.psi`)::
+
+    guest                                            host (each)
+    -----                                            ----
+    ctl:   {"n": |X|}                         ->
+                                              <-     ctl:  {"n": |Y|}
+    mine:  X(a, H(x)) in batches              ->     blinds each batch with b, in order
+                                              <-     back: X(b, X(a, H(x)))
+                                              <-     theirs: X(b, H(y)) in batches
+    blinds those with a: X(a, X(b, H(y)))
+    intersects over all hosts
+    ctl:   positions of the common ids in     ->     aligns its rows to the guest's order
+           *that host's* order, in guest order
+
+Everything runs as streams: the guest blinds its set while the hosts blind theirs, and each
+batch goes back the moment it is ready, so both cores of every party stay busy. The scalar
+multiplications run in a process pool (``executor``), never on the event loop.
+
+What each side learns: the common ids (in the guest's order) and the other side's set size.
+With several hosts, each host learns which of *its* ids are common to *all* parties. Every
+message from a peer is checked (types, sizes, counts, indices in range and unique) before use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.crypto.psi import (
+    POINT_BYTES,
+    PsiKey,
+    blind_blob,
+    hash_ids,
+    intersect_positions,
+    split_blob,
+)
+from p2pboost.exceptions import InputError, RemoteProtocolError
+from p2pboost.node import Channel, Session
+from p2pboost.protocols._tasks import gather_or_cancel
+
+__all__ = ["DEFAULT_BATCH", "MAX_IDS", "PsiPhase", "PsiResult", "psi_guest", "psi_host"]
+
+#: Ids per streamed batch: 4096 x 32 bytes = 128 KiB per message.
+DEFAULT_BATCH = 4096
+#: Largest set a peer may announce; bounds what it can make us allocate.
+MAX_IDS = 50_000_000
+_VERSION = 1
+
+Ids = Sequence[str] | Sequence[bytes] | Sequence[int] | npt.NDArray[Any]
+
+
+class PsiPhase(Enum):
+    """Where a PSI run is, for logs and errors."""
+
+    HELLO = "hello"
+    BLIND = "blind"
+    INTERSECT = "intersect"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class PsiResult:
+    """The outcome for one party.
+
+    ``positions`` indexes the caller's own ``ids``: row ``positions[k]`` is the ``k``-th common
+    sample, in the same order at every party, so ``X[result.positions]`` aligns the rows.
+    ``peer_sizes`` holds the set size each peer announced.
+    """
+
+    positions: npt.NDArray[np.int64]
+    peer_sizes: dict[str, int]
+
+    @property
+    def size(self) -> int:
+        return int(self.positions.size)
+
+
+def _id_list(ids: Ids) -> list[str | bytes | int]:
+    items: list[Any] = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+    if not items:
+        raise InputError("PSI needs at least one id")
+    if len(items) > MAX_IDS:
+        raise InputError(f"at most {MAX_IDS} ids per party")
+    return items
+
+
+def _batches(blob: bytes, batch: int) -> Iterator[bytes]:
+    step = batch * POINT_BYTES
+    for start in range(0, len(blob), step):
+        yield blob[start : start + step]
+
+
+async def _blinded(
+    key: PsiKey, batches: AsyncIterator[bytes], executor: Executor, inflight: int
+) -> AsyncIterator[bytes]:
+    """Blind each batch in the pool, keeping up to ``inflight`` batches in flight, and yield
+    the results in input order. An error in ``batches`` propagates at once."""
+    loop = asyncio.get_running_loop()
+    window: deque[asyncio.Future[bytes]] = deque()
+    try:
+        async for blob in batches:
+            window.append(loop.run_in_executor(executor, blind_blob, key.private_bytes, blob))
+            if len(window) >= inflight:
+                yield await window.popleft()
+        while window:
+            yield await window.popleft()
+    finally:
+        for future in window:
+            future.cancel()
+
+
+async def _iterate(blob: bytes, batch: int) -> AsyncIterator[bytes]:
+    for part in _batches(blob, batch):
+        yield part
+
+
+async def _receive_points(ch: Channel, expected: int, peer: str, what: str) -> AsyncIterator[bytes]:
+    """Yield validated batches of points from a stream until exactly ``expected`` arrived."""
+    received = 0
+    async for item in ch.stream():
+        if not isinstance(item, bytes) or not item or len(item) % POINT_BYTES:
+            raise RemoteProtocolError(f"{what}: expected a non-empty blob of points", peer=peer)
+        received += len(item) // POINT_BYTES
+        if received > expected:
+            raise RemoteProtocolError(
+                f"{what}: more points than the {expected} announced", peer=peer
+            )
+        yield item
+    if received != expected:
+        raise RemoteProtocolError(f"{what}: {received} points, {expected} announced", peer=peer)
+
+
+async def _collect(source: AsyncIterator[bytes]) -> bytes:
+    parts = [part async for part in source]
+    return b"".join(parts)
+
+
+async def _hello(ch: Channel, n: int, peer: str) -> int:
+    await ch.send({"v": _VERSION, "n": n})
+    msg = await ch.recv()
+    if not isinstance(msg, dict) or msg.get("v") != _VERSION:
+        raise RemoteProtocolError(f"PSI hello: expected version {_VERSION}", peer=peer)
+    size = msg.get("n")
+    if not isinstance(size, int) or not 1 <= size <= MAX_IDS:
+        raise RemoteProtocolError(f"PSI hello: set size must be in 1..{MAX_IDS}", peer=peer)
+    return size
+
+
+@contextlib.contextmanager
+def _pool(executor: Executor | None) -> Iterator[Executor]:
+    if executor is not None:
+        yield executor
+        return
+    pool = ProcessPoolExecutor(max_workers=os.cpu_count() or 1)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _workers(executor: Executor) -> int:
+    return max(1, int(getattr(executor, "_max_workers", os.cpu_count() or 1)))
+
+
+async def psi_guest(
+    session: Session,
+    hosts: Sequence[str],
+    ids: Ids,
+    *,
+    executor: Executor | None = None,
+    batch: int = DEFAULT_BATCH,
+) -> PsiResult:
+    """Run PSI as the guest with every host in ``hosts``; returns the aligned positions."""
+    if not hosts:
+        raise InputError("psi_guest needs at least one host")
+    if batch < 1:
+        raise InputError("batch must be at least 1")
+    items = _id_list(ids)
+    key = PsiKey.generate()
+    with _pool(executor) as pool:
+        loop = asyncio.get_running_loop()
+        inflight = 2 * _workers(pool)
+        points = await loop.run_in_executor(pool, hash_ids, items)
+        channels = {h: session.channel(h, "psi") for h in hosts}
+        sizes = dict(
+            zip(
+                hosts,
+                await gather_or_cancel(*(_hello(channels[h], len(items), h) for h in hosts)),
+                strict=True,
+            )
+        )
+
+        async def broadcast_mine() -> None:
+            """Blind our set once and stream each batch to every host as soon as it is ready."""
+            outs = [session.channel(h, "mine") for h in hosts]
+            async for part in _blinded(key, _iterate(points, batch), pool, inflight):
+                for out in outs:
+                    await out.send(part)
+            for out in outs:
+                await out.end_stream()
+
+        async def with_host(host: str) -> tuple[bytes, bytes]:
+            back, theirs = session.channel(host, "back"), session.channel(host, "theirs")
+            theirs_twice, mine_twice = await gather_or_cancel(
+                _collect(
+                    _blinded(
+                        key, _receive_points(theirs, sizes[host], host, "host set"), pool, inflight
+                    )
+                ),
+                _collect(_receive_points(back, len(items), host, "blinded guest set")),
+            )
+            return mine_twice, theirs_twice
+
+        _, *pairs = await gather_or_cancel(broadcast_mine(), *(with_host(h) for h in hosts))
+        twice = dict(zip(hosts, pairs, strict=True))
+
+    # Intersect over all hosts, in the guest's order.
+    common: set[int] | None = None
+    host_position: dict[str, dict[int, int]] = {}
+    for host, (mine_twice, theirs_twice) in twice.items():
+        mine_pos, theirs_pos = intersect_positions(split_blob(mine_twice), split_blob(theirs_twice))
+        host_position[host] = dict(zip(mine_pos, theirs_pos, strict=True))
+        common = set(mine_pos) if common is None else common & set(mine_pos)
+    ordered = np.array(sorted(common or ()), dtype=np.int64)
+    for host in hosts:
+        lookup = host_position[host]
+        theirs = np.fromiter(
+            (lookup[i] for i in ordered.tolist()), dtype=np.int64, count=ordered.size
+        )
+        await channels[host].send({"positions": theirs})
+    return PsiResult(ordered, sizes)
+
+
+async def psi_host(
+    session: Session,
+    guest: str,
+    ids: Ids,
+    *,
+    executor: Executor | None = None,
+    batch: int = DEFAULT_BATCH,
+) -> PsiResult:
+    """Run PSI as a host with ``guest``; returns the positions of the common ids in guest order."""
+    if batch < 1:
+        raise InputError("batch must be at least 1")
+    items = _id_list(ids)
+    key = PsiKey.generate()
+    ctl = session.channel(guest, "psi")
+    with _pool(executor) as pool:
+        loop = asyncio.get_running_loop()
+        inflight = 2 * _workers(pool)
+        points = await loop.run_in_executor(pool, hash_ids, items)
+        guest_size = await _hello(ctl, len(items), guest)
+        incoming, back, theirs = (session.channel(guest, n) for n in ("mine", "back", "theirs"))
+        await gather_or_cancel(
+            back.send_stream(
+                _blinded(
+                    key, _receive_points(incoming, guest_size, guest, "guest set"), pool, inflight
+                )
+            ),
+            theirs.send_stream(_blinded(key, _iterate(points, batch), pool, inflight)),
+        )
+    msg = await ctl.recv()
+    positions = msg.get("positions") if isinstance(msg, dict) else None
+    if (
+        not isinstance(positions, np.ndarray)
+        or positions.ndim != 1
+        or positions.dtype != np.int64
+        or positions.size > min(len(items), guest_size)
+    ):
+        raise RemoteProtocolError("PSI result: expected a 1-D int64 array of positions", peer=guest)
+    if positions.size and (positions.min() < 0 or positions.max() >= len(items)):
+        raise RemoteProtocolError("PSI result: a position is out of range", peer=guest)
+    if np.unique(positions).size != positions.size:
+        raise RemoteProtocolError("PSI result: positions repeat", peer=guest)
+    return PsiResult(positions.copy(), {guest: guest_size})
