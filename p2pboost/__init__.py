@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from p2pboost.certs import TLSConfig
 from p2pboost.exceptions import (
     CodecError,
     ConfigError,
@@ -18,14 +19,23 @@ from p2pboost.exceptions import (
     SessionClosed,
     TransportError,
 )
+from p2pboost.gbdt.booster import Booster, train
+from p2pboost.gbdt.callbacks import EarlyStopping
+from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
+from p2pboost.gbdt.params import BoostParams
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BoostParams",
+    "Booster",
     "CodecError",
     "ConfigError",
     "CryptoError",
     "DeadlineExceeded",
+    "EarlyStopping",
+    "GBDTClassifier",
+    "GBDTRegressor",
     "HandshakeError",
     "InputError",
     "ModelError",
@@ -35,6 +45,8 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "SessionClosed",
+    "TLSConfig",
     "TransportError",
     "__version__",
+    "train",
 ]

@@ -28,6 +28,7 @@ from p2pboost import codec
 from p2pboost._wire import (
     FLAG_END,
     FLAG_EOS,
+    FLAG_RAW,
     FRAME_OVERHEAD,
     Data,
     abort_frame,
@@ -66,13 +67,15 @@ class SessionState(Enum):
 
 
 class _Item:
-    """One received message (``data is None``: an end-of-stream marker)."""
+    """One received message (``data is None``: an end-of-stream marker; ``raw``: plain bytes,
+    not codec-encoded)."""
 
-    __slots__ = ("cost", "data")
+    __slots__ = ("cost", "data", "raw")
 
-    def __init__(self, data: bytes | memoryview | None, cost: int) -> None:
+    def __init__(self, data: bytes | memoryview | None, cost: int, raw: bool = False) -> None:
         self.data = data
         self.cost = cost
+        self.raw = raw
 
 
 class Session:
@@ -236,6 +239,7 @@ class Channel:
         self._partial: list[bytes | memoryview] = []
         self._partial_cost = 0
         self._partial_len = 0
+        self._partial_raw = False
         self._received = 0
         self._consumed = 0
         self._announced = self._config.window
@@ -255,9 +259,18 @@ class Channel:
     # -- sending ------------------------------------------------------------------------------
 
     async def send(self, obj: object) -> None:
-        """Send one message (anything :func:`p2pboost.codec.encode` accepts)."""
+        """Send one message (anything :func:`p2pboost.codec.encode` accepts).
+
+        ``bytes`` and ``bytearray`` skip msgpack: they travel as they are (flag RAW) and
+        arrive as ``bytes``, exactly as the codec would deliver them, minus two copies.
+        """
         self._check_send()
-        await self._send_payload(codec.encode(obj), eos=False)
+        kind = type(obj)
+        if kind is bytes or kind is bytearray:
+            blob = obj if kind is bytes else bytes(obj)  # type: ignore[arg-type]
+            await self._send_payload(blob, eos=False, raw=True)  # type: ignore[arg-type]
+        else:
+            await self._send_payload(codec.encode(obj), eos=False)
 
     async def send_stream(self, items: AsyncIterable[object] | Iterable[object]) -> int:
         """Send every item of ``items`` then the end-of-stream marker; returns the count."""
@@ -287,7 +300,7 @@ class Channel:
         if self.peer in self.session._peer_closed:
             raise SessionClosed(f"peer {self.peer!r} left session {self.session.id!r}")
 
-    async def _send_payload(self, payload: bytes, *, eos: bool) -> None:
+    async def _send_payload(self, payload: bytes, *, eos: bool, raw: bool = False) -> None:
         config = self._config
         if len(payload) > config.max_message_bytes:
             raise InputError(
@@ -317,7 +330,11 @@ class Channel:
                     fragment = min(config.max_fragment, link.peer_max_fragment or 0)
                     n = min(remaining, avail, fragment)
                     last = n == remaining
-                    flags = (FLAG_END if last else 0) | (FLAG_EOS if eos else 0)
+                    flags = (
+                        (FLAG_END if last else 0)
+                        | (FLAG_EOS if eos else 0)
+                        | (FLAG_RAW if raw else 0)
+                    )
                     seq = link.alloc_seq()
                     header = data_header(seq, flags, self._names, n)
                     if n:
@@ -360,7 +377,7 @@ class Channel:
                 f"recv() on channel {self.name!r} met an end-of-stream marker:"
                 f" peer {self.peer!r} sent a stream here (read it with stream())"
             )
-        return self._decode(item.data)
+        return self._decode(item)
 
     def stream(self) -> AsyncIterator[object]:
         """Iterate over messages until the peer's end-of-stream marker."""
@@ -387,7 +404,11 @@ class Channel:
             finally:
                 self._readers -= 1
 
-    def _decode(self, data: bytes | memoryview) -> object:
+    def _decode(self, item: _Item) -> object:
+        data = item.data
+        assert data is not None
+        if item.raw:
+            return bytes(data)  # no copy when reassembled from fragments (already bytes)
         try:
             return codec.decode(data, limits=self._config.codec_limits)
         except CodecError as exc:
@@ -412,11 +433,14 @@ class Channel:
         if n > config.max_fragment:
             raise self._violation(f"sent a fragment of {n} bytes (limit {config.max_fragment})")
         end = frame.flags & FLAG_END
+        raw = bool(frame.flags & FLAG_RAW)
         if frame.flags & FLAG_EOS:
-            if n or not end or self._partial:
+            if n or not end or raw or self._partial:
                 raise self._violation("sent a malformed end-of-stream marker")
         elif n == 0:
             raise self._violation("sent an empty fragment")
+        elif self._partial and raw != self._partial_raw:
+            raise self._violation("changed the RAW flag in the middle of a message")
         self._received += cost
         if frame.flags & FLAG_EOS:
             self._queue.append(_Item(None, cost))
@@ -432,10 +456,11 @@ class Channel:
             small = batched and n < _PIN_LIMIT
             self._partial.append(bytes(frame.payload) if small else frame.payload)
             self._partial_cost += cost
+            self._partial_raw = raw
             if end:
                 parts = self._partial
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
-                self._queue.append(_Item(data, self._partial_cost))
+                self._queue.append(_Item(data, self._partial_cost, raw))
                 self._queued += self._partial_cost
                 self._partial = []
                 self._partial_cost = self._partial_len = 0
@@ -491,7 +516,7 @@ class _Stream:
         if item.data is None:
             self._done = True
             raise StopAsyncIteration
-        return self._channel._decode(item.data)
+        return self._channel._decode(item)
 
 
 class StreamWriter:

@@ -23,7 +23,9 @@ Every transport message is one of:
 
 Frame bodies (``sid`` and ``ch`` are ``u8 length | UTF-8``, 1..255 bytes)::
 
-    DATA    u8 flags | sid | ch | payload          flags: END (last fragment), EOS (end of stream)
+    DATA    u8 flags | sid | ch | payload          flags: END (last fragment), EOS (end of
+                                                   stream), RAW (payload is plain bytes, not
+                                                   codec-encoded: the zero-msgpack blob path)
     CREDIT  sid | ch | u64 allowed                 cumulative bytes the peer may send us
     CLOSE   sid                                    the sender left the session normally
     ABORT   sid | u16 length | reason (UTF-8)      the sender ended the session on an error
@@ -42,6 +44,7 @@ from enum import IntEnum
 __all__ = [
     "FLAG_END",
     "FLAG_EOS",
+    "FLAG_RAW",
     "FRAME_OVERHEAD",
     "MAX_NAME_BYTES",
     "MAX_REASON_BYTES",
@@ -74,7 +77,8 @@ _FRAMES = 0x02
 
 FLAG_END = 0x01
 FLAG_EOS = 0x02
-_KNOWN_FLAGS = FLAG_END | FLAG_EOS
+FLAG_RAW = 0x04
+_KNOWN_FLAGS = FLAG_END | FLAG_EOS | FLAG_RAW
 
 MAX_NAME_BYTES = 255
 MAX_REASON_BYTES = 1024

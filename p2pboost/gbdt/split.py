@@ -7,6 +7,12 @@ Gain (XGBoost's ``loss_chg``; SecureBoost+ eq. 17-19 for vector leaves, summed o
 
     gain = sum_k [ GL_k^2 / (HL_k + lambda) + GR_k^2 / (HR_k + lambda) - G_k^2 / (H_k + lambda) ]
 
+This is the number XGBoost's code compares with ``gamma`` (``min_split_loss``): twice the
+XGBoost paper's structure-score gain, without the ``- gamma`` term. One difference: XGBoost
+grows and then prunes splits whose gain is below ``gamma`` bottom-up; here ``gamma`` is applied
+when a split is made (a layer-wise federated protocol cannot revisit a layer). With the default
+``gamma = 0`` the two agree.
+
 A node is split only if its best gain exceeds ``max(gamma, MIN_GAIN)``; both children must have
 every output's hessian sum ``>= min_child_weight`` and, when counts are known, at least
 ``min_samples_leaf`` rows. Leaf weight: ``w_k = -G_k / (H_k + lambda)`` (0 if ``H_k`` is below

@@ -269,3 +269,19 @@ def test_predict_checks_the_feature_count(breast: Data) -> None:
 def test_unknown_parameter_is_rejected() -> None:
     with pytest.raises(InputError, match="unknown parameter"):
         SMALL.with_updates(eta=0.1)
+
+
+def test_gamma_and_min_child_weight_prune(breast: Data) -> None:
+    X, y = breast
+    free = train(SMALL.with_updates(n_estimators=1), X, y).trees[0]
+    gains = free.gain[free.feature >= 0]
+    # gamma at the largest gain of the free tree: the root cannot split (gain must exceed it).
+    stump = train(SMALL.with_updates(n_estimators=1, gamma=float(gains.max())), X, y).trees[0]
+    assert stump.n_nodes == 1
+    assert stump.depth == 0
+    # gamma between gains: only splits with larger gain survive.
+    cut = float(np.median(gains))
+    pruned = train(SMALL.with_updates(n_estimators=1, gamma=cut), X, y).trees[0]
+    assert np.all(pruned.gain[pruned.feature >= 0] > cut)
+    heavy = train(SMALL.with_updates(n_estimators=1, min_child_weight=30.0), X, y).trees[0]
+    assert heavy.cover[heavy.is_leaf].min() >= 30.0

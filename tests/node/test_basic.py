@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import ConfigError, InputError, LocalProtocolError, SessionClosed
-from p2pboost.node import Node, NodeConfig
+from p2pboost.node import Node, NodeConfig, Session
 from tests.node.conftest import Fabric, cluster
 from transports.memory import MemoryNetwork, MemoryTransport
 
@@ -60,10 +60,9 @@ async def test_large_messages_are_fragmented_and_reassembled(fabric: Fabric) -> 
 async def test_hundred_concurrent_sessions(fabric: Fabric) -> None:
     async with cluster(fabric, ["a", "b"]) as c:
 
-        async def serve_one(session: object) -> None:
-            assert hasattr(session, "channel")
-            async with session:  # type: ignore[attr-defined]
-                ch = session.channel("a", "work")  # type: ignore[attr-defined]
+        async def serve_one(session: Session) -> None:
+            async with session:
+                ch = session.channel("a", "work")
                 total = 0
                 async for x in ch.stream():
                     total += x
