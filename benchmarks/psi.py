@@ -28,6 +28,7 @@ from p2pboost.certs import TLSConfig
 from p2pboost.crypto.psi import PsiKey, hash_ids
 from p2pboost.node import Node
 from p2pboost.protocols.psi import PsiResult, psi_guest, psi_host
+from p2pboost.workers import process_pool
 
 
 def bare_exchange_rate(samples: int = 20000, repeat: int = 3) -> float:
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
     cores = os.cpu_count() or 1
 
     rate = bare_exchange_rate()
-    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(cores) as pool:
+    with tempfile.TemporaryDirectory() as tmp, process_pool(cores) as pool:
         certs.init(Path(tmp), ["guest", "host"])
         PsiKey.generate().blind(hash_ids(range(cores * 8)))  # warm-up outside the timing
         list(pool.map(abs, range(cores * 4)))  # start the workers outside the timing

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import multiprocessing
-import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from p2pboost.crypto.compress import compress_groups, compression_groups
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import InputError, KeyMismatchError
+from p2pboost.workers import default_workers, process_pool
 
 __all__ = ["PaillierEngine", "default_workers"]
 
@@ -45,14 +44,6 @@ CHUNKS_PER_WORKER = 4
 _CACHE_KEYS = 4
 #: Most precomputed randomisers one worker keeps per key (64 MiB at 2048 bits).
 STASH_LIMIT = 1 << 17
-
-
-def default_workers() -> int:
-    """Cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +176,8 @@ class PaillierEngine:
         if self._external is not None:
             return self._external, self._material
         if self._own is None:
-            self._own = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
+            self._own = process_pool(
+                self.workers,
                 initializer=_init_worker,
                 initargs=(self.public_key.fingerprint, self._material),
             )

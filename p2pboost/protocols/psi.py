@@ -30,7 +30,7 @@ import contextlib
 import os
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -49,6 +49,7 @@ from p2pboost.crypto.psi import (
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.node import Channel, Session
 from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.workers import process_pool
 
 __all__ = ["DEFAULT_BATCH", "MAX_IDS", "PsiPhase", "PsiResult", "psi_guest", "psi_host"]
 
@@ -163,7 +164,7 @@ def _pool(executor: Executor | None) -> Iterator[Executor]:
     if executor is not None:
         yield executor
         return
-    pool = ProcessPoolExecutor(max_workers=os.cpu_count() or 1)
+    pool = process_pool()
     try:
         yield pool
     finally:
