@@ -148,6 +148,10 @@ def _predict_xgb(model: Any, X: np.ndarray, task: Task) -> np.ndarray:
 
 
 def main(argv: list[str]) -> int:
+    if "hetero" in argv or "--mode=hetero" in argv:  # federated mode: own options and module
+        from benchmarks._hetero_lossless import main as hetero_main
+
+        return hetero_main(argv)
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks lossless",
         description=__doc__,

@@ -1,16 +1,19 @@
 """Node throughput and latency against bare ``websockets``, over loopback with mutual TLS.
 
-``python -m benchmarks transport [--mib 40 --rounds 9 --rtt-rounds 2000 --small 50000]``
+``python -m benchmarks transport [--mib 40 --rounds 11 --rtt-rounds 2000 --small 50000]``
 
 Both sides of every measurement run in this one process and event loop (so the figures
 include the work of both ends on the same core, as two co-located parties would). Bulk
 throughput is timed identically for both stacks: the sender pushes ``--mib`` messages of
 1 MiB (``bytes``) and the clock stops when the receiver's one-byte acknowledgement of the
 last one arrives. Raw and node rounds alternate ``--rounds`` times (so drift on a shared
-machine hits both alike) and the medians are reported. The raw stack uses the same TLS
-contexts (throw-away CA from :mod:`p2pboost.certs`), no compression, and one WebSocket message
-per payload; the node adds sessions, channels, credit flow control, sequence numbers, acks and
-the codec on top.
+machine hits both alike), each after a collection and a short pause (so no run pays for the
+previous one's garbage and closing handshakes), and the medians are reported. The raw
+stack uses the same TLS contexts (throw-away CA from :mod:`p2pboost.certs`), no compression,
+and one WebSocket message per payload; the node adds sessions, channels, credit flow control,
+sequence numbers and acks on top. ``bytes`` travel through the node without msgpack (its
+blob path); for comparison the table also shows a 1 MiB ``uint8`` array, which goes through
+:mod:`p2pboost.codec`.
 
 JSON keys: ``benchmark``, ``node_mb_per_s``, ``raw_websockets_mb_per_s``, ``rtt_p50_ms``,
 ``rtt_p99_ms``, ``small_msgs_per_s`` (MB = 2**20 bytes).
@@ -21,11 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from benchmarks._common import emit_json, print_table
 
@@ -64,6 +70,13 @@ async def _raw_websockets(tls: Any, payload: bytes, count: int) -> float:
     return elapsed * count / (count - 1)
 
 
+async def _settle() -> None:
+    """Start every timed run from the same state: the previous run's garbage collected and
+    its closing handshakes done, so no run pays for its predecessor."""
+    gc.collect()
+    await asyncio.sleep(0.05)
+
+
 class _NodePair:
     """Two nodes (``bench-a`` dials ``bench-b``) over the default-style WebSocket transport."""
 
@@ -90,7 +103,7 @@ class _NodePair:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    async def bulk(self, payload: bytes, count: int, name: str) -> float:
+    async def bulk(self, payload: object, count: int, name: str) -> float:
         """Seconds to push ``count`` payloads a -> b, timed like :func:`_raw_websockets`."""
         async with (
             self.a.session(name, peers=["bench-b"]) as sa,
@@ -163,7 +176,7 @@ class _NodePair:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks transport", description=__doc__)
     parser.add_argument("--mib", type=int, default=40, help="1 MiB messages per stack per round")
-    parser.add_argument("--rounds", type=int, default=9, help="alternating raw/node rounds")
+    parser.add_argument("--rounds", type=int, default=11, help="alternating raw/node rounds")
     parser.add_argument("--rtt-rounds", type=int, default=2000)
     parser.add_argument("--small", type=int, default=50_000, help="small messages to send")
     args = parser.parse_args(argv)
@@ -174,18 +187,25 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="p2pboost-bench-") as tmp:
         tls = _Tls(Path(tmp))
 
-        async def run() -> tuple[list[float], list[float], list[float], float]:
+        async def run() -> tuple[list[float], list[float], list[float], list[float], float]:
             raw_s: list[float] = []
             node_s: list[float] = []
             async with _NodePair(tls) as pair:
                 for r in range(args.rounds):  # alternate, so drift hits both stacks alike
+                    await _settle()
                     raw_s.append(await _raw_websockets(tls, payload, args.mib))
+                    await _settle()
                     node_s.append(await pair.bulk(payload, args.mib, f"bulk-{r}"))
+                array = np.frombuffer(payload, dtype=np.uint8)
+                codec_s = []
+                for r in range(3):
+                    await _settle()
+                    codec_s.append(await pair.bulk(array, args.mib, f"array-{r}"))
                 rtts = await pair.round_trips(args.rtt_rounds)
                 small = await pair.small_messages(args.small)
-            return raw_s, node_s, rtts, small
+            return raw_s, node_s, codec_s, rtts, small
 
-        raw_s, node_s, rtts, small = asyncio.run(run())
+        raw_s, node_s, codec_s, rtts, small = asyncio.run(run())
 
     raw_mb = args.mib / statistics.median(raw_s)
     node_mb = args.mib / statistics.median(node_s)
@@ -199,6 +219,7 @@ def main(argv: list[str]) -> int:
         ("raw websockets MB/s (median)", raw_mb),
         ("node MB/s (median)", node_mb),
         ("node / raw (ratio of medians)", node_mb / raw_mb),
+        ("node MB/s, uint8 array via codec", args.mib / statistics.median(codec_s)),
         (
             "node / raw (median of round pairs)",
             statistics.median(r / n for r, n in zip(raw_s, node_s, strict=True)),

@@ -23,12 +23,23 @@ from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.node import (
+    Channel,
+    Node,
+    NodeConfig,
+    NodeStats,
+    PeerStats,
+    Session,
+    SessionState,
+    StreamWriter,
+)
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "BoostParams",
     "Booster",
+    "Channel",
     "CodecError",
     "ConfigError",
     "CryptoError",
@@ -39,12 +50,19 @@ __all__ = [
     "HandshakeError",
     "InputError",
     "ModelError",
+    "Node",
+    "NodeConfig",
+    "NodeStats",
     "NotFittedError",
     "P2PBoostError",
     "PeerDisconnected",
+    "PeerStats",
     "ProtocolError",
     "RemoteProtocolError",
+    "Session",
     "SessionClosed",
+    "SessionState",
+    "StreamWriter",
     "TLSConfig",
     "TransportError",
     "__version__",

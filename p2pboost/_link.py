@@ -7,7 +7,7 @@ resumes right after those. So a drop mid-stream loses nothing and delivers nothi
 
 Flow control (per channel, in :mod:`p2pboost._session`) bounds what enters the buffer, so the
 buffer is bounded too. Acks ride on every outgoing message; a stand-alone (empty) message is
-sent only when a quarter window is unacked or ``ack_delay`` passed, or as a heart-beat after
+sent only when half a window is unacked or ``ack_delay`` passed, or as a heart-beat after
 ``heartbeat_interval`` of silence.
 
 The link never interprets session frames: it hands them to its owner (the node).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from p2pboost._wire import (
+    Data,
     Frame,
     Hello,
     WireError,
@@ -67,17 +69,24 @@ class LinkOwner(Protocol):
 
 
 class _Entry:
-    """One frame in the resend buffer (``parts`` are joined into a message when written)."""
+    """One frame in the resend buffer (``parts`` are joined into a message when written;
+    ``external`` is a DATAX frame's payload, written as the next message on its own)."""
 
-    __slots__ = ("parts", "seq", "session", "size")
+    __slots__ = ("external", "parts", "seq", "session", "size")
 
     def __init__(
-        self, seq: int, parts: tuple[bytes | memoryview, ...], session: str | None, size: int
+        self,
+        seq: int,
+        parts: tuple[bytes | memoryview, ...],
+        session: str | None,
+        size: int,
+        external: bytes | None,
     ) -> None:
         self.seq = seq
         self.parts = parts
         self.session = session
         self.size = size
+        self.external = external
 
 
 class Link:
@@ -143,9 +152,19 @@ class Link:
         self._next_seq += 1
         return seq
 
-    def push(self, seq: int, parts: tuple[bytes | memoryview, ...], session: str | None) -> None:
-        """Queue frame ``seq`` (from :meth:`alloc_seq`) for sending and resending."""
-        entry = _Entry(seq, parts, session, sum(map(len, parts)))
+    def push(
+        self,
+        seq: int,
+        parts: tuple[bytes | memoryview, ...],
+        session: str | None,
+        external: bytes | None = None,
+    ) -> None:
+        """Queue frame ``seq`` (from :meth:`alloc_seq`) for sending and resending.
+
+        ``external``: the payload of a DATAX frame (``parts`` holds its header).
+        """
+        size = sum(map(len, parts)) + (0 if external is None else len(external))
+        entry = _Entry(seq, parts, session, size, external)
         self._buffer[seq] = entry
         self.resend_bytes += entry.size
         self.unwritten_bytes += entry.size
@@ -159,6 +178,7 @@ class Link:
                 entry.parts = (nop_frame(entry.seq),)
                 entry.size = len(entry.parts[0])
                 entry.session = None
+                entry.external = None
                 self.resend_bytes += entry.size
 
     @property
@@ -322,7 +342,7 @@ class Link:
 
     async def _read_loop(self, conn: Connection) -> None:
         s = self.settings
-        ack_threshold = max(1, s.window // 4)
+        ack_threshold = max(1, s.window // 2)
         while True:
             message = await conn.receive()
             self.last_recv = self._loop.time()
@@ -332,6 +352,20 @@ class Link:
             self._on_ack(ack)
             if not frames:
                 continue
+            last = frames[-1]
+            if isinstance(last, Data) and last.external:
+                # A DATAX frame: its payload is the next message, as it is (never copied). The
+                # frame counts as received only with it (a drop in between resends both).
+                payload = await conn.receive()
+                self.last_recv = self._loop.time()
+                self.bytes_received += len(payload)
+                self.wire_messages_received += 1
+                if len(payload) != last.external:
+                    raise WireError(
+                        f"DATAX announced {last.external} bytes, the next message has"
+                        f" {len(payload)}"
+                    )
+                frames[-1] = dataclasses.replace(last, payload=payload, external=0)
             expected = self._recv_seq + 1 if self._recv_seq else frames[0].seq
             for frame in frames:
                 if frame.seq != expected:
@@ -354,7 +388,7 @@ class Link:
     async def _write_loop(self, conn: Connection) -> None:
         s = self.settings
         loop = self._loop
-        ack_threshold = max(1, s.window // 4)
+        ack_threshold = max(1, s.window // 2)
         wake = self._wake
         while True:
             self.unwritten_bytes = 0
@@ -362,6 +396,7 @@ class Link:
             size = 0
             nframes = 0
             buffer = self._buffer
+            external: bytes | None = None
             while self._write_seq < self._next_seq:
                 entry = buffer[self._write_seq]
                 # Coalesce small frames; a big frame may still carry a few small ones ahead.
@@ -371,6 +406,9 @@ class Link:
                 size += entry.size
                 nframes += 1
                 self._write_seq += 1
+                if entry.external is not None:  # DATAX: its header ends this message
+                    external = entry.external
+                    break
             now = loop.time()
             ack_wanted = self._recv_seq > self._ack_sent and (
                 self._unacked_bytes >= ack_threshold
@@ -382,6 +420,10 @@ class Link:
                 self._unacked_bytes = 0
                 self._ack_due = None
                 await conn.send(message)
+                if external is not None:
+                    await conn.send(external)
+                    self.bytes_sent += len(external)
+                    self.wire_messages_sent += 1
                 self.last_send = loop.time()
                 self.bytes_sent += len(message)
                 self.wire_messages_sent += 1

@@ -35,6 +35,7 @@ from p2pboost._wire import (
     close_frame,
     credit_frame,
     data_header,
+    datax_header,
     encode_name,
 )
 from p2pboost.exceptions import (
@@ -56,6 +57,12 @@ logger = logging.getLogger("p2pboost.node")
 
 #: Payloads below this size are copied out of a coalesced transport message (see _on_data).
 _PIN_LIMIT = 64 * 1024
+#: Fragments from this size on go as DATAX: header, then the payload as its own transport
+#: message, so that neither side copies it (joining it to a header would cost a copy of the
+#: whole payload, and with it fresh memory, per message).
+_EXTERNAL_MIN = 64 * 1024
+#: Credit is raised once the application has consumed 1/_GRANT_STEP of the window.
+_GRANT_STEP = 2
 
 
 class SessionState(Enum):
@@ -265,10 +272,10 @@ class Channel:
         arrive as ``bytes``, exactly as the codec would deliver them, minus two copies.
         """
         self._check_send()
-        kind = type(obj)
-        if kind is bytes or kind is bytearray:
-            blob = obj if kind is bytes else bytes(obj)  # type: ignore[arg-type]
-            await self._send_payload(blob, eos=False, raw=True)  # type: ignore[arg-type]
+        if type(obj) is bytes and obj:  # exact type: subclasses (numpy.bytes_) use the codec
+            await self._send_payload(obj, eos=False, raw=True)
+        elif type(obj) is bytearray and obj:
+            await self._send_payload(bytes(obj), eos=False, raw=True)  # frozen for resending
         else:
             await self._send_payload(codec.encode(obj), eos=False)
 
@@ -323,12 +330,17 @@ class Channel:
                         continue
                     avail = max(self._allowed, window) - self._sent - FRAME_OVERHEAD
                     remaining = total - offset
-                    if avail < min(remaining, 1):  # nothing may go out yet
+                    fragment = min(config.max_fragment, link.peer_max_fragment or 0)
+                    want = min(remaining, fragment)
+                    # Wait rather than split a fragment for lack of credit (a split costs a
+                    # copy of both halves), as long as the credit is sure to come: the peer
+                    # always grants at least 1/_GRANT_STEP of its window once it has read all.
+                    whole_later = want + FRAME_OVERHEAD <= window // _GRANT_STEP
+                    if avail < min(remaining, 1) or (avail < want and whole_later):
                         self._send_event.clear()
                         await self._send_event.wait()
                         continue
-                    fragment = min(config.max_fragment, link.peer_max_fragment or 0)
-                    n = min(remaining, avail, fragment)
+                    n = min(want, avail)
                     last = n == remaining
                     flags = (
                         (FLAG_END if last else 0)
@@ -336,11 +348,17 @@ class Channel:
                         | (FLAG_RAW if raw else 0)
                     )
                     seq = link.alloc_seq()
-                    header = data_header(seq, flags, self._names, n)
-                    if n:
-                        link.push(seq, (header, view[offset : offset + n]), self.session.id)
+                    sid = self.session.id
+                    if n >= _EXTERNAL_MIN:  # big: the payload travels as its own message
+                        whole = n == total
+                        blob = payload if whole else bytes(view[offset : offset + n])
+                        header = datax_header(seq, flags, self._names, n)
+                        link.push(seq, (header,), sid, external=blob)
+                    elif n:
+                        header = data_header(seq, flags, self._names, n)
+                        link.push(seq, (header, view[offset : offset + n]), sid)
                     else:
-                        link.push(seq, (header,), self.session.id)
+                        link.push(seq, (data_header(seq, flags, self._names, 0),), sid)
                     self._sent += n + FRAME_OVERHEAD
                     offset += n
                     started = True
@@ -481,7 +499,10 @@ class Channel:
         window = self._config.window
         extend = self._partial_cost if self._readers and not self._queue else 0
         allowed = self._consumed + window + extend
-        if allowed - self._announced >= window // 2 and self.session.state is SessionState.OPEN:
+        if (
+            allowed - self._announced >= window // _GRANT_STEP
+            and self.session.state is SessionState.OPEN
+        ):
             self._announced = allowed
             link = self._link
             seq = link.alloc_seq()

@@ -26,6 +26,10 @@ Frame bodies (``sid`` and ``ch`` are ``u8 length | UTF-8``, 1..255 bytes)::
     DATA    u8 flags | sid | ch | payload          flags: END (last fragment), EOS (end of
                                                    stream), RAW (payload is plain bytes, not
                                                    codec-encoded: the zero-msgpack blob path)
+    DATAX   u8 flags | sid | ch | u32 length       a DATA frame whose payload is the *next*
+                                                   transport message, exactly ``length`` bytes
+                                                   (big payloads: neither side copies them);
+                                                   always the last frame of its message
     CREDIT  sid | ch | u64 allowed                 cumulative bytes the peer may send us
     CLOSE   sid                                    the sender left the session normally
     ABORT   sid | u16 length | reason (UTF-8)      the sender ended the session on an error
@@ -62,6 +66,7 @@ __all__ = [
     "close_frame",
     "credit_frame",
     "data_header",
+    "datax_header",
     "encode_hello",
     "encode_message",
     "encode_name",
@@ -104,6 +109,7 @@ class FrameType(IntEnum):
     CLOSE = 3
     ABORT = 4
     NOP = 5
+    DATAX = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +125,15 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Data:
+    """A DATA frame; from a DATAX frame, ``external`` is the length of the payload still to
+    come as the next transport message (the link fills ``payload`` in and sets it to 0)."""
+
     seq: int
     session: str
     channel: str
     flags: int
-    payload: memoryview
+    payload: bytes | memoryview
+    external: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +200,12 @@ def data_header(seq: int, flags: int, names: bytes, payload_len: int) -> bytes:
     """Frame header of a DATA frame; ``names`` is ``encode_name(sid) + encode_name(ch)``."""
     length = 1 + 8 + 1 + len(names) + payload_len
     return _FRAME_HEAD.pack(length, FrameType.DATA, seq) + bytes((flags,)) + names
+
+
+def datax_header(seq: int, flags: int, names: bytes, payload_len: int) -> bytes:
+    """A DATAX frame: the payload follows as the next transport message, uncopied."""
+    body = bytes((flags,)) + names + _U32.pack(payload_len)
+    return _FRAME_HEAD.pack(9 + len(body), FrameType.DATAX, seq) + body
 
 
 def credit_frame(seq: int, names: bytes, allowed: int) -> bytes:
@@ -316,6 +332,20 @@ def parse_message(message: bytes | bytearray | memoryview) -> tuple[int, list[Fr
             except UnicodeDecodeError as exc:
                 raise WireError("ABORT reason is not UTF-8") from exc
             frame = Abort(seq, sid, reason)
+        elif ftype == FrameType.DATAX:
+            if pos >= end:
+                raise WireError("DATAX frame without flags")
+            flags = buf[pos]
+            if flags & ~_KNOWN_FLAGS:
+                raise WireError(f"unknown DATA flags {flags:#x}")
+            sid, pos = _name(buf, pos + 1, end)
+            ch, pos = _name(buf, pos, end)
+            if end - pos != 4 or end != total:
+                raise WireError("DATAX frame malformed or not the last frame of its message")
+            (length,) = _U32.unpack_from(buf, pos)
+            if length == 0:
+                raise WireError("DATAX frame announces an empty payload")
+            frame = Data(seq, sid, ch, flags, b"", external=length)
         elif ftype == FrameType.NOP:
             if pos != end:
                 raise WireError("NOP frame has a body")

@@ -29,6 +29,7 @@ from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.tree import Tree
 
 __all__ = [
     "FORMAT_VERSION",
@@ -39,6 +40,7 @@ __all__ = [
     "HostDecisions",
     "HostModel",
     "HostSplit",
+    "joined_trees",
     "walk",
 ]
 
@@ -244,7 +246,7 @@ class GuestModel:
             raise InputError(f"need decisions from {len(self.hosts)} hosts")
         used = self.used_trees(n_rounds)
         host_bits: dict[tuple[int, int], B8] = {}
-        for k, dec in enumerate(decisions, start=1):
+        for dec in decisions:
             for i, (t, nd) in enumerate(zip(dec.tree.tolist(), dec.node.tolist(), strict=True)):
                 host_bits[(t, nd)] = dec.go_left[i]
         margin = np.tile(self.base_margin, (arr.shape[0], 1))
@@ -423,6 +425,47 @@ class HostModel:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> HostModel:
         return cls.from_dict(_read_json(path))
+
+
+def joined_trees(guest: GuestModel, hosts: Sequence[HostModel]) -> list[Tree]:
+    """Every party's files combined into the core's trees on the joined features (guest's
+    features first, then each host's in order): for audits and tests, where all parties agree
+    to put their files together. Raises :class:`ModelError` for files of different trainings.
+    """
+    if len(hosts) != len(guest.hosts) or any(h.fingerprint != guest.fingerprint for h in hosts):
+        raise ModelError("model files come from different trainings")
+    offsets = np.cumsum([guest.n_features] + [h.n_features for h in hosts])
+    by_node = {(k, s.tree, s.node): s for k, host in enumerate(hosts, start=1) for s in host.splits}
+    out = []
+    for t, tree in enumerate(guest.trees):
+        feature = np.where(tree.owner == GUEST, tree.feature, -1)
+        threshold_bin = tree.threshold_bin.copy()
+        threshold = np.where(tree.owner == GUEST, tree.threshold, np.inf)
+        default_left = tree.default_left.copy()
+        for nd in np.flatnonzero(tree.owner > GUEST).tolist():
+            k = int(tree.owner[nd])
+            split = by_node.get((k, t, nd))
+            if split is None:
+                raise ModelError(f"host {k} has no split for tree {t} node {nd}")
+            feature[nd] = offsets[k - 1] + split.feature
+            threshold_bin[nd] = split.bin
+            threshold[nd] = split.threshold
+            default_left[nd] = split.default_left
+        out.append(
+            Tree(
+                feature=feature,
+                threshold_bin=threshold_bin,
+                threshold=threshold,
+                default_left=default_left,
+                left=tree.left,
+                right=tree.right,
+                value=tree.value,
+                gain=tree.gain,
+                cover=tree.cover,
+                depth=tree.depth,
+            )
+        )
+    return out
 
 
 def add_tree(margin: F64, values: F64, out: int) -> None:

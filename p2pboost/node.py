@@ -111,8 +111,9 @@ class NodeConfig:
     #: Re-dial back-off: starts here, doubles, capped at ``backoff_max``, jittered.
     backoff_initial: float = 0.05
     backoff_max: float = 5.0
-    #: A stand-alone ack goes out after this delay if nothing else carried it.
-    ack_delay: float = 0.005
+    #: A stand-alone ack goes out after this delay if nothing else carried it (acks only
+    #: free the peer's resend buffer; credit, which paces the peer, is separate).
+    ack_delay: float = 0.02
     #: On exit, wait this long for peers to acknowledge what was sent.
     close_timeout: float = 5.0
     codec_limits: Limits = field(default=DEFAULT_LIMITS)

@@ -84,5 +84,5 @@ def test_main_prints_the_json_contract_last(
 
 
 def test_main_rejects_other_modes(tiny_breast: Path) -> None:
-    argv = ["--dataset", "breast", "--mode", "hetero", "--data-dir", str(tiny_breast)]
+    argv = ["--dataset", "breast", "--mode", "no-such-mode", "--data-dir", str(tiny_breast)]
     assert lossless.main(argv) == 2

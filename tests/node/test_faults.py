@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from p2pboost._wire import FLAG_END
+from p2pboost._wire import FLAG_END, FLAG_EOS, FLAG_RAW
 from p2pboost.exceptions import PeerDisconnected, RemoteProtocolError, SessionClosed
 from p2pboost.node import Node, SessionState
 from tests.node.conftest import FAST, Fabric, cluster, inject_data, wait_until
@@ -126,6 +126,8 @@ async def test_hostile_payload_ends_only_its_session(fabric: Fabric) -> None:
         ("oversized message", [(60 * 1024, 0)] * 3 + [(10, FLAG_END)], "max_message_bytes"),
         ("beyond credit", [(60 * 1024, FLAG_END)] * 5, "beyond its credit"),
         ("empty fragment", [(0, 0)], "empty fragment"),
+        ("RAW flag changed", [(100, FLAG_RAW), (100, FLAG_END)], "changed the RAW flag"),
+        ("RAW end of stream", [(0, FLAG_END | FLAG_EOS | FLAG_RAW)], "end-of-stream"),
     ],
 )
 async def test_oversized_or_excess_frames_end_the_session(

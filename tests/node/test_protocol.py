@@ -15,10 +15,12 @@ import pytest
 from p2pboost import codec
 from p2pboost._wire import (
     FLAG_END,
+    FLAG_RAW,
     Data,
     Frame,
     Hello,
     data_header,
+    datax_header,
     encode_hello,
     encode_message,
     encode_name,
@@ -180,3 +182,32 @@ async def test_a_delayed_ack_does_not_wait_for_the_heart_beat() -> None:
         assert (ack, frames) == (1, [])
         assert loop.time() - t0 < 1.0
         await conn.close()
+
+
+async def test_datax_payload_follows_its_header_and_is_checked(
+    node_b: tuple[Node, MemoryNetwork],
+) -> None:
+    b, network = node_b
+    conn, _ = await _dial(network)
+    names = encode_name("s") + encode_name("ch")
+    blob = bytes(range(256)) * 200  # 50 KiB: within max_fragment and the window
+    await conn.send(encode_message(0, [datax_header(1, FLAG_END | FLAG_RAW, names, len(blob))]))
+    await conn.send(blob)
+    session = await b.accept_session()
+    ch = session.channel("a", "ch")
+    assert await ch.recv() == blob
+    # A payload of the wrong length breaks the link; the frame was not counted as received.
+    await conn.send(encode_message(0, [datax_header(2, FLAG_END | FLAG_RAW, names, 100)]))
+    await conn.send(bytes(99))
+    await _closed_by_node(conn)
+    conn, hello = await _dial(network)
+    assert (hello.recv_epoch, hello.recv_seq) == (EPOCH, 1)
+    # The link dropped between a header and its payload: resent whole, delivered once.
+    await conn.send(encode_message(0, [datax_header(2, FLAG_END | FLAG_RAW, names, 3)]))
+    await conn.close()
+    conn, hello = await _dial(network)
+    assert hello.recv_seq == 1
+    await conn.send(encode_message(0, [datax_header(2, FLAG_END | FLAG_RAW, names, 3)]))
+    await conn.send(b"abc")
+    assert await ch.recv() == b"abc"
+    await conn.close()

@@ -23,6 +23,7 @@ from p2pboost._wire import (
     close_frame,
     credit_frame,
     data_header,
+    datax_header,
     encode_hello,
     encode_message,
     encode_name,
@@ -137,3 +138,23 @@ def test_random_bytes_raise_only_wire_error(raw: bytes) -> None:
             parse_message(message)
     with contextlib.suppress(WireError):
         parse_hello(raw)
+
+
+def test_datax_announces_a_payload_that_follows() -> None:
+    names = encode_name("s") + encode_name("c")
+    _, [frame] = parse_message(encode_message(3, [datax_header(9, FLAG_END, names, 1 << 20)]))
+    assert isinstance(frame, Data)
+    assert (frame.seq, frame.session, frame.channel, frame.external) == (9, "s", "c", 1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("parts", "match"),
+    [
+        ([datax_header(1, FLAG_END, b"\x01s\x01c", 10), nop_frame(2)], "not the last frame"),
+        ([datax_header(1, FLAG_END, b"\x01s\x01c", 0)], "empty payload"),
+        ([datax_header(1, 0x80, b"\x01s\x01c", 10)], "unknown DATA flags"),
+    ],
+)
+def test_malformed_datax_is_refused(parts: list[bytes], match: str) -> None:
+    with pytest.raises(WireError, match=match):
+        parse_message(encode_message(0, parts))

@@ -1,0 +1,399 @@
+"""Secure aggregation (Bonawitz et al., CCS 2017) as pure functions on bytes and uint64 arrays.
+
+The server learns the *sum* of the clients' vectors and nothing else. Each client ``u`` sends
+
+    y_u = x_u + PRG(k_u,r) + sum_{v > u} PRG(k_uv,r) - sum_{v < u} PRG(k_uv,r)   (mod 2**64)
+
+where ``x_u`` is its vector of fixed-point integers (``uint64``), ``r`` the round, ``k_u,r`` its
+*self-mask* key and ``k_uv,r`` the key it shares with ``v``. The pairwise masks cancel in the
+sum; the self-masks are removed once the server has committed to who sent a vector.
+
+Keys, once per *epoch* (a fixed set of clients; a new epoch starts after any dropout):
+
+* every client makes an X25519 key pair and signs the public key with its certificate's ECDSA
+  key (:func:`sign_advert` / :func:`verify_advert`), so a server relaying keys cannot swap them;
+* ``DH(u, v)`` is expanded by HKDF-SHA256 into a mask seed ``s_uv`` and a share-encryption key;
+* every client draws a self-mask seed ``b_u`` and Shamir-shares it (threshold ``t``) among the
+  epoch's clients, each share encrypted (ChaCha20-Poly1305) to its holder.
+
+Per round ``r`` the seeds are turned into round keys by HKDF (:func:`round_key`), and round
+keys into masks by ChaCha20 (:func:`prg`): one keystream per (key, round, length), read as
+little-endian uint64. So an aggregation costs one keystream and one add per peer.
+
+Unmasking a round (survivors ``S`` sent vectors, ``D`` did not): every client in ``S`` reveals
+its own round self key and its round pairwise keys with each client of ``D``; those are keys of
+*this round only*, so nothing about other rounds leaks. A client of ``S`` that dies before
+revealing is recovered from ``t`` Shamir shares of its ``b_u`` (which ends the epoch). An
+honest client never reveals pairwise keys with a client it was told survived, nor its self key
+unless it is among the survivors, so a single vector is never unmasked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import secrets
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from p2pboost.certs import party_id_from_certificate
+from p2pboost.exceptions import CryptoError, InputError
+
+__all__ = [
+    "KEY_BYTES",
+    "MAX_ROUND",
+    "SHAMIR_PRIME",
+    "EpochKeys",
+    "PairKeys",
+    "Share",
+    "add_masks",
+    "advert_message",
+    "decrypt_share",
+    "derive_pair_keys",
+    "encrypt_share",
+    "fingerprint",
+    "from_signed",
+    "mask",
+    "pair_sign",
+    "prg",
+    "round_key",
+    "shamir_combine",
+    "shamir_split",
+    "sign_advert",
+    "to_unsigned",
+    "unmask",
+    "verify_advert",
+]
+
+U64 = npt.NDArray[np.uint64]
+#: Seeds, round keys and X25519 public keys are 32 bytes.
+KEY_BYTES = 32
+#: Rounds and vector lengths go into the ChaCha20 nonce as 32-bit fields.
+MAX_ROUND = 2**32 - 1
+MAX_LENGTH = 2**32 - 1
+#: A Mersenne prime above every 256-bit secret: the Shamir field.
+SHAMIR_PRIME = 2**521 - 1
+_FIELD_BYTES = (SHAMIR_PRIME.bit_length() + 7) // 8  # 66
+_LABEL = b"p2pboost/secagg/v1/"
+
+
+# -- fixed-point vectors ------------------------------------------------------------------------
+
+
+def to_unsigned(values: npt.NDArray[np.int64]) -> U64:
+    """int64 -> uint64 two's complement (a view when possible): sums then wrap mod 2**64."""
+    return np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
+
+
+def from_signed(total: U64) -> npt.NDArray[np.int64]:
+    """uint64 sum -> int64: exact whenever the true sum lies in [-2**63, 2**63)."""
+    return np.ascontiguousarray(total, dtype=np.uint64).view(np.int64)
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def _hkdf(secret: bytes, info: bytes, length: int = KEY_BYTES) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=_LABEL + info).derive(
+        secret
+    )
+
+
+def _context(*parts: str | int) -> bytes:
+    """Unambiguous encoding of context strings: each part length-prefixed."""
+    out = bytearray()
+    for part in parts:
+        raw = str(part).encode()
+        out += struct.pack(">I", len(raw)) + raw
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PairKeys:
+    """What two clients share in an epoch: a mask seed and a key for encrypting shares."""
+
+    mask_seed: bytes
+    share_key: bytes
+
+
+class EpochKeys:
+    """One client's X25519 key pair and self-mask seed for one epoch (never sent)."""
+
+    def __init__(self) -> None:
+        self._private = X25519PrivateKey.generate()
+        self.public = self._private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
+        self.self_seed = secrets.token_bytes(KEY_BYTES)
+
+    def agree(self, peer_public: bytes, context: bytes) -> bytes:
+        """The raw X25519 shared secret with ``peer_public`` (refuses low-order points)."""
+        if len(peer_public) != KEY_BYTES:
+            raise CryptoError("an X25519 public key must be 32 bytes")
+        try:
+            shared = self._private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+        except ValueError as exc:  # all-zero shared secret: a low-order point
+            raise CryptoError(f"bad X25519 public key: {exc}") from None
+        return shared + context
+
+
+def derive_pair_keys(
+    keys: EpochKeys, me: str, peer: str, peer_public: bytes, session: str, epoch: int
+) -> PairKeys:
+    """Both clients of a pair derive the same keys (the context sorts their ids)."""
+    a, b = sorted((me, peer))
+    ctx = _context(session, epoch, a, b)
+    secret = keys.agree(peer_public, ctx)
+    return PairKeys(_hkdf(secret, b"mask" + ctx), _hkdf(secret, b"share" + ctx))
+
+
+def round_key(seed: bytes, round_id: int, purpose: str) -> bytes:
+    """The key of one round, derived from an epoch seed: revealing it shows no other round."""
+    if not 0 <= round_id <= MAX_ROUND:
+        raise InputError(f"round id must be in [0, {MAX_ROUND}], got {round_id}")
+    return _hkdf(seed, _context("round", purpose, round_id))
+
+
+def pair_sign(me: str, peer: str) -> int:
+    """+1 if ``me`` adds the pair's mask, -1 if it subtracts it (the smaller id adds)."""
+    if me == peer:
+        raise InputError("a client has no pairwise mask with itself")
+    return 1 if me < peer else -1
+
+
+# -- masks --------------------------------------------------------------------------------------
+
+
+def prg(key: bytes, round_id: int, length: int) -> U64:
+    """``length`` uniform uint64 words: the ChaCha20 keystream of ``key`` for this round.
+
+    The nonce binds the round and the length, so no keystream is ever reused for another
+    purpose under the same key.
+    """
+    if len(key) != KEY_BYTES:
+        raise InputError("a mask key must be 32 bytes")
+    if not 0 <= round_id <= MAX_ROUND or not 0 <= length <= MAX_LENGTH:
+        raise InputError("round id and length must fit in 32 bits")
+    nonce = struct.pack("<QII", 0, round_id, length)  # 64-bit block counter 0, then the nonce
+    encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+    out = np.zeros(length, dtype="<u8")
+    encryptor.update_into(out.view(np.uint8), out.view(np.uint8))  # type: ignore[arg-type]
+    return out.view(np.uint64)
+
+
+def add_masks(
+    vector: U64, keys: Iterable[tuple[bytes, int]], round_id: int, *, out: U64 | None = None
+) -> U64:
+    """``vector + sum(sign * PRG(key))`` mod 2**64 for ``(key, sign)`` pairs."""
+    acc = np.array(vector, dtype=np.uint64, copy=True) if out is None else out
+    n = acc.size
+    for key, sign in keys:
+        stream = prg(key, round_id, n)
+        if sign > 0:
+            acc += stream
+        else:
+            acc -= stream
+    return acc
+
+
+def mask(
+    vector: U64,
+    me: str,
+    self_seed: bytes,
+    pair_seeds: Mapping[str, bytes],
+    round_id: int,
+) -> U64:
+    """The masked vector client ``me`` sends in ``round_id`` (see the module docstring)."""
+    arr = np.ascontiguousarray(vector)
+    if arr.dtype != np.uint64 or arr.ndim != 1:
+        raise InputError("secure aggregation masks 1-D uint64 vectors")
+    keys = [(round_key(self_seed, round_id, "self"), 1)]
+    keys += [
+        (round_key(seed, round_id, "pair"), pair_sign(me, peer))
+        for peer, seed in sorted(pair_seeds.items())
+    ]
+    return add_masks(arr, keys, round_id)
+
+
+def unmask(
+    total: U64,
+    round_id: int,
+    self_keys: Iterable[bytes],
+    pair_keys: Iterable[tuple[str, str, bytes]],
+) -> U64:
+    """Remove masks from the sum of the survivors' vectors.
+
+    ``self_keys`` are the survivors' round self keys; ``pair_keys`` are ``(survivor,
+    dropped, round pairwise key)``: the masks the survivors added for clients that sent
+    nothing, which did not cancel.
+    """
+    keys = [(k, -1) for k in self_keys]
+    keys += [(k, -pair_sign(s, d)) for s, d, k in pair_keys]
+    return add_masks(total, keys, round_id)
+
+
+# -- Shamir secret sharing ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Point ``(x, y)`` of a degree ``t-1`` polynomial over GF(SHAMIR_PRIME) with f(0) = secret."""
+
+    x: int
+    y: int
+
+    def to_bytes(self) -> bytes:
+        return struct.pack(">I", self.x) + self.y.to_bytes(_FIELD_BYTES, "big")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Share:
+        if len(data) != 4 + _FIELD_BYTES:
+            raise CryptoError("a Shamir share has the wrong length")
+        x = struct.unpack(">I", data[:4])[0]
+        y = int.from_bytes(data[4:], "big")
+        if x == 0 or y >= SHAMIR_PRIME:
+            raise CryptoError("a Shamir share is out of range")
+        return cls(x, y)
+
+
+def shamir_split(secret: bytes, n: int, t: int) -> list[Share]:
+    """Split ``secret`` (at most 64 bytes) into ``n`` shares, any ``t`` of which recover it.
+
+    Shares are at ``x = 1..n``; the coefficients come from :mod:`secrets`.
+    """
+    if not 1 <= t <= n:
+        raise InputError(f"need 1 <= t <= n, got t={t}, n={n}")
+    if len(secret) > 64:
+        raise InputError("secrets are at most 64 bytes")
+    coeffs = [int.from_bytes(secret, "big")] + [
+        secrets.randbelow(SHAMIR_PRIME) for _ in range(t - 1)
+    ]
+    shares = []
+    for x in range(1, n + 1):
+        y = 0
+        for c in reversed(coeffs):  # Horner
+            y = (y * x + c) % SHAMIR_PRIME
+        shares.append(Share(x, y))
+    return shares
+
+
+def shamir_combine(shares: Sequence[Share], t: int, size: int = KEY_BYTES) -> bytes:
+    """The secret from at least ``t`` shares (distinct x); Lagrange interpolation at 0."""
+    pts = list({s.x: s for s in shares}.values())
+    if len(pts) != len(shares):
+        raise CryptoError("Shamir shares repeat an x coordinate")
+    if len(pts) < t:
+        raise CryptoError(f"need {t} shares to recover a secret, have {len(pts)}")
+    pts = pts[:t]
+    p = SHAMIR_PRIME
+    secret = 0
+    for i, si in enumerate(pts):
+        num, den = 1, 1
+        for j, sj in enumerate(pts):
+            if i != j:
+                num = num * (-sj.x) % p
+                den = den * (si.x - sj.x) % p
+        secret = (secret + si.y * num * pow(den, -1, p)) % p
+    if secret.bit_length() > 8 * size:
+        raise CryptoError("Shamir shares do not recover a valid secret")
+    return secret.to_bytes(size, "big")
+
+
+def encrypt_share(share_key: bytes, share: Share, sender: str, holder: str, ctx: bytes) -> bytes:
+    """Share of ``sender``'s seed for ``holder``, sealed so the relaying server cannot read it."""
+    nonce = secrets.token_bytes(12)
+    aad = _context(sender, holder) + ctx
+    return nonce + ChaCha20Poly1305(share_key).encrypt(nonce, share.to_bytes(), aad)
+
+
+def decrypt_share(share_key: bytes, blob: bytes, sender: str, holder: str, ctx: bytes) -> Share:
+    """Open a share from ``sender``; :class:`CryptoError` if it was forged or altered."""
+    if len(blob) < 12 + 16:
+        raise CryptoError(f"share from {sender!r} is truncated")
+    aad = _context(sender, holder) + ctx
+    try:
+        plain = ChaCha20Poly1305(share_key).decrypt(blob[:12], blob[12:], aad)
+    except InvalidTag:
+        raise CryptoError(f"share from {sender!r} fails authentication") from None
+    return Share.from_bytes(plain)
+
+
+# -- authenticated key adverts ------------------------------------------------------------------
+
+
+def advert_message(session: str, epoch: int, client: str, public: bytes) -> bytes:
+    """The bytes a client signs: its X25519 key bound to the session, epoch and its id."""
+    return _LABEL + b"advert" + _context(session, epoch, client) + public
+
+
+def sign_advert(
+    signing_key: ec.EllipticCurvePrivateKey, session: str, epoch: int, client: str, public: bytes
+) -> bytes:
+    """ECDSA-SHA256 signature of :func:`advert_message` with the client's certificate key."""
+    msg = advert_message(session, epoch, client, public)
+    return signing_key.sign(msg, ec.ECDSA(hashes.SHA256()))
+
+
+def verify_advert(
+    ca: x509.Certificate,
+    cert_pem: bytes,
+    signature: bytes,
+    session: str,
+    epoch: int,
+    client: str,
+    public: bytes,
+) -> None:
+    """Check that ``client`` (per a CA-issued certificate) signed ``public`` for this epoch.
+
+    Raises :class:`CryptoError` naming what failed: not issued by the CA, expired, issued to
+    another party, or a bad signature.
+    """
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        raise CryptoError(f"{client}: advert certificate does not parse") from None
+    ca_key = ca.public_key()
+    algo = cert.signature_hash_algorithm
+    if not isinstance(ca_key, ec.EllipticCurvePublicKey) or algo is None:
+        raise CryptoError("the federation CA must be an ECDSA CA")
+    try:
+        ca_key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(algo))
+    except InvalidSignature:
+        raise CryptoError(f"{client}: advert certificate is not issued by the CA") from None
+    if cert.issuer != ca.subject:
+        raise CryptoError(f"{client}: advert certificate names another issuer")
+    now = dt.datetime.now(dt.UTC)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        raise CryptoError(f"{client}: advert certificate is not valid now")
+    try:
+        owner = party_id_from_certificate(cert)
+    except InputError as exc:
+        raise CryptoError(f"{client}: {exc}") from None
+    if owner != client:
+        raise CryptoError(f"{client}: advert certificate belongs to {owner!r}")
+    key = cert.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise CryptoError(f"{client}: advert certificate key is not ECDSA")
+    try:
+        key.verify(
+            signature, advert_message(session, epoch, client, public), ec.ECDSA(hashes.SHA256())
+        )
+    except InvalidSignature:
+        raise CryptoError(f"{client}: bad signature on its key advert") from None
+
+
+def fingerprint(data: bytes) -> str:
+    """Short hex digest for logs."""
+    return hashlib.sha256(data).hexdigest()[:16]

@@ -1,0 +1,242 @@
+"""The facade users call for hetero (vertical) SecureBoost: one object per role.
+
+In code that already runs an event loop::
+
+    async with Node("guest", ...) as node:
+        guest = await HeteroGuest(BoostParams(n_estimators=50)).afit(node, ["bank"], X, y)
+        proba = await guest.apredict(node, X_new)
+
+    async with Node("bank", ...) as node:                     # on the host's machine
+        host = await HeteroHost().afit(node, "guest", X_host)
+        await host.aserve_predict(node, X_host_new)
+
+and in plain scripts, ``fit``/``predict``/``serve_predict`` take a node that is not started
+yet, run it for the call and close it. Rows must be aligned across parties (the same samples
+in the same order; see :mod:`p2pboost.protocols.psi`); ``ids`` are checked for shape and
+uniqueness so that an alignment step can be plugged in front.
+
+Conventions as scikit-learn's: ``__init__`` only stores arguments, ``afit`` returns ``self``,
+fitted attributes end in ``_`` (``model_``, ``feature_importances_``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import InputError, LocalProtocolError, NotFittedError
+from p2pboost.gbdt.callbacks import Callback, EarlyStopping
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.model import GuestModel, HostModel
+from p2pboost.node import Node
+from p2pboost.protocols.hetero_predict import guest_predict, host_predict
+from p2pboost.protocols.hetero_train import HeteroConfig, guest_train, host_train
+
+__all__ = ["HeteroGuest", "HeteroHost"]
+
+F64 = npt.NDArray[np.float64]
+R = TypeVar("R")
+DEFAULT_SESSION = "p2pboost-hetero"
+
+
+def _check_ids(ids: Any, n_rows: int) -> None:
+    if ids is None:
+        return
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or arr.shape[0] != n_rows:
+        raise InputError(f"ids must be one per row ({n_rows}), got shape {arr.shape}")
+    if np.unique(arr).size != arr.size:
+        raise InputError("ids must be unique")
+
+
+def _blocking(node: Node, call: Coroutine[Any, Any, R]) -> R:
+    """Run ``call`` inside ``async with node`` on a fresh event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        call.close()
+        raise LocalProtocolError("an event loop is running here: use the a-prefixed method")
+
+    async def main() -> R:
+        async with node:
+            return await call
+
+    return asyncio.run(main())
+
+
+class HeteroGuest:
+    """The label holder. ``params`` are the core's (:class:`BoostParams`)."""
+
+    def __init__(
+        self,
+        params: BoostParams | None = None,
+        *,
+        config: HeteroConfig | None = None,
+        early_stopping_rounds: int | None = None,
+        session_id: str = DEFAULT_SESSION,
+        executor: Executor | None = None,
+    ) -> None:
+        self.params = params
+        self.config = config
+        self.early_stopping_rounds = early_stopping_rounds
+        self.session_id = session_id
+        self.executor = executor
+
+    @property
+    def model_(self) -> GuestModel:
+        model: GuestModel | None = getattr(self, "_model", None)
+        if model is None:
+            raise NotFittedError("HeteroGuest is not fitted (call afit/fit or load)")
+        return model
+
+    @property
+    def feature_importances_(self) -> F64:
+        """Gain importance of the guest's own features (normalised to sum 1)."""
+        imp = self.model_.feature_importance("gain")
+        total = imp.sum()
+        return imp / total if total > 0 else imp
+
+    async def afit(
+        self,
+        node: Node,
+        hosts: Sequence[str],
+        X: Any,
+        y: Any,
+        *,
+        eval_set: Sequence[tuple[Any, Any]] = (),
+        ids: Any = None,
+        callbacks: Sequence[Callback] = (),
+    ) -> HeteroGuest:
+        """Train with ``hosts`` over ``node`` (running); returns ``self``."""
+        X_arr = np.asarray(X, dtype=np.float64)
+        _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
+        cbs = list(callbacks)
+        if self.early_stopping_rounds is not None:
+            if not eval_set:
+                raise InputError("early_stopping_rounds needs an eval_set")
+            cbs.append(EarlyStopping(self.early_stopping_rounds))
+        async with node.session(self.session_id, peers=list(hosts)) as session:
+            self._model = await guest_train(
+                session,
+                list(hosts),
+                X_arr,
+                y,
+                self.params or BoostParams(),
+                eval_sets=eval_set,
+                callbacks=cbs,
+                config=self.config,
+                executor=self.executor,
+            )
+        return self
+
+    def fit(self, node: Node, hosts: Sequence[str], X: Any, y: Any, **kwargs: Any) -> HeteroGuest:
+        """Blocking :meth:`afit`: starts ``node``, trains, closes it."""
+        return _blocking(node, self.afit(node, hosts, X, y, **kwargs))
+
+    async def apredict_margin(self, node: Node, X: Any, *, session_id: str | None = None) -> F64:
+        """Raw scores ``(n, K)``; each host serves its part of the rows (``aserve_predict``)."""
+        model = self.model_
+        sid = session_id or f"{self.session_id}-predict"
+        async with node.session(sid, peers=list(model.hosts)) as session:
+            return await guest_predict(session, model, X)
+
+    async def apredict(self, node: Node, X: Any, *, session_id: str | None = None) -> F64:
+        """Probabilities (classification) or values (regression), as the core's ``predict``."""
+        return self.model_.transform(await self.apredict_margin(node, X, session_id=session_id))
+
+    def predict(self, node: Node, X: Any, **kwargs: Any) -> F64:
+        """Blocking :meth:`apredict`."""
+        return _blocking(node, self.apredict(node, X, **kwargs))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        self.model_.save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> HeteroGuest:
+        guest = cls(**kwargs)
+        guest._model = GuestModel.load(path)
+        return guest
+
+
+class HeteroHost:
+    """A feature holder: learns nothing about labels, keeps its thresholds to itself."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str = DEFAULT_SESSION,
+        executor: Executor | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.executor = executor
+        self.workers = workers
+
+    @property
+    def model_(self) -> HostModel:
+        model: HostModel | None = getattr(self, "_model", None)
+        if model is None:
+            raise NotFittedError("HeteroHost is not fitted (call afit/fit or load)")
+        return model
+
+    @property
+    def feature_importances_(self) -> F64:
+        """Split-count importance of this host's features (gains stay with the guest)."""
+        imp = self.model_.feature_importance()
+        total = imp.sum()
+        return imp / total if total > 0 else imp
+
+    async def afit(
+        self,
+        node: Node,
+        guest: str,
+        X: Any,
+        *,
+        eval_set: Sequence[Any] = (),
+        ids: Any = None,
+    ) -> HeteroHost:
+        """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features."""
+        X_arr = np.asarray(X, dtype=np.float64)
+        _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
+        async with node.session(self.session_id, peers=[guest]) as session:
+            self._model = await host_train(
+                session,
+                guest,
+                X_arr,
+                eval_sets=eval_set,
+                executor=self.executor,
+                workers=self.workers,
+            )
+        return self
+
+    def fit(self, node: Node, guest: str, X: Any, **kwargs: Any) -> HeteroHost:
+        """Blocking :meth:`afit`."""
+        return _blocking(node, self.afit(node, guest, X, **kwargs))
+
+    async def aserve_predict(self, node: Node, X: Any, *, session_id: str | None = None) -> None:
+        """Answer one prediction request of the guest for this host's rows ``X``."""
+        model = self.model_
+        sid = session_id or f"{self.session_id}-predict"
+        async with node.session(sid, peers=[model.guest]) as session:
+            await host_predict(session, model, X)
+
+    def serve_predict(self, node: Node, X: Any, **kwargs: Any) -> None:
+        """Blocking :meth:`aserve_predict`."""
+        _blocking(node, self.aserve_predict(node, X, **kwargs))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        self.model_.save(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], **kwargs: Any) -> HeteroHost:
+        host = cls(**kwargs)
+        host._model = HostModel.load(path)
+        return host

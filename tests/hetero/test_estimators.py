@@ -1,0 +1,66 @@
+"""The user-facing facade, end to end over real TLS WebSockets on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pboost.estimators import HeteroGuest, HeteroHost
+from p2pboost.exceptions import InputError, LocalProtocolError, NotFittedError
+from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.model import joined_trees
+from p2pboost.node import Node
+from tests.hetero.conftest import CONFIG, TRAINING, assert_same_trees
+from tests.node.conftest import WebSocketFabric, cluster
+from transports.memory import MemoryNetwork, MemoryTransport
+
+
+async def test_guest_and_host_over_mutual_tls(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, federation_certs: Path
+) -> None:
+    X, y = breast
+    Xg, Xh = X[:, :12], X[:, 12:]
+    params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
+    guest = HeteroGuest(params, config=CONFIG, executor=pool)
+    host = HeteroHost(executor=pool, workers=2)
+    async with cluster(WebSocketFabric(federation_certs), ["a", "b"], TRAINING) as c:
+        await asyncio.gather(
+            guest.afit(c["a"], ["b"], Xg, y, ids=np.arange(y.size)),
+            host.afit(c["b"], "a", Xh, ids=np.arange(y.size)),
+        )
+        proba, _ = await asyncio.gather(
+            guest.apredict(c["a"], Xg[:50]), host.aserve_predict(c["b"], Xh[:50])
+        )
+    core = train(params, X, y)
+    assert_same_trees(joined_trees(guest.model_, [host.model_]), core)
+    np.testing.assert_array_equal(proba, core.predict(X[:50]))
+    # Each party's importances cover its own features only.
+    assert guest.feature_importances_.shape == (12,)
+    assert host.feature_importances_.shape == (18,)
+    assert guest.feature_importances_.sum() == pytest.approx(1.0)
+
+
+def test_facade_checks_its_inputs() -> None:
+    with pytest.raises(NotFittedError):
+        _ = HeteroGuest().model_
+    with pytest.raises(NotFittedError):
+        _ = HeteroHost().model_
+    from p2pboost.estimators import _check_ids
+
+    with pytest.raises(InputError, match="unique"):
+        _check_ids([1, 1, 2], 3)
+    with pytest.raises(InputError, match="one per row"):
+        _check_ids([1, 2], 3)
+
+
+async def test_blocking_facade_refuses_to_run_inside_an_event_loop() -> None:
+    node = Node("a", peers={"b": "mem://b"}, transport=MemoryTransport(MemoryNetwork(), "a"))
+    with pytest.raises(LocalProtocolError, match="event loop"):
+        HeteroGuest().fit(node, ["b"], np.zeros((4, 2)), np.zeros(4))
+    with pytest.raises(LocalProtocolError, match="event loop"):
+        HeteroHost().fit(node, "b", np.zeros((4, 2)))

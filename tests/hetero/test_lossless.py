@@ -1,0 +1,127 @@
+"""Federated training grows exactly the plaintext core's trees on the joined data."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Executor
+
+import numpy as np
+import pytest
+
+from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.callbacks import EarlyStopping
+from p2pboost.gbdt.params import BoostParams
+from tests.hetero.conftest import TRAINING, Keys, assert_same_trees, federate, predict
+from tests.node.conftest import Cluster, MemoryFabric, cluster
+
+
+async def _ping_while(c: Cluster, task: asyncio.Future[object]) -> list[float]:
+    """Round trips of a small message on another session until ``task`` is done."""
+    rtts: list[float] = []
+    async with c["a"].session("ping", peers=["b"]) as sa, c["b"].session("ping", peers=["a"]) as sb:
+        ping, pong = sa.channel("b"), sb.channel("a")
+        while not task.done():
+            t0 = time.perf_counter()
+            await ping.send(len(rtts))
+            await pong.send(await pong.recv())
+            assert await ping.recv() == len(rtts)
+            rtts.append(time.perf_counter() - t0)
+            await asyncio.sleep(0.02)
+    return rtts
+
+
+async def test_binary_with_missing_values_one_host(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    X, y = breast
+    params = BoostParams(n_estimators=3, max_depth=4, max_bin=16)
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        training = asyncio.ensure_future(federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys))
+        # Another session of the same nodes keeps flowing while they train.
+        rtts = await _ping_while(c, training)
+        fed = await training
+        margin = await predict(c, fed, X[:, :10], [X[:, 10:]])
+    assert len(rtts) >= 10
+    assert max(rtts) < 1.0
+    core = train(params, X, y)
+    assert_same_trees(fed.joined(), core)
+    assert any((t.owner == 1).any() and (t.owner == 0).any() for t in fed.guest.trees)
+    np.testing.assert_array_equal(margin, core.predict_margin(X))
+    np.testing.assert_array_equal(fed.guest.transform(margin), core.predict(X))
+
+
+async def test_multiclass_with_two_hosts(pool: Executor, keys: Keys) -> None:
+    """One tree per class per round; host ``b`` and host ``c`` each hold a block of columns."""
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    params = BoostParams(objective="multi:softmax", num_class=3, n_estimators=2, max_depth=3)
+    blocks = [X[:, :4], X[:, 4:9], X[:, 9:]]
+    async with cluster(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+        fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys)
+        margin = await predict(c, fed, blocks[0], blocks[1:])
+    core = train(params, X, y)
+    assert len(fed.guest.trees) == 6
+    assert_same_trees(fed.joined(), core)
+    owners = {int(o) for t in fed.guest.trees for o in t.owner}
+    assert {0, 1, 2} <= owners  # every party won splits
+    np.testing.assert_array_equal(margin, core.predict_margin(X))
+
+
+@pytest.mark.parametrize(
+    ("objective", "extra"),
+    [
+        ("reg:squarederror", {"subsample": 0.7, "colsample_bytree": 0.7, "min_samples_leaf": 5}),
+        ("reg:absoluteerror", {"goss": True, "gamma": 0.5}),
+        ("reg:pseudohubererror", {"min_child_weight": 3.0, "reg_lambda": 0.0}),
+    ],
+)
+async def test_regression_objectives_and_sampling(
+    objective: str, extra: dict[str, object], pool: Executor, keys: Keys
+) -> None:
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    X = X.copy()
+    X[np.random.default_rng(3).random(X.shape) < 0.05] = np.nan
+    y = y / 100.0
+    params = BoostParams(objective=objective, n_estimators=3, max_depth=3, seed=7, **extra)  # type: ignore[arg-type]
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        fed = await federate(c, X[:, :4], y, [X[:, 4:]], params, pool, keys)
+        margin = await predict(c, fed, X[:, :4], [X[:, 4:]])
+    core = train(params, X, y)
+    assert_same_trees(fed.joined(), core)
+    np.testing.assert_array_equal(margin, core.predict_margin(X))
+
+
+async def test_validation_set_and_early_stopping(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    X, y = breast
+    tr, va = np.arange(0, 300), np.arange(300, X.shape[0])
+    params = BoostParams(n_estimators=12, max_depth=3, learning_rate=0.5, max_bin=16)
+    stop = EarlyStopping(1, metric="logloss")
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        fed = await federate(
+            c,
+            X[tr, :10],
+            y[tr],
+            [X[tr, 10:]],
+            params,
+            pool,
+            keys,
+            eval_guest=[(X[va, :10], y[va])],
+            eval_hosts=[[X[va, 10:]]],
+            callbacks=[stop],
+        )
+    core = train(
+        params,
+        X[tr],
+        y[tr],
+        eval_sets=[(X[va], y[va])],
+        callbacks=[EarlyStopping(1, metric="logloss")],
+    )
+    assert core.best_iteration is not None  # the setting does stop early
+    assert fed.guest.best_iteration == core.best_iteration
+    assert_same_trees(fed.joined(), core)

@@ -1,0 +1,155 @@
+"""Peers that break the protocol are refused with an error naming them."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+
+import numpy as np
+import pytest
+
+from p2pboost.crypto.paillier import CiphertextBatch
+from p2pboost.exceptions import RemoteProtocolError
+from p2pboost.gbdt.fixedpoint import choose_grid
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.protocols.hetero_train import guest_train, host_train
+from tests.hetero.conftest import CONFIG, TRAINING, Keys
+from tests.node.conftest import MemoryFabric, cluster
+
+N = 40
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(2)
+    return rng.normal(size=(N, 3)), (rng.random(N) < 0.5).astype(np.float64)
+
+
+async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
+    pool: Executor, keys: Keys
+) -> None:
+    X, y = _data()
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+
+        async def rogue_host() -> None:
+            async with c["b"].session("train", peers=["a"]) as s:
+                ctl, grad, info = (s.channel("a", n) for n in ("ctl", "grad", "info"))
+                await ctl.send(
+                    {"t": "hello", "version": 1, "n_rows": N, "n_features": 2, "n_eval": []}
+                )
+                await ctl.recv()  # setup
+                await ctl.recv()  # tree
+                await grad.recv()  # gradients
+                await info.send({"t": "pkg", "tree": 0, "node": 99, "pkg": {}})
+                await asyncio.sleep(5)
+
+        async def guest() -> None:
+            async with c["a"].session("train", peers=["b"]) as s:
+                await guest_train(
+                    s,
+                    ["b"],
+                    X,
+                    y,
+                    BoostParams(n_estimators=1),
+                    config=CONFIG,
+                    executor=pool,
+                    keys=keys,
+                )
+
+        rogue = asyncio.ensure_future(rogue_host())
+        with pytest.raises(RemoteProtocolError, match="b: unexpected package for node 99"):
+            await guest()
+        rogue.cancel()
+        await asyncio.gather(rogue, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("layer", "error"),
+    [
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.zeros(1, np.uint8)],
+                "grow": True,
+            },
+            "bitmap must be 5 uint8",
+        ),
+        (
+            {
+                "nodes": np.array([3]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.zeros(5, np.uint8)],
+                "grow": True,
+            },
+            "unknown nodes",
+        ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.full(5, 255, np.uint8)],
+                "grow": "yes",
+            },
+            "'grow' must be a boolean",
+        ),
+    ],
+)
+async def test_host_refuses_a_malformed_layer(
+    layer: dict[str, object], error: str, pool: Executor, keys: Keys
+) -> None:
+    public_key, _ = keys
+    X, _ = _data()
+    g_grid = choose_grid(np.ones(N), N)
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+
+        async def rogue_guest() -> None:
+            async with c["a"].session("train", peers=["b"]) as s:
+                ctl, grad, info = (s.channel("b", n) for n in ("ctl", "grad", "info"))
+                await ctl.recv()  # hello
+                await ctl.send(
+                    {
+                        "t": "setup",
+                        "version": 1,
+                        "key": public_key,
+                        "max_bin": 8,
+                        "min_samples_leaf": 1,
+                    }
+                )
+                await ctl.send(
+                    {
+                        "t": "tree",
+                        "tree": 0,
+                        "grid": [
+                            g_grid.bits,
+                            g_grid.magnitude_bits,
+                            g_grid.bits,
+                            g_grid.magnitude_bits,
+                        ],
+                        "sample": None,
+                        "features": np.ones(3, np.uint8),
+                    }
+                )
+                cts = [public_key.encrypt(1) for _ in range(N)]
+                await grad.send(
+                    {
+                        "t": "chunk",
+                        "start": 0,
+                        "ct": CiphertextBatch.from_ciphertexts(public_key, cts),
+                    }
+                )
+                await info.recv()  # the root package
+                await ctl.send({"t": "layer", **layer})
+                await asyncio.sleep(5)
+
+        async def host() -> None:
+            async with c["b"].session("train", peers=["a"]) as s:
+                await host_train(s, "a", X, executor=pool, workers=1)
+
+        rogue = asyncio.ensure_future(rogue_guest())
+        with pytest.raises(RemoteProtocolError, match=f"a: .*{error}"):
+            await host()
+        rogue.cancel()
+        await asyncio.gather(rogue, return_exceptions=True)
