@@ -42,7 +42,8 @@ from p2pboost.exceptions import CodecError, InputError
 
 __all__ = ["DEFAULT_LIMITS", "FORMAT_VERSION", "ExtCode", "Limits", "decode", "encode"]
 
-#: First byte of every message; bumped on any incompatible change of the format.
+#: First byte of every message; bumped on any incompatible change of the format. It must stay
+#: below 128 (a msgpack positive fixint encodes as exactly this byte; see :func:`encode`).
 FORMAT_VERSION = 1
 
 
@@ -96,7 +97,10 @@ def _encode_ndarray(arr: np.ndarray[Any, Any]) -> msgpack.ExtType:
         raise InputError(f"numpy dtype {arr.dtype} cannot be sent (whitelist: bool, ints, floats)")
     data = arr.astype(dtype, order="C", copy=False)  # (ascontiguousarray would make 0-d 1-d)
     header = bytes((code, data.ndim)) + b"".join(_U64.pack(d) for d in data.shape)
-    return msgpack.ExtType(ExtCode.NDARRAY, header + data.tobytes())
+    # One copy of the array's bytes (join reads the buffer directly), not two.
+    return msgpack.ExtType(
+        ExtCode.NDARRAY, b"".join((header, memoryview(data.reshape(-1).view(np.uint8))))
+    )
 
 
 def _default(obj: object) -> object:
@@ -119,13 +123,18 @@ def encode(obj: object) -> bytes:
 
     Tuples come back as lists. Raises :class:`InputError` for anything else.
     """
+    # The version byte is packed as a msgpack positive fixint, which is that very byte, so the
+    # message is built in one buffer instead of being copied again to prepend it.
+    packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=False)
     try:
-        packed: bytes = msgpack.packb(obj, default=_default, use_bin_type=True)
+        packer.pack(FORMAT_VERSION)
+        packer.pack(obj)
     except InputError:
         raise
     except (TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"cannot encode message: {exc}") from exc
-    return bytes((FORMAT_VERSION,)) + packed
+    packed: bytes = packer.bytes()
+    return packed
 
 
 # --- decoding ---------------------------------------------------------------------------------
