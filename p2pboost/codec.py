@@ -99,7 +99,7 @@ def _encode_ndarray(arr: np.ndarray[Any, Any]) -> msgpack.ExtType:
     header = bytes((code, data.ndim)) + b"".join(_U64.pack(d) for d in data.shape)
     # One copy of the array's bytes (join reads the buffer directly), not two.
     return msgpack.ExtType(
-        ExtCode.NDARRAY, b"".join((header, memoryview(data.reshape(-1).view(np.uint8))))
+        ExtCode.NDARRAY, b"".join((header, data.reshape(-1).view(np.uint8).data))
     )
 
 
