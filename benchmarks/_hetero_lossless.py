@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -48,6 +46,7 @@ from benchmarks.lossless import (
 from p2pboost.crypto.compress import compress
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import FixedBaseTable, generate_keypair
+from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.tree import Tree
@@ -55,6 +54,7 @@ from p2pboost.model import GuestModel, HostModel, joined_trees
 from p2pboost.node import Node
 from p2pboost.protocols.hetero_predict import guest_predict, host_predict
 from p2pboost.protocols.hetero_train import HeteroConfig, guest_train, host_train
+from p2pboost.workers import process_pool
 from transports.memory import MemoryNetwork, MemoryTransport
 
 __all__ = ["CostModel", "compare_trees", "main", "run_federation"]
@@ -66,8 +66,9 @@ class CostModel:
 
     Per tree (DESIGN.md section 2): ``n`` encryptions; about ``n * m * (1 + (d - 1) / 2)``
     ciphertext additions for ``m`` host features and ``d`` histogram layers (the root, then the
-    smaller children); and for ``N`` nodes scored and ``b`` bins, about ``N * m * b``
-    split-infos, each compressed (one Horner step) and ``1 / c`` of a decryption.
+    smaller children); and for ``N`` nodes scored, ``N`` times the host features' split
+    candidates (about ``m * b`` for ``b`` bins; both missing directions where values are
+    missing), each compressed (one Horner step) and ``1 / c`` of a decryption.
     """
 
     encrypt: float
@@ -103,9 +104,11 @@ class CostModel:
         decrypt = (time.perf_counter() - t0) / len(packed)
         return cls(encrypt, add, compress_s, decrypt, spec.split_infos_per_plaintext)
 
-    def floor(self, n: int, m: int, layers: int, nodes: int, bins: int, workers: int) -> float:
+    def floor(
+        self, n: int, m: int, layers: int, nodes: int, candidates: int, workers: int
+    ) -> float:
         """Seconds per tree if every core did nothing but these operations."""
-        infos = nodes * m * bins
+        infos = nodes * candidates
         adds = n * m * (1 + (layers - 1) / 2)
         cpu = (
             n * self.encrypt
@@ -114,6 +117,13 @@ class CostModel:
             + infos / self.capacity * self.decrypt
         )
         return cpu / workers
+
+
+def _candidates(X: np.ndarray, bins: int) -> int:
+    """Split candidates of the host features at the root (cuts, both directions if missing)."""
+    n_bins = BinMapper(bins).fit(X).n_bins
+    missing = np.isnan(X).any(axis=0)
+    return int(np.sum(n_bins - 1 + missing * n_bins))
 
 
 def _scored_nodes(guest: GuestModel, max_depth: int) -> tuple[float, float]:
@@ -166,7 +176,7 @@ async def run_federation(
     network = MemoryNetwork()
     hosts = [f"host{k}" for k in range(1, len(host_X) + 1)]
     keys = await asyncio.to_thread(generate_keypair, key_bits, allow_insecure=key_bits < 2048)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = process_pool(workers)
     try:
         # Warm the pool (process start-up is not part of training).
         await asyncio.gather(
@@ -290,7 +300,7 @@ def main(argv: list[str]) -> int:
         split.host_train.shape[1],
         round(layers),
         round(scored),
-        args.bins,
+        _candidates(split.host_train, args.bins),
         args.workers,
     )
     result = {

@@ -1,31 +1,37 @@
 """Secure aggregation (Bonawitz et al., CCS 2017) as pure functions on bytes and uint64 arrays.
 
-The server learns the *sum* of the clients' vectors and nothing else. Each client ``u`` sends
+The server learns the *sum* of the clients' vectors and nothing else. In round ``r`` client
+``u`` holds ``x_u`` (fixed-point integers as ``uint64``, so sums wrap mod 2**64) and sends two
+vectors (:func:`mask`)::
 
-    y_u = x_u + PRG(k_u,r) + sum_{v > u} PRG(k_uv,r) - sum_{v < u} PRG(k_uv,r)   (mod 2**64)
+    y_u = x_u + P_u + S_u        P_u = PRG(k_u,r)                       self mask
+    z_u = x_u + S_u + T_u        S_u = sum_v +-PRG(s_uv,r)  (v != u)    pairwise masks
+                                 T_u = sum_v +-PRG(t_uv,r)              pairwise cancel masks
 
-where ``x_u`` is its vector of fixed-point integers (``uint64``), ``r`` the round, ``k_u,r`` its
-*self-mask* key and ``k_uv,r`` the key it shares with ``v``. The pairwise masks cancel in the
-sum; the self-masks are removed once the server has committed to who sent a vector.
+(the client with the smaller id adds a pair's mask, the other subtracts it). If every client
+of the epoch sent, the server adds the ``z``: ``S`` and ``T`` cancel and *no key is revealed*,
+so a round costs one message each way. If some did not, the server adds the ``y`` of those
+that did and runs Bonawitz's unmasking round: each survivor reveals this round's self key
+``k_u,r`` and its round keys ``s_uv,r`` with the missing clients (:func:`unmask`). A survivor
+that dies before revealing is recovered from ``t`` Shamir shares: of its self seed ``b_u``, and
+of the missing clients' mask private keys (never both for one client). A late vector of a
+missing client stays hidden: its ``y`` behind ``P`` (never revealed), its ``z`` behind ``T``
+(made from the *channel* keys, which are never revealed nor shared).
 
 Keys, once per *epoch* (a fixed set of clients; a new epoch starts after any dropout):
 
-* every client makes an X25519 key pair and signs the public key with its certificate's ECDSA
-  key (:func:`sign_advert` / :func:`verify_advert`), so a server relaying keys cannot swap them;
-* ``DH(u, v)`` is expanded by HKDF-SHA256 into a mask seed ``s_uv`` and a share-encryption key;
-* every client draws a self-mask seed ``b_u`` and Shamir-shares it (threshold ``t``) among the
-  epoch's clients, each share encrypted (ChaCha20-Poly1305) to its holder.
+* every client makes two X25519 key pairs, *mask* and *channel*, and signs both public keys
+  with its certificate's ECDSA key (:func:`sign_advert` / :func:`verify_advert`), so a server
+  relaying them cannot swap them;
+* HKDF-SHA256 turns the mask agreement into ``s_uv`` and the channel agreement into ``t_uv``
+  and a share-encryption key (:meth:`EpochKeys.pair_keys`);
+* every client draws a self seed ``b_u`` and Shamir-shares (threshold ``t``, GF(2**521 - 1))
+  ``b_u`` and its mask private key among the epoch's clients, each share sealed with
+  ChaCha20-Poly1305 to its holder (:func:`encrypt_shares`).
 
-Per round ``r`` the seeds are turned into round keys by HKDF (:func:`round_key`), and round
-keys into masks by ChaCha20 (:func:`prg`): one keystream per (key, round, length), read as
-little-endian uint64. So an aggregation costs one keystream and one add per peer.
-
-Unmasking a round (survivors ``S`` sent vectors, ``D`` did not): every client in ``S`` reveals
-its own round self key and its round pairwise keys with each client of ``D``; those are keys of
-*this round only*, so nothing about other rounds leaks. A client of ``S`` that dies before
-revealing is recovered from ``t`` Shamir shares of its ``b_u`` (which ends the epoch). An
-honest client never reveals pairwise keys with a client it was told survived, nor its self key
-unless it is among the survivors, so a single vector is never unmasked.
+Per round, seeds become round keys by HKDF (:func:`round_key`), and round keys become masks by
+ChaCha20 (:func:`prg`): one keystream per (key, round, length), read as little-endian uint64.
+Revealing a round key shows nothing about any other round.
 """
 
 from __future__ import annotations
@@ -60,12 +66,14 @@ __all__ = [
     "Share",
     "add_masks",
     "advert_message",
-    "decrypt_share",
-    "derive_pair_keys",
-    "encrypt_share",
+    "decrypt_shares",
+    "encrypt_shares",
+    "epoch_context",
     "fingerprint",
     "from_signed",
     "mask",
+    "mask_seed",
+    "mask_streams",
     "pair_sign",
     "prg",
     "round_key",
@@ -120,43 +128,81 @@ def _context(*parts: str | int) -> bytes:
     return bytes(out)
 
 
+def _exchange(private: X25519PrivateKey, peer_public: bytes) -> bytes:
+    if len(peer_public) != KEY_BYTES:
+        raise CryptoError("an X25519 public key must be 32 bytes")
+    try:
+        return private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError as exc:  # all-zero shared secret: a low-order point
+        raise CryptoError(f"bad X25519 public key: {exc}") from None
+
+
+def _raw_public(private: X25519PrivateKey) -> bytes:
+    return private.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class PairKeys:
-    """What two clients share in an epoch: a mask seed and a key for encrypting shares."""
+    """What two clients share in an epoch.
+
+    ``mask_seed`` (from the *mask* key pair, whose private half is Shamir-shared so a dropped
+    client's masks can be removed) makes the masks ``S``; ``cancel_seed`` and ``share_key``
+    come from the *channel* key pair, which is never revealed.
+    """
 
     mask_seed: bytes
+    cancel_seed: bytes
     share_key: bytes
 
 
 class EpochKeys:
-    """One client's X25519 key pair and self-mask seed for one epoch (never sent)."""
+    """One client's secrets for one epoch: two X25519 key pairs and a self-mask seed."""
 
     def __init__(self) -> None:
-        self._private = X25519PrivateKey.generate()
-        self.public = self._private.public_key().public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        self._mask = X25519PrivateKey.generate()
+        self._channel = X25519PrivateKey.generate()
+        self.mask_public = _raw_public(self._mask)
+        self.channel_public = _raw_public(self._channel)
         self.self_seed = secrets.token_bytes(KEY_BYTES)
 
-    def agree(self, peer_public: bytes, context: bytes) -> bytes:
-        """The raw X25519 shared secret with ``peer_public`` (refuses low-order points)."""
-        if len(peer_public) != KEY_BYTES:
-            raise CryptoError("an X25519 public key must be 32 bytes")
-        try:
-            shared = self._private.exchange(X25519PublicKey.from_public_bytes(peer_public))
-        except ValueError as exc:  # all-zero shared secret: a low-order point
-            raise CryptoError(f"bad X25519 public key: {exc}") from None
-        return shared + context
+    @property
+    def mask_private(self) -> bytes:
+        """The mask key's private half (32 bytes): what gets Shamir-shared."""
+        return self._mask.private_bytes_raw()
+
+    def pair_keys(
+        self, me: str, peer: str, mask_public: bytes, channel_public: bytes, context: bytes
+    ) -> PairKeys:
+        return PairKeys(
+            mask_seed=mask_seed(self.mask_private, me, peer, mask_public, context),
+            cancel_seed=_hkdf(
+                _exchange(self._channel, channel_public), b"cancel" + _pair_ctx(me, peer, context)
+            ),
+            share_key=_hkdf(
+                _exchange(self._channel, channel_public), b"share" + _pair_ctx(me, peer, context)
+            ),
+        )
 
 
-def derive_pair_keys(
-    keys: EpochKeys, me: str, peer: str, peer_public: bytes, session: str, epoch: int
-) -> PairKeys:
-    """Both clients of a pair derive the same keys (the context sorts their ids)."""
+def _pair_ctx(me: str, peer: str, context: bytes) -> bytes:
     a, b = sorted((me, peer))
-    ctx = _context(session, epoch, a, b)
-    secret = keys.agree(peer_public, ctx)
-    return PairKeys(_hkdf(secret, b"mask" + ctx), _hkdf(secret, b"share" + ctx))
+    return _context(a, b) + context
+
+
+def epoch_context(session: str, epoch: int) -> bytes:
+    """Binds every derived key to one run and epoch."""
+    return _context("epoch", session, epoch)
+
+
+def mask_seed(
+    mask_private: bytes, me: str, peer: str, peer_mask_public: bytes, context: bytes
+) -> bytes:
+    """The pair's mask seed from either side's mask private key (the server uses this after
+    reconstructing a dropped client's key from Shamir shares)."""
+    private = X25519PrivateKey.from_private_bytes(mask_private)
+    return _hkdf(_exchange(private, peer_mask_public), b"mask" + _pair_ctx(me, peer, context))
 
 
 def round_key(seed: bytes, round_id: int, purpose: str) -> bytes:
@@ -177,16 +223,17 @@ def pair_sign(me: str, peer: str) -> int:
 
 
 def prg(key: bytes, round_id: int, length: int) -> U64:
-    """``length`` uniform uint64 words: the ChaCha20 keystream of ``key`` for this round.
+    """The first ``length`` uniform uint64 words of the ChaCha20 keystream of ``key``.
 
-    The nonce binds the round and the length, so no keystream is ever reused for another
-    purpose under the same key.
+    Keys are round keys (:func:`round_key`), each masking one vector, so a shorter vector
+    simply takes a prefix: masks can be computed ahead of time for a longer length. The round
+    is in the nonce as well, for separation should a key ever be reused.
     """
     if len(key) != KEY_BYTES:
         raise InputError("a mask key must be 32 bytes")
     if not 0 <= round_id <= MAX_ROUND or not 0 <= length <= MAX_LENGTH:
         raise InputError("round id and length must fit in 32 bits")
-    nonce = struct.pack("<QII", 0, round_id, length)  # 64-bit block counter 0, then the nonce
+    nonce = struct.pack("<QQ", 0, round_id)  # 64-bit block counter 0, then the nonce
     encryptor = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
     out = np.zeros(length, dtype="<u8")
     encryptor.update_into(out.view(np.uint8), out.view(np.uint8))  # type: ignore[arg-type]
@@ -212,19 +259,45 @@ def mask(
     vector: U64,
     me: str,
     self_seed: bytes,
-    pair_seeds: Mapping[str, bytes],
+    pairs: Mapping[str, PairKeys],
     round_id: int,
-) -> U64:
-    """The masked vector client ``me`` sends in ``round_id`` (see the module docstring)."""
+) -> tuple[U64, U64]:
+    """The two vectors client ``me`` sends in ``round_id``: ``(y, z)``.
+
+    ``y = x + P + S`` (self mask ``P``, pairwise masks ``S``) and ``z = x + S + T`` (pairwise
+    *cancel* masks ``T`` from the never-revealed channel keys). If every client of the epoch
+    sends, the server adds the ``z``: ``S`` and ``T`` cancel and no key is revealed. If some
+    did not, it adds the ``y`` of those that did and asks them for this round's self keys and
+    their ``S`` keys with the missing ones (:func:`unmask`). A late ``y`` then still hides
+    behind ``P`` and its ``z`` behind ``T``.
+    """
     arr = np.ascontiguousarray(vector)
     if arr.dtype != np.uint64 or arr.ndim != 1:
         raise InputError("secure aggregation masks 1-D uint64 vectors")
-    keys = [(round_key(self_seed, round_id, "self"), 1)]
-    keys += [
-        (round_key(seed, round_id, "pair"), pair_sign(me, peer))
-        for peer, seed in sorted(pair_seeds.items())
+    y_mask, z_mask = mask_streams(me, self_seed, pairs, round_id, arr.size)
+    return arr + y_mask, arr + z_mask
+
+
+def mask_streams(
+    me: str, self_seed: bytes, pairs: Mapping[str, PairKeys], round_id: int, length: int
+) -> tuple[U64, U64]:
+    """The masks ``(P + S, S + T)`` of :func:`mask`, for vectors of up to ``length`` words.
+
+    A client may compute them before it knows its vector (while the server works) and add a
+    prefix once the vector is ready: masking then costs two additions.
+    """
+    pair = [
+        (round_key(k.mask_seed, round_id, "pair"), pair_sign(me, peer))
+        for peer, k in sorted(pairs.items())
     ]
-    return add_masks(arr, keys, round_id)
+    cancel = [
+        (round_key(k.cancel_seed, round_id, "cancel"), pair_sign(me, peer))
+        for peer, k in sorted(pairs.items())
+    ]
+    base = add_masks(np.zeros(length, dtype=np.uint64), pair, round_id)
+    y_mask = add_masks(base, [(round_key(self_seed, round_id, "self"), 1)], round_id)
+    z_mask = add_masks(base, cancel, round_id, out=base)
+    return y_mask, z_mask
 
 
 def unmask(
@@ -311,23 +384,31 @@ def shamir_combine(shares: Sequence[Share], t: int, size: int = KEY_BYTES) -> by
     return secret.to_bytes(size, "big")
 
 
-def encrypt_share(share_key: bytes, share: Share, sender: str, holder: str, ctx: bytes) -> bytes:
-    """Share of ``sender``'s seed for ``holder``, sealed so the relaying server cannot read it."""
+def encrypt_shares(
+    share_key: bytes, shares: Sequence[Share], sender: str, holder: str, ctx: bytes
+) -> bytes:
+    """``sender``'s shares for ``holder``, sealed so the relaying server cannot read them."""
     nonce = secrets.token_bytes(12)
     aad = _context(sender, holder) + ctx
-    return nonce + ChaCha20Poly1305(share_key).encrypt(nonce, share.to_bytes(), aad)
+    plain = b"".join(share.to_bytes() for share in shares)
+    return nonce + ChaCha20Poly1305(share_key).encrypt(nonce, plain, aad)
 
 
-def decrypt_share(share_key: bytes, blob: bytes, sender: str, holder: str, ctx: bytes) -> Share:
-    """Open a share from ``sender``; :class:`CryptoError` if it was forged or altered."""
+def decrypt_shares(
+    share_key: bytes, blob: bytes, sender: str, holder: str, ctx: bytes, count: int
+) -> list[Share]:
+    """Open ``count`` shares from ``sender``; :class:`CryptoError` if forged or altered."""
     if len(blob) < 12 + 16:
-        raise CryptoError(f"share from {sender!r} is truncated")
+        raise CryptoError(f"shares from {sender!r} are truncated")
     aad = _context(sender, holder) + ctx
     try:
         plain = ChaCha20Poly1305(share_key).decrypt(blob[:12], blob[12:], aad)
     except InvalidTag:
-        raise CryptoError(f"share from {sender!r} fails authentication") from None
-    return Share.from_bytes(plain)
+        raise CryptoError(f"shares from {sender!r} fail authentication") from None
+    size = 4 + _FIELD_BYTES
+    if len(plain) != count * size:
+        raise CryptoError(f"shares from {sender!r} have the wrong length")
+    return [Share.from_bytes(plain[i * size : (i + 1) * size]) for i in range(count)]
 
 
 # -- authenticated key adverts ------------------------------------------------------------------

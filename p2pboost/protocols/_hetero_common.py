@@ -9,9 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -19,7 +18,6 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.engine import default_workers
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import (
     PublicKey,
@@ -29,6 +27,7 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.fixedpoint import Grid
+from p2pboost.workers import default_workers, process_pool
 
 __all__ = [
     "MAX_FEATURES",
@@ -129,7 +128,7 @@ async def own_executor(
         yield executor, workers or default_workers()
         return
     n = workers or default_workers()
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn"))
+    pool = process_pool(n)  # spawn, workers at lower priority than the event loop
     try:
         yield pool, n
     finally:

@@ -7,9 +7,8 @@ Party ids follow the node test cluster's CA: ``a`` is the guest, ``b`` and ``c``
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from p2pboost.gbdt.tree import Tree
 from p2pboost.model import GuestModel, HostModel, joined_trees
 from p2pboost.protocols.hetero_predict import guest_predict, host_predict
 from p2pboost.protocols.hetero_train import HeteroConfig, Progress, guest_train, host_train
+from p2pboost.workers import process_pool
 from tests.node.conftest import FAST, Cluster
 
 Keys = tuple[PublicKey, PrivateKey]
@@ -43,7 +43,7 @@ CONFIG = HeteroConfig(key_bits=1024, allow_insecure_key=True, chunk_rows=128)
 
 @pytest.fixture(scope="session")
 def pool() -> Iterator[Executor]:
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as executor:
+    with process_pool(2) as executor:
         list(executor.map(abs, range(2)))  # start the workers once for the whole session
         yield executor
 

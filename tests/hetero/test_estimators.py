@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from concurrent.futures import Executor
 from pathlib import Path
 
@@ -64,3 +65,27 @@ async def test_blocking_facade_refuses_to_run_inside_an_event_loop() -> None:
         HeteroGuest().fit(node, ["b"], np.zeros((4, 2)), np.zeros(4))
     with pytest.raises(LocalProtocolError, match="event loop"):
         HeteroHost().fit(node, "b", np.zeros((4, 2)))
+
+
+async def test_blocking_fit_runs_its_own_node_and_loop(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, federation_certs: Path
+) -> None:
+    """A host trains with the blocking ``fit`` in its own thread; the guest with ``afit``."""
+    X, y = breast
+    Xg, Xh = X[:, :12], X[:, 12:]
+    with socket.socket() as s:  # a free port for the host to listen on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"wss://127.0.0.1:{port}"
+    host_node = Node(
+        "b", listen=address, peers={"a": None}, tls=federation_certs / "b", config=TRAINING
+    )
+    guest_node = Node("a", peers={"b": address}, tls=federation_certs / "a", config=TRAINING)
+    params = BoostParams(n_estimators=1, max_depth=2, max_bin=8)
+    host = HeteroHost(executor=pool)
+    hosting = asyncio.ensure_future(asyncio.to_thread(host.fit, host_node, "a", Xh))
+    guest = HeteroGuest(params, config=CONFIG, executor=pool)
+    async with guest_node:
+        await guest.afit(guest_node, ["b"], Xg, y)
+    assert await hosting is host
+    assert_same_trees(joined_trees(guest.model_, [host.model_]), train(params, X, y))

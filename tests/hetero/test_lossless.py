@@ -43,7 +43,7 @@ async def test_binary_with_missing_values_one_host(
         fed = await training
         margin = await predict(c, fed, X[:, :10], [X[:, 10:]])
     assert len(rtts) >= 10
-    assert max(rtts) < 1.0
+    assert max(rtts) < 2.0  # heart-beats (every 0.2 s) would flow as well
     core = train(params, X, y)
     assert_same_trees(fed.joined(), core)
     assert any((t.owner == 1).any() and (t.owner == 0).any() for t in fed.guest.trees)

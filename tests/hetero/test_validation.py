@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -50,9 +51,8 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
                     X,
                     y,
                     BoostParams(n_estimators=1),
-                    config=CONFIG,
-                    executor=pool,
-                    keys=keys,
+                    config=replace(CONFIG, workers=1),
+                    keys=keys,  # no executor: the protocol starts (and stops) its own pool
                 )
 
         rogue = asyncio.ensure_future(rogue_host())

@@ -15,12 +15,15 @@ from hypothesis import strategies as st
 from p2pboost import certs
 from p2pboost.crypto.secagg import (
     EpochKeys,
+    PairKeys,
     Share,
-    decrypt_share,
-    derive_pair_keys,
-    encrypt_share,
+    decrypt_shares,
+    encrypt_shares,
+    epoch_context,
     from_signed,
     mask,
+    mask_seed,
+    mask_streams,
     prg,
     round_key,
     shamir_combine,
@@ -35,28 +38,43 @@ from p2pboost.exceptions import CryptoError, InputError
 SESSION = "s-1"
 
 
-def _epoch(ids: list[str]) -> tuple[dict[str, EpochKeys], dict[str, dict[str, bytes]]]:
+CTX = epoch_context(SESSION, 0)
+
+
+def _epoch(ids: list[str]) -> tuple[dict[str, EpochKeys], dict[str, dict[str, PairKeys]]]:
     keys = {c: EpochKeys() for c in ids}
-    seeds = {
+    pairs = {
         u: {
-            v: derive_pair_keys(keys[u], u, v, keys[v].public, SESSION, 0).mask_seed
+            v: keys[u].pair_keys(u, v, keys[v].mask_public, keys[v].channel_public, CTX)
             for v in ids
             if v != u
         }
         for u in ids
     }
-    return keys, seeds
+    return keys, pairs
+
+
+def _send(
+    keys: dict[str, EpochKeys],
+    pairs: dict[str, dict[str, PairKeys]],
+    x: dict[str, np.ndarray],
+    r: int,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {c: mask(to_unsigned(x[c]), c, keys[c].self_seed, pairs[c], r) for c in x}
 
 
 def test_pair_keys_agree_and_differ_by_context() -> None:
     a, b = EpochKeys(), EpochKeys()
-    ab = derive_pair_keys(a, "a", "b", b.public, SESSION, 0)
-    ba = derive_pair_keys(b, "b", "a", a.public, SESSION, 0)
+    ab = a.pair_keys("a", "b", b.mask_public, b.channel_public, CTX)
+    ba = b.pair_keys("b", "a", a.mask_public, a.channel_public, CTX)
     assert ab == ba
-    assert ab.mask_seed != ab.share_key
-    assert derive_pair_keys(a, "a", "b", b.public, SESSION, 1) != ab  # another epoch
+    assert len({ab.mask_seed, ab.cancel_seed, ab.share_key}) == 3
+    other = a.pair_keys("a", "b", b.mask_public, b.channel_public, epoch_context(SESSION, 1))
+    assert other.mask_seed != ab.mask_seed
+    # The server, given a's mask private key (from Shamir shares), derives the same seed.
+    assert mask_seed(a.mask_private, "a", "b", b.mask_public, CTX) == ab.mask_seed
     with pytest.raises(CryptoError):
-        a.agree(bytes(32), b"")  # low-order point: all-zero shared secret
+        a.pair_keys("a", "b", bytes(32), b.channel_public, CTX)  # low-order point
 
 
 @settings(max_examples=25, deadline=None)
@@ -70,49 +88,70 @@ def test_masked_sum_equals_plain_sum_mod_2_64(
     n: int, length: int, round_id: int, seed: int
 ) -> None:
     ids = [f"c{i}" for i in range(n)]
-    keys, seeds = _epoch(ids)
+    keys, pairs = _epoch(ids)
     rng = np.random.default_rng(seed)
     xs = {c: rng.integers(-(2**52), 2**52, size=length, dtype=np.int64) for c in ids}
-    total = np.zeros(length, dtype=np.uint64)
-    for c in ids:
-        y = mask(to_unsigned(xs[c]), c, keys[c].self_seed, seeds[c], round_id)
+    sent = _send(keys, pairs, xs, round_id)
+    # Everybody sent: the z vectors sum to the plain sum, no key revealed.
+    z_total = np.zeros(length, dtype=np.uint64)
+    y_total = np.zeros(length, dtype=np.uint64)
+    for c, (y, z) in sent.items():
         assert not np.array_equal(y, to_unsigned(xs[c]))
-        total += y
+        assert not np.array_equal(z, to_unsigned(xs[c]))
+        z_total += z
+        y_total += y
+    np.testing.assert_array_equal(from_signed(z_total), sum(xs.values()))
+    # The y vectors need the round self keys.
     self_keys = [round_key(keys[c].self_seed, round_id, "self") for c in ids]
-    clear = from_signed(unmask(total, round_id, self_keys, []))
+    clear = from_signed(unmask(y_total, round_id, self_keys, []))
     np.testing.assert_array_equal(clear, sum(xs.values()))
 
 
 def test_dropped_client_masks_are_removed_with_survivor_round_keys() -> None:
     ids = ["a", "b", "c", "d"]
-    keys, seeds = _epoch(ids)
+    keys, pairs = _epoch(ids)
     r = 7
     rng = np.random.default_rng(0)
     xs = {c: rng.integers(-1000, 1000, size=50, dtype=np.int64) for c in ids}
     survivors, dropped = ["a", "b", "c"], ["d"]
+    sent = _send(keys, pairs, xs, r)
     total = np.zeros(50, dtype=np.uint64)
     for c in survivors:
-        total += mask(to_unsigned(xs[c]), c, keys[c].self_seed, seeds[c], r)
+        total += sent[c][0]
     self_keys = [round_key(keys[c].self_seed, r, "self") for c in survivors]
-    pair_keys = [(s, d, round_key(seeds[s][d], r, "pair")) for s in survivors for d in dropped]
+    pair_keys = [
+        (s, d, round_key(pairs[s][d].mask_seed, r, "pair")) for s in survivors for d in dropped
+    ]
     clear = from_signed(unmask(total, r, self_keys, pair_keys))
     np.testing.assert_array_equal(clear, xs["a"] + xs["b"] + xs["c"])
+    # d's late y, even with every revealed key removed, still hides behind its self mask.
+    late = unmask(sent["d"][0], r, [], [(s, "d", k) for s, _, k in pair_keys])
+    assert not np.array_equal(from_signed(late), xs["d"])
 
 
-def test_client_that_dies_after_sending_is_recovered_from_t_shares() -> None:
-    ids = ["a", "b", "c", "d"]
-    keys, seeds = _epoch(ids)
+def test_dropouts_before_and_after_sending_are_recovered_from_t_shares() -> None:
+    """e never sends; d sends, then dies before revealing: a, b, c hold enough shares."""
+    ids = ["a", "b", "c", "d", "e"]
+    keys, pairs = _epoch(ids)
     t, r = 3, 11
-    shares = {c: shamir_split(keys[c].self_seed, len(ids), t) for c in ids}
+    self_shares = {c: shamir_split(keys[c].self_seed, len(ids), t) for c in ids}
+    key_shares = {c: shamir_split(keys[c].mask_private, len(ids), t) for c in ids}
     xs = {c: np.arange(20, dtype=np.int64) * (i + 1) for i, c in enumerate(ids)}
+    sent = _send(keys, pairs, {c: xs[c] for c in "abcd"}, r)
     total = np.zeros(20, dtype=np.uint64)
-    for c in ids:  # everybody sent; "d" dies before revealing its round self key
-        total += mask(to_unsigned(xs[c]), c, keys[c].self_seed, seeds[c], r)
-    recovered = shamir_combine([shares["d"][i] for i in (0, 1, 2)], t)  # held by a, b, c
-    assert recovered == keys["d"].self_seed
+    for y, _ in sent.values():
+        total += y
+    holders = (0, 1, 2)  # a, b, c
+    seed_d = shamir_combine([self_shares["d"][i] for i in holders], t)
+    private_e = shamir_combine([key_shares["e"][i] for i in holders], t)
+    assert seed_d == keys["d"].self_seed
     self_keys = [round_key(keys[c].self_seed, r, "self") for c in "abc"]
-    self_keys.append(round_key(recovered, r, "self"))
-    np.testing.assert_array_equal(from_signed(unmask(total, r, self_keys, [])), sum(xs.values()))
+    self_keys.append(round_key(seed_d, r, "self"))
+    pair_keys = [(s, "e", round_key(pairs[s]["e"].mask_seed, r, "pair")) for s in "abc"]
+    seed_de = mask_seed(private_e, "e", "d", keys["d"].mask_public, CTX)
+    pair_keys.append(("d", "e", round_key(seed_de, r, "pair")))
+    clear = from_signed(unmask(total, r, self_keys, pair_keys))
+    np.testing.assert_array_equal(clear, xs["a"] + xs["b"] + xs["c"] + xs["d"])
 
 
 @settings(max_examples=30, deadline=None)
@@ -149,42 +188,53 @@ def test_prg_is_deterministic_per_round_and_length() -> None:
     k = b"k" * 32
     np.testing.assert_array_equal(prg(k, 3, 100), prg(k, 3, 100))
     assert not np.array_equal(prg(k, 3, 100), prg(k, 4, 100))
-    assert not np.array_equal(prg(k, 3, 100)[:50], prg(k, 3, 50))  # length is in the nonce
+    np.testing.assert_array_equal(prg(k, 3, 100)[:50], prg(k, 3, 50))  # prefixes: see mask_streams
     with pytest.raises(InputError):
         prg(b"short", 0, 10)
     with pytest.raises(InputError):
         round_key(k, -1, "self")
 
 
+def test_masks_computed_ahead_for_a_longer_vector_match() -> None:
+    keys, pairs = _epoch(["a", "b"])
+    x = np.arange(10, dtype=np.uint64)
+    y_mask, z_mask = mask_streams("a", keys["a"].self_seed, pairs["a"], 4, 64)
+    y, z = mask(x, "a", keys["a"].self_seed, pairs["a"], 4)
+    np.testing.assert_array_equal(y, x + y_mask[:10])
+    np.testing.assert_array_equal(z, x + z_mask[:10])
+
+
 def test_masked_vector_low_bytes_are_uniform() -> None:
     """Chi-square on the low byte of a masked vector whose plaintext is all zeros."""
     ids = ["a", "b", "c"]
-    keys, seeds = _epoch(ids)
+    keys, pairs = _epoch(ids)
     x = np.zeros(1 << 16, dtype=np.uint64)  # the worst case: a constant histogram
-    y = mask(x, "a", keys["a"].self_seed, seeds["a"], 1)
-    for shift in (0, 8, 56):
+    y, z = mask(x, "a", keys["a"].self_seed, pairs["a"], 1)
+    for vec, shift in ((y, 0), (y, 8), (y, 56), (z, 0)):
         observed = np.bincount(
             ((y >> np.uint64(shift)) & np.uint64(0xFF)).astype(np.intp), minlength=256
         )
-        expected = y.size / 256
+        expected = vec.size / 256
         chi2 = float(((observed - expected) ** 2 / expected).sum())
-        # 255 degrees of freedom: P(chi2 > 350) < 1e-4 for a uniform source.
-        assert 150 < chi2 < 350, (shift, chi2)
+        # 255 degrees of freedom: P(chi2 > 400) is about 2e-8 for a uniform source.
+        assert 150 < chi2 < 400, (shift, chi2)
 
 
 def test_shares_are_sealed_to_their_holder() -> None:
     a, b = EpochKeys(), EpochKeys()
-    key = derive_pair_keys(a, "a", "b", b.public, SESSION, 0).share_key
-    share = shamir_split(a.self_seed, 2, 2)[1]
-    blob = encrypt_share(key, share, "a", "b", b"ctx")
-    assert decrypt_share(key, blob, "a", "b", b"ctx") == share
+    key = a.pair_keys("a", "b", b.mask_public, b.channel_public, CTX).share_key
+    shares = [shamir_split(a.self_seed, 2, 2)[1], shamir_split(a.mask_private, 2, 2)[1]]
+    blob = encrypt_shares(key, shares, "a", "b", b"ctx")
+    assert decrypt_shares(key, blob, "a", "b", b"ctx", 2) == shares
     tampered = blob[:-1] + bytes([blob[-1] ^ 1])
     with pytest.raises(CryptoError, match="'a'"):
-        decrypt_share(key, tampered, "a", "b", b"ctx")
+        decrypt_shares(key, tampered, "a", "b", b"ctx", 2)
     with pytest.raises(CryptoError):
-        decrypt_share(key, blob, "c", "b", b"ctx")  # claimed by another sender
+        decrypt_shares(key, blob, "c", "b", b"ctx", 2)  # claimed by another sender
     with pytest.raises(CryptoError):
-        decrypt_share(b"w" * 32, blob, "a", "b", b"ctx")  # wrong key
+        decrypt_shares(b"w" * 32, blob, "a", "b", b"ctx", 2)  # wrong key
+    with pytest.raises(CryptoError, match="length"):
+        decrypt_shares(key, blob, "a", "b", b"ctx", 1)
 
 
 @pytest.fixture(scope="module")
@@ -204,11 +254,11 @@ def _load(federation: Path, party: str) -> tuple[object, bytes, x509.Certificate
 def test_signed_adverts_verify_and_forgeries_fail(federation: Path, tmp_path: Path) -> None:
     key_a, cert_a, ca = _load(federation, "a")
     key_b, cert_b, _ = _load(federation, "b")
-    pub = EpochKeys().public
+    pub = EpochKeys().mask_public
     sig = sign_advert(key_a, SESSION, 0, "a", pub)  # type: ignore[arg-type]
     verify_advert(ca, cert_a, sig, SESSION, 0, "a", pub)
     with pytest.raises(CryptoError, match="bad signature"):
-        verify_advert(ca, cert_a, sig, SESSION, 0, "a", EpochKeys().public)  # swapped key
+        verify_advert(ca, cert_a, sig, SESSION, 0, "a", EpochKeys().mask_public)  # swapped key
     with pytest.raises(CryptoError, match="bad signature"):
         verify_advert(ca, cert_a, sig, SESSION, 1, "a", pub)  # replayed into another epoch
     sig_b = sign_advert(key_b, SESSION, 0, "a", pub)  # type: ignore[arg-type]

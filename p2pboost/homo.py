@@ -1,0 +1,236 @@
+"""The facade for horizontal (homo) SecureBoost: a server and any number of clients.
+
+Clients hold rows with the same features and their own labels; the server holds nothing and
+learns only securely aggregated sums (see :mod:`p2pboost.protocols.homo_train`). Every client
+ends with the same model and predicts locally::
+
+    async with Node("server", listen="wss://0.0.0.0:8443", peers={"bank1": None, ...},
+                    tls="certs/server") as node:
+        server = await HomoServer(BoostParams(n_estimators=50)).afit(node, ["bank1", "bank2"])
+
+    async with Node("bank1", peers={"server": "wss://server:8443"}, tls="certs/bank1") as node:
+        client = await HomoClient(BoostParams(n_estimators=50), identity="certs/bank1").afit(
+            node, "server", X, y)
+        proba = client.predict_proba(X_new)           # local: no network
+
+``fit`` takes a node that is not started yet, runs it for the call and closes it. Every party
+must pass the same parameters (a digest is compared at the start). ``masking=False`` is an
+insecure mode (the server sees every client's histograms) kept for measuring the cost of
+masking; it needs an explicit opt-in at every party.
+
+Conventions as scikit-learn's: ``__init__`` only stores arguments, ``afit`` returns ``self``,
+fitted attributes end in ``_``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import LocalProtocolError, NotFittedError
+from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.node import Node
+from p2pboost.protocols.homo_train import (
+    ClientIdentity,
+    HomoConfig,
+    HomoResult,
+    Tap,
+    client_train,
+    server_train,
+)
+
+__all__ = ["DEFAULT_SESSION", "HomoClient", "HomoServer"]
+
+F64 = npt.NDArray[np.float64]
+R = TypeVar("R")
+DEFAULT_SESSION = "p2pboost-homo"
+
+
+def _session_id(session: str, client: str) -> str:
+    """One session per client, so one client's failure never ends the others' sessions."""
+    return f"{session}/{client}"
+
+
+def _blocking(node: Node, call: Coroutine[Any, Any, R]) -> R:
+    """Run ``call`` inside ``async with node`` on a fresh event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        call.close()
+        raise LocalProtocolError("an event loop is running here: use the a-prefixed method")
+
+    async def main() -> R:
+        async with node:
+            return await call
+
+    return asyncio.run(main())
+
+
+def _config(
+    params: BoostParams | None,
+    threshold: int | None,
+    min_clients: int,
+    masking: bool,
+    round_timeout: float,
+    eval_metric: str | None,
+    early_stopping_rounds: int | None,
+) -> HomoConfig:
+    return HomoConfig(
+        params=params or BoostParams(),
+        threshold=threshold,
+        min_clients=min_clients,
+        masking=masking,
+        round_timeout=round_timeout,
+        eval_metric=eval_metric,
+        early_stopping_rounds=early_stopping_rounds,
+    ).validate()
+
+
+class HomoServer:
+    """The coordinator: holds no data; ends with the model (``model_``) and run statistics."""
+
+    def __init__(
+        self,
+        params: BoostParams | None = None,
+        *,
+        threshold: int | None = None,
+        min_clients: int = 2,
+        masking: bool = True,
+        round_timeout: float = 120.0,
+        eval_metric: str | None = None,
+        early_stopping_rounds: int | None = None,
+        session: str = DEFAULT_SESSION,
+        tap: Tap | None = None,
+    ) -> None:
+        self.params = params
+        self.threshold = threshold
+        self.min_clients = min_clients
+        self.masking = masking
+        self.round_timeout = round_timeout
+        self.eval_metric = eval_metric
+        self.early_stopping_rounds = early_stopping_rounds
+        self.session = session
+        self.tap = tap
+
+    def _make_config(self) -> HomoConfig:
+        return _config(
+            self.params,
+            self.threshold,
+            self.min_clients,
+            self.masking,
+            self.round_timeout,
+            self.eval_metric,
+            self.early_stopping_rounds,
+        )
+
+    async def afit(self, node: Node, clients: Sequence[str]) -> HomoServer:
+        """Coordinate one training run with ``clients`` (their party ids)."""
+        config = self._make_config()
+        async with contextlib.AsyncExitStack() as stack:
+            sessions = {
+                c: await stack.enter_async_context(
+                    node.session(_session_id(self.session, c), peers=[c])
+                )
+                for c in clients
+            }
+            result = await server_train(sessions, config, tap=self.tap)
+        self.result_: HomoResult = result
+        self.model_: Booster = result.booster
+        return self
+
+    def fit(self, node: Node, clients: Sequence[str]) -> HomoServer:
+        return _blocking(node, self.afit(node, clients))
+
+
+class HomoClient:
+    """A data holder: trains with the others through the server, then predicts locally.
+
+    ``identity`` is this party's certificate directory (``key.pem``, ``cert.pem``, ``ca.pem``)
+    or a :class:`ClientIdentity`: its key signs this client's key adverts and the CA checks
+    the other clients'.
+    """
+
+    def __init__(
+        self,
+        params: BoostParams | None = None,
+        *,
+        identity: ClientIdentity | str | os.PathLike[str] | None = None,
+        threshold: int | None = None,
+        min_clients: int = 2,
+        masking: bool = True,
+        round_timeout: float = 120.0,
+        eval_metric: str | None = None,
+        early_stopping_rounds: int | None = None,
+        session: str = DEFAULT_SESSION,
+    ) -> None:
+        self.params = params
+        self.identity = identity
+        self.threshold = threshold
+        self.min_clients = min_clients
+        self.masking = masking
+        self.round_timeout = round_timeout
+        self.eval_metric = eval_metric
+        self.early_stopping_rounds = early_stopping_rounds
+        self.session = session
+
+    async def afit(
+        self,
+        node: Node,
+        server: str,
+        X: Any,
+        y: Any,
+        eval_set: tuple[Any, Any] | None = None,
+    ) -> HomoClient:
+        """Train on local rows ``X``, ``y`` (optionally validated on local ``eval_set``)."""
+        config = _config(
+            self.params,
+            self.threshold,
+            self.min_clients,
+            self.masking,
+            self.round_timeout,
+            self.eval_metric,
+            self.early_stopping_rounds,
+        )
+        identity = self.identity
+        if identity is not None and not isinstance(identity, ClientIdentity):
+            identity = ClientIdentity.from_dir(identity)
+        async with node.session(_session_id(self.session, node.party_id), peers=[server]) as s:
+            self.model_: Booster = await client_train(
+                s, server, X, y, config, identity=identity, me=node.party_id, eval_set=eval_set
+            )
+        return self
+
+    def fit(
+        self, node: Node, server: str, X: Any, y: Any, eval_set: tuple[Any, Any] | None = None
+    ) -> HomoClient:
+        return _blocking(node, self.afit(node, server, X, y, eval_set))
+
+    def _model(self) -> Booster:
+        model = getattr(self, "model_", None)
+        if not isinstance(model, Booster):
+            raise NotFittedError("call fit or afit before predicting")
+        return model
+
+    def predict_proba(self, X: Any) -> F64:
+        """Class probabilities (binary: ``(n,)`` of class 1) or values; local only."""
+        return self._model().predict(X)
+
+    def predict(self, X: Any) -> F64:
+        """Labels for classification (argmax / ``p >= 0.5``), values for regression."""
+        model = self._model()
+        out = model.predict(X)
+        name = model.objective.name
+        if name == "multi:softmax":
+            return np.asarray(out.argmax(axis=1), dtype=np.float64)
+        if name == "binary:logistic":
+            return (out >= 0.5).astype(np.float64)
+        return out

@@ -1,0 +1,212 @@
+"""Shared pieces of the homo tests: a star of nodes (server + clients), data, certificates."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from p2pboost import certs
+from p2pboost.gbdt.booster import Booster
+from p2pboost.node import Node
+from p2pboost.protocols.homo_train import (
+    ClientIdentity,
+    HomoConfig,
+    HomoPhase,
+    HomoResult,
+    client_train,
+    server_train,
+)
+from tests.node.conftest import FAST, wait_until
+from transports.memory import MemoryNetwork, MemoryTransport
+
+SERVER = "server"
+CLIENTS = ["c1", "c2", "c3", "c4", "c5"]
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+#: Relaxed heart-beats: training's CPU bursts on shared cores must not look like dead links.
+TRAINING = replace(
+    FAST, heartbeat_interval=0.2, heartbeat_timeout=5.0, reconnect_timeout=10.0, close_timeout=1.0
+)
+
+
+@pytest.fixture(scope="session")
+def federation(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("homo-federation")
+    certs.init(out, [SERVER, *CLIENTS])
+    return out
+
+
+def load_csv(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels of a FATE homo file (columns id, y, x0...)."""
+    values = np.loadtxt(DATA / name, delimiter=",", skiprows=1, ndmin=2)
+    return values[:, 2:], values[:, 1]
+
+
+@pytest.fixture(scope="session")
+def breast() -> list[tuple[np.ndarray, np.ndarray]]:
+    return [load_csv("breast_homo_guest.csv"), load_csv("breast_homo_host.csv")]
+
+
+@dataclass
+class Star:
+    server: Node
+    clients: dict[str, Node]
+
+
+@contextlib.asynccontextmanager
+async def star(clients: Sequence[str]) -> AsyncIterator[Star]:
+    """A server node and client nodes over the in-memory network (clients dial the server)."""
+    net = MemoryNetwork()
+    async with contextlib.AsyncExitStack() as stack:
+        server = await stack.enter_async_context(
+            Node(
+                SERVER,
+                listen=f"mem://{SERVER}",
+                peers=dict.fromkeys(clients),
+                transport=MemoryTransport(net, SERVER, allowed_peers=clients),
+                config=TRAINING,
+            )
+        )
+        nodes = {}
+        for c in clients:
+            nodes[c] = await stack.enter_async_context(
+                Node(
+                    c,
+                    peers={SERVER: f"mem://{SERVER}"},
+                    transport=MemoryTransport(net, c, allowed_peers=[SERVER]),
+                    config=TRAINING,
+                )
+            )
+        await wait_until(lambda: all(p.connected for p in server.stats().peers.values()))
+        yield Star(server, nodes)
+
+
+@dataclass
+class Run:
+    result: HomoResult | BaseException
+    models: dict[str, Booster | BaseException]
+    received: list[tuple[str, str, object]]
+    plain: dict[str, dict[int, tuple[str, np.ndarray]]]
+
+
+async def run_homo(
+    parts: dict[str, tuple[np.ndarray, np.ndarray]],
+    config: HomoConfig,
+    federation: Path,
+    *,
+    eval_sets: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    hooks: dict[str, Callable[[dict[str, Any], HomoPhase], dict[str, Any]]] | None = None,
+    identities: dict[str, ClientIdentity] | None = None,
+    n_features: int | None = None,
+) -> Run:
+    """Train with one client per entry of ``parts``. ``hooks[c](reply, phase)`` returns what
+    ``c`` sends instead of ``reply``; raising :class:`Crash` kills ``c`` there (its task ends
+    and its node closes, as when its process dies)."""
+    received: list[tuple[str, str, object]] = []
+    plain: dict[str, dict[int, tuple[str, np.ndarray]]] = {c: {} for c in parts}
+    names = list(parts)
+    features = n_features or next(iter(parts.values()))[0].shape[1]
+    async with star(names) as s:
+
+        async def server() -> HomoResult:
+            async with contextlib.AsyncExitStack() as stack:
+                sessions = {
+                    c: await stack.enter_async_context(s.server.session(f"homo/{c}", peers=[c]))
+                    for c in names
+                }
+                return await server_train(
+                    sessions,
+                    config,
+                    n_features=features,
+                    tap=lambda kind, who, obj: received.append((kind, who, obj)),
+                )
+
+        async def client(c: str) -> Booster:
+            X, y = parts[c]
+            ident = (identities or {}).get(c) or ClientIdentity.from_dir(federation / c)
+
+            def record(r: int, what: str, vec: np.ndarray) -> None:
+                plain[c][r] = (what, vec.copy())
+
+            async with s.clients[c].session(f"homo/{c}", peers=[SERVER]) as sess:
+                return await client_train(
+                    sess,
+                    SERVER,
+                    X,
+                    y,
+                    config,
+                    identity=ident,
+                    me=c,
+                    eval_set=(eval_sets or {}).get(c),
+                    on_vector=record,
+                    before_send=(hooks or {}).get(c),
+                )
+
+        async def client_or_crash(c: str) -> Booster | BaseException:
+            try:
+                return await client(c)
+            except Crash as exc:
+                await s.clients[c].close(flush=False)  # the process is gone
+                return exc
+            except Exception as exc:
+                return exc
+
+        async def server_or_error() -> HomoResult | BaseException:
+            try:
+                return await server()
+            except Exception as exc:
+                return exc
+
+        async with asyncio.timeout(100):
+            res, *models = await asyncio.gather(
+                server_or_error(), *(client_or_crash(c) for c in names)
+            )
+    return Run(res, dict(zip(names, models, strict=True)), received, plain)
+
+
+class Crash(Exception):
+    """A simulated client crash."""
+
+
+def crash_at(op: str, nth: int, phase: HomoPhase = HomoPhase.TREES) -> Callable[..., Any]:
+    """A hook that kills the client before its ``nth`` ``op`` reply in ``phase``."""
+    seen = [0]
+
+    def hook(reply: dict[str, Any], now: HomoPhase) -> dict[str, Any]:
+        if reply["op"] == op and now is phase:
+            seen[0] += 1
+            if seen[0] == nth:
+                raise Crash(f"killed before {op} #{nth}")
+        return reply
+
+    return hook
+
+
+def same_trees(a: Booster, b: Booster) -> bool:
+    """Structure, splits, thresholds and leaf values all equal (bit for bit)."""
+    if len(a.trees) != len(b.trees) or a.tree_output != b.tree_output:
+        return False
+    if not np.array_equal(a.base_margin, b.base_margin):
+        return False
+    for ta, tb in zip(a.trees, b.trees, strict=True):
+        for name in (
+            "feature",
+            "threshold_bin",
+            "threshold",
+            "default_left",
+            "left",
+            "right",
+            "value",
+            "gain",
+            "cover",
+        ):
+            if not np.array_equal(getattr(ta, name), getattr(tb, name)):
+                return False
+    return True

@@ -1,0 +1,99 @@
+"""Homo training over the in-memory network: the model equals the core's on the union."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pboost.gbdt.booster import Booster, train
+from p2pboost.gbdt.metrics import logloss
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.protocols.homo_train import HomoConfig, HomoResult
+from tests.homo.conftest import load_csv, run_homo, same_trees
+
+
+async def test_binary_trees_identical_to_core_on_union(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    params = BoostParams(n_estimators=4, max_depth=4, max_bin=16)
+    parts = {"c1": breast[0], "c2": breast[1]}
+    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    assert isinstance(run.result, HomoResult), run.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    core = train(params, X, y)
+    np.testing.assert_array_equal(run.result.booster.mapper.edges[0], core.mapper.edges[0])
+    assert same_trees(run.result.booster, core)
+    for model in run.models.values():
+        assert isinstance(model, Booster), model
+        assert same_trees(model, core)
+        np.testing.assert_array_equal(model.predict(X), core.predict(X))
+
+
+@pytest.mark.parametrize(
+    ("files", "params"),
+    [
+        (
+            "vehicle_scale",
+            BoostParams(objective="multi:softmax", num_class=4, n_estimators=2, max_depth=3),
+        ),
+        (
+            "vehicle_scale",
+            BoostParams(
+                objective="multi:softmax",
+                num_class=4,
+                n_estimators=2,
+                max_depth=3,
+                multi_strategy="multi_output_tree",
+            ),
+        ),
+        ("student", BoostParams(objective="reg:squarederror", n_estimators=3, max_depth=3)),
+    ],
+    ids=["softmax", "softmax-vector-leaves", "regression"],
+)
+async def test_multiclass_and_regression_identical_to_core(
+    files: str, params: BoostParams, federation: Path
+) -> None:
+    parts = {
+        "c1": load_csv(f"{files}_homo_guest.csv"),
+        "c2": load_csv(f"{files}_homo_host.csv"),
+    }
+    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    assert isinstance(run.result, HomoResult), run.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    core = train(params, X, y)
+    assert same_trees(run.result.booster, core)
+    for model in run.models.values():
+        assert isinstance(model, Booster), model
+        assert same_trees(model, core)
+
+
+async def test_validation_on_aggregated_metric_and_early_stopping(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    params = BoostParams(n_estimators=40, max_depth=4, learning_rate=0.8, max_bin=16)
+    test = load_csv("breast_homo_test.csv")
+    parts = {"c1": breast[0], "c2": breast[1]}
+    # Each client validates on its own half of the test rows.
+    evals = {"c1": (test[0][::2], test[1][::2]), "c2": (test[0][1::2], test[1][1::2])}
+    config = HomoConfig(params=params, round_timeout=20, early_stopping_rounds=3)
+    run = await run_homo(parts, config, federation, eval_sets=evals)
+    assert isinstance(run.result, HomoResult), run.result
+    booster = run.result.booster
+    scores = run.result.evaluation
+    assert booster.best_iteration is not None
+    assert len(scores) == booster.n_rounds < params.n_estimators
+    assert booster.best_iteration == int(np.argmin(scores))
+    assert len(scores) - 1 - booster.best_iteration == 3
+    # The aggregated metric is the metric on the union of the validation rows.
+    Xv = np.vstack([e[0] for e in evals.values()])
+    yv = np.concatenate([e[1] for e in evals.values()])
+    for i in (0, len(scores) - 1):
+        want = logloss(yv, booster.predict(Xv, n_rounds=i + 1))
+        assert scores[i] == pytest.approx(want, abs=1e-6)
+    for model in run.models.values():
+        assert isinstance(model, Booster)
+        assert model.best_iteration == booster.best_iteration
