@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from p2pboost.certs import TLSConfig
+from p2pboost.estimators import HeteroGuest, HeteroHost
 from p2pboost.exceptions import (
     CodecError,
     ConfigError,
@@ -23,6 +24,8 @@ from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.homo import HomoClient, HomoServer
+from p2pboost.model import GuestModel, HostModel
 from p2pboost.node import (
     Channel,
     Node,
@@ -33,6 +36,8 @@ from p2pboost.node import (
     SessionState,
     StreamWriter,
 )
+from p2pboost.protocols.hetero_train import HeteroConfig
+from p2pboost.protocols.homo_train import ClientIdentity, HomoConfig
 
 __version__ = "0.1.0.dev0"
 
@@ -40,6 +45,7 @@ __all__ = [
     "BoostParams",
     "Booster",
     "Channel",
+    "ClientIdentity",
     "CodecError",
     "ConfigError",
     "CryptoError",
@@ -47,7 +53,15 @@ __all__ = [
     "EarlyStopping",
     "GBDTClassifier",
     "GBDTRegressor",
+    "GuestModel",
     "HandshakeError",
+    "HeteroConfig",
+    "HeteroGuest",
+    "HeteroHost",
+    "HomoClient",
+    "HomoConfig",
+    "HomoServer",
+    "HostModel",
     "InputError",
     "ModelError",
     "Node",

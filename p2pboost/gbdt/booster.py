@@ -32,7 +32,7 @@ from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Booster", "train"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "Booster", "refit_leaves", "train"]
 
 F64 = npt.NDArray[np.float64]
 EvalSet = tuple[Any, Any]
@@ -352,7 +352,7 @@ class _Round:
             )
             tree = grower.grow()
             if self.margin.shape[1] == 1:
-                tree = _refit(
+                tree = refit_leaves(
                     self.objective,
                     tree,
                     self.y,
@@ -374,7 +374,7 @@ def _on_grid(g: F64, h: F64, sample: npt.NDArray[np.int64] | None) -> tuple[F64,
     return quantize(g, choose_grid(g_used, n)), quantize(h, choose_grid(h_used, n))
 
 
-def _refit(
+def refit_leaves(
     objective: Objective,
     tree: Tree,
     y: F64,

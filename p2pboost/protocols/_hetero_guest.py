@@ -37,7 +37,7 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
-from p2pboost.gbdt.booster import _refit
+from p2pboost.gbdt.booster import refit_leaves
 from p2pboost.gbdt.fixedpoint import Grid, choose_grid, from_fixed, quantize, to_fixed
 from p2pboost.gbdt.grower import Frontier, LayerPlan, TreeGrower, partition_rows
 from p2pboost.gbdt.histogram import make_builder
@@ -285,7 +285,7 @@ def _refit_guest(
         cover=tree.cover,
         depth=tree.depth,
     )
-    refit = _refit(objective, core, y, margin, positions, sample, params.learning_rate)
+    refit = refit_leaves(objective, core, y, margin, positions, sample, params.learning_rate)
     return tree if refit is core else replace(tree, value=refit.value)
 
 

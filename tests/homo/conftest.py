@@ -28,7 +28,6 @@ from transports.memory import MemoryNetwork, MemoryTransport
 
 SERVER = "server"
 CLIENTS = ["c1", "c2", "c3", "c4", "c5"]
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 #: Relaxed heart-beats: training's CPU bursts on shared cores must not look like dead links.
 TRAINING = replace(
@@ -43,15 +42,36 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def load_csv(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels of a FATE homo file (columns id, y, x0...)."""
-    values = np.loadtxt(DATA / name, delimiter=",", skiprows=1, ndmin=2)
-    return values[:, 2:], values[:, 1]
+def bundled(
+    name: str,
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], tuple[np.ndarray, np.ndarray]]:
+    """Data bundled with scikit-learn (no download), split like FATE's homo files: two clients
+    with disjoint rows and the same features, plus a disjoint test set (a fifth of the rows).
+
+    ``breast``: binary (569 rows, 30 features); ``wine``: 3 classes (178 rows, 13 features);
+    ``diabetes``: regression (442 rows, 10 features).
+    """
+    from sklearn import datasets
+
+    loaders = {
+        "breast": datasets.load_breast_cancer,
+        "wine": datasets.load_wine,
+        "diabetes": datasets.load_diabetes,
+    }
+    X, y = loaders[name](return_X_y=True)
+    y = np.asarray(y, dtype=np.float64)
+    order = np.random.default_rng(0).permutation(len(y))
+    n_test = len(y) // 5
+    test, rest = order[:n_test], order[n_test:]
+    half = len(rest) // 2
+    first, second = rest[:half], rest[half:]
+    return {"c1": (X[first], y[first]), "c2": (X[second], y[second])}, (X[test], y[test])
 
 
 @pytest.fixture(scope="session")
 def breast() -> list[tuple[np.ndarray, np.ndarray]]:
-    return [load_csv("breast_homo_guest.csv"), load_csv("breast_homo_host.csv")]
+    parts, _ = bundled("breast")
+    return [parts["c1"], parts["c2"]]
 
 
 @dataclass

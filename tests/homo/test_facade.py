@@ -14,7 +14,7 @@ from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo import HomoClient, HomoServer
 from p2pboost.node import Node
-from tests.homo.conftest import SERVER, TRAINING, load_csv, same_trees
+from tests.homo.conftest import SERVER, TRAINING, bundled, same_trees
 
 
 async def _federation(
@@ -54,14 +54,13 @@ async def _federation(
 
 async def test_fit_over_mutual_tls_and_predict_locally(federation: Path) -> None:
     params = BoostParams(n_estimators=3, max_depth=3, max_bin=16)
-    parts = {"c1": load_csv("breast_homo_guest.csv"), "c2": load_csv("breast_homo_host.csv")}
+    parts, (Xt, _) = bundled("breast")
     server, clients = await _federation(federation, parts, params)
     assert isinstance(server, HomoServer), server
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
     core = train(params, X, y)
     assert same_trees(server.model_, core)
-    Xt, _ = load_csv("breast_homo_test.csv")
     for est in clients.values():
         assert isinstance(est, HomoClient), est
         np.testing.assert_array_equal(est.predict_proba(Xt), core.predict(Xt))
@@ -70,7 +69,7 @@ async def test_fit_over_mutual_tls_and_predict_locally(federation: Path) -> None
 
 async def test_unmasked_mode_needs_every_party_to_opt_in(federation: Path) -> None:
     params = BoostParams(n_estimators=1, max_depth=2, max_bin=8)
-    parts = {"c1": load_csv("breast_homo_guest.csv"), "c2": load_csv("breast_homo_host.csv")}
+    parts, _ = bundled("breast")
     _, clients = await _federation(federation, parts, params, server_masking=False)
     for err in clients.values():
         assert isinstance(err, RemoteProtocolError), err

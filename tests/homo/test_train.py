@@ -11,7 +11,7 @@ from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.metrics import logloss
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.protocols.homo_train import HomoConfig, HomoResult
-from tests.homo.conftest import load_csv, run_homo, same_trees
+from tests.homo.conftest import bundled, run_homo, same_trees
 
 
 async def test_binary_trees_identical_to_core_on_union(
@@ -36,30 +36,27 @@ async def test_binary_trees_identical_to_core_on_union(
     ("files", "params"),
     [
         (
-            "vehicle_scale",
-            BoostParams(objective="multi:softmax", num_class=4, n_estimators=2, max_depth=3),
+            "wine",
+            BoostParams(objective="multi:softmax", num_class=3, n_estimators=2, max_depth=3),
         ),
         (
-            "vehicle_scale",
+            "wine",
             BoostParams(
                 objective="multi:softmax",
-                num_class=4,
+                num_class=3,
                 n_estimators=2,
                 max_depth=3,
                 multi_strategy="multi_output_tree",
             ),
         ),
-        ("student", BoostParams(objective="reg:squarederror", n_estimators=3, max_depth=3)),
+        ("diabetes", BoostParams(objective="reg:squarederror", n_estimators=3, max_depth=3)),
     ],
     ids=["softmax", "softmax-vector-leaves", "regression"],
 )
 async def test_multiclass_and_regression_identical_to_core(
     files: str, params: BoostParams, federation: Path
 ) -> None:
-    parts = {
-        "c1": load_csv(f"{files}_homo_guest.csv"),
-        "c2": load_csv(f"{files}_homo_host.csv"),
-    }
+    parts, _ = bundled(files)
     run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
@@ -75,7 +72,7 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
     breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
 ) -> None:
     params = BoostParams(n_estimators=40, max_depth=4, learning_rate=0.8, max_bin=16)
-    test = load_csv("breast_homo_test.csv")
+    _, test = bundled("breast")
     parts = {"c1": breast[0], "c2": breast[1]}
     # Each client validates on its own half of the test rows.
     evals = {"c1": (test[0][::2], test[1][::2]), "c2": (test[0][1::2], test[1][1::2])}
