@@ -21,16 +21,16 @@ fitted attributes end in ``_`` (``model_``, ``feature_importances_``).
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError, LocalProtocolError, NotFittedError
+from p2pboost._blocking import run_with_node
+from p2pboost.exceptions import InputError, NotFittedError
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.model import GuestModel, HostModel
@@ -41,7 +41,6 @@ from p2pboost.protocols.hetero_train import HeteroConfig, guest_train, host_trai
 __all__ = ["HeteroGuest", "HeteroHost"]
 
 F64 = npt.NDArray[np.float64]
-R = TypeVar("R")
 DEFAULT_SESSION = "p2pboost-hetero"
 
 
@@ -53,23 +52,6 @@ def _check_ids(ids: Any, n_rows: int) -> None:
         raise InputError(f"ids must be one per row ({n_rows}), got shape {arr.shape}")
     if np.unique(arr).size != arr.size:
         raise InputError("ids must be unique")
-
-
-def _blocking(node: Node, call: Coroutine[Any, Any, R]) -> R:
-    """Run ``call`` inside ``async with node`` on a fresh event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        call.close()
-        raise LocalProtocolError("an event loop is running here: use the a-prefixed method")
-
-    async def main() -> R:
-        async with node:
-            return await call
-
-    return asyncio.run(main())
 
 
 class HeteroGuest:
@@ -139,7 +121,7 @@ class HeteroGuest:
 
     def fit(self, node: Node, hosts: Sequence[str], X: Any, y: Any, **kwargs: Any) -> HeteroGuest:
         """Blocking :meth:`afit`: starts ``node``, trains, closes it."""
-        return _blocking(node, self.afit(node, hosts, X, y, **kwargs))
+        return run_with_node(node, self.afit(node, hosts, X, y, **kwargs))
 
     async def apredict_margin(self, node: Node, X: Any, *, session_id: str | None = None) -> F64:
         """Raw scores ``(n, K)``; each host serves its part of the rows (``aserve_predict``)."""
@@ -154,7 +136,7 @@ class HeteroGuest:
 
     def predict(self, node: Node, X: Any, **kwargs: Any) -> F64:
         """Blocking :meth:`apredict`."""
-        return _blocking(node, self.apredict(node, X, **kwargs))
+        return run_with_node(node, self.apredict(node, X, **kwargs))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         self.model_.save(path)
@@ -219,7 +201,7 @@ class HeteroHost:
 
     def fit(self, node: Node, guest: str, X: Any, **kwargs: Any) -> HeteroHost:
         """Blocking :meth:`afit`."""
-        return _blocking(node, self.afit(node, guest, X, **kwargs))
+        return run_with_node(node, self.afit(node, guest, X, **kwargs))
 
     async def aserve_predict(self, node: Node, X: Any, *, session_id: str | None = None) -> None:
         """Answer one prediction request of the guest for this host's rows ``X``."""
@@ -230,7 +212,7 @@ class HeteroHost:
 
     def serve_predict(self, node: Node, X: Any, **kwargs: Any) -> None:
         """Blocking :meth:`aserve_predict`."""
-        _blocking(node, self.aserve_predict(node, X, **kwargs))
+        run_with_node(node, self.aserve_predict(node, X, **kwargs))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         self.model_.save(path)

@@ -24,16 +24,16 @@ fitted attributes end in ``_``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import LocalProtocolError, NotFittedError
+from p2pboost._blocking import run_with_node
+from p2pboost.exceptions import NotFittedError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.node import Node
@@ -49,30 +49,12 @@ from p2pboost.protocols.homo_train import (
 __all__ = ["DEFAULT_SESSION", "HomoClient", "HomoServer"]
 
 F64 = npt.NDArray[np.float64]
-R = TypeVar("R")
 DEFAULT_SESSION = "p2pboost-homo"
 
 
 def _session_id(session: str, client: str) -> str:
     """One session per client, so one client's failure never ends the others' sessions."""
     return f"{session}/{client}"
-
-
-def _blocking(node: Node, call: Coroutine[Any, Any, R]) -> R:
-    """Run ``call`` inside ``async with node`` on a fresh event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        call.close()
-        raise LocalProtocolError("an event loop is running here: use the a-prefixed method")
-
-    async def main() -> R:
-        async with node:
-            return await call
-
-    return asyncio.run(main())
 
 
 def _config(
@@ -148,7 +130,7 @@ class HomoServer:
         return self
 
     def fit(self, node: Node, clients: Sequence[str]) -> HomoServer:
-        return _blocking(node, self.afit(node, clients))
+        return run_with_node(node, self.afit(node, clients))
 
 
 class HomoClient:
@@ -212,7 +194,7 @@ class HomoClient:
     def fit(
         self, node: Node, server: str, X: Any, y: Any, eval_set: tuple[Any, Any] | None = None
     ) -> HomoClient:
-        return _blocking(node, self.afit(node, server, X, y, eval_set))
+        return run_with_node(node, self.afit(node, server, X, y, eval_set))
 
     def _model(self) -> Booster:
         model = getattr(self, "model_", None)
