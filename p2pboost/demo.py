@@ -1,31 +1,95 @@
-"""``p2pboost demo``: a model on data that needs no download, ending in one JSON line.
+"""``p2pboost demo``: a real federation on this machine, on data that needs no download.
 
-Modes:
+Modes (all on scikit-learn's bundled breast-cancer data: 569 rows, 30 features, a seeded
+2/3 : 1/3 train/test split):
 
-* ``plain``: the plaintext boosting core on scikit-learn's bundled breast-cancer data (569
-  rows, 30 features; a seeded 2/3 : 1/3 split), the reference the federated protocols are
-  checked against. The federated modes join it as their protocols land.
+* ``hetero`` (default): vertical SecureBoost. Two parties, the same rows: the *guest* holds
+  the label and the first 10 features, the *host* the other 20. Gradients travel
+  Paillier-encrypted; the host never sees a label, the guest never sees a host threshold.
+* ``homo``: horizontal SecureBoost. Two clients ``c1`` and ``c2`` hold disjoint halves of the
+  training rows (all 30 features, their own labels); a ``server`` holding no data sees only
+  securely aggregated histograms. Each client ends with the model and predicts locally.
+* ``plain``: the plaintext core in this process, the reference the federated modes equal.
 
-The last line printed is one JSON object: ``mode``, ``trees``, ``s_per_tree``, ``metric`` and
-``value`` (test AUC).
+The federated modes are real runs, not simulations: every party is a separate process
+(``spawn``) with its own event loop and :class:`~p2pboost.node.Node`, talking over WebSockets
+with mutual TLS on 127.0.0.1, with a CA and certificates made for the run in a temporary
+directory (deleted afterwards). The party whose id sorts first dials (guest -> host,
+c1/c2 -> server), so the host or the server listens on a free port and reports its address.
+This parent process only hands each party its share of the data, relays that address, prints
+the parties' progress and collects their results; it never carries their traffic. If a party
+fails, dies or the run passes its deadline, every party (with its worker processes) is killed
+and the failure is raised as one clear error: the command never hangs.
+
+The last line the CLI prints is one JSON object: ``mode``, ``trees``, ``s_per_tree`` (training
+wall time per tree, key generation and connection set-up included), ``metric`` and the test
+metric's value under the metric's name (``"auc": ...``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import math
+import multiprocessing
+import os
+import signal
+import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from p2pboost.exceptions import ConfigError
+from p2pboost.exceptions import (
+    ConfigError,
+    DeadlineExceeded,
+    P2PBoostError,
+    PeerDisconnected,
+    SessionClosed,
+)
 from p2pboost.gbdt.estimators import GBDTClassifier
 from p2pboost.gbdt.metrics import auc
+from p2pboost.gbdt.params import BoostParams
 
-__all__ = ["MODES", "DemoResult", "run_demo"]
+__all__ = [
+    "DEFAULT_KEY_BITS",
+    "DEFAULT_MODE",
+    "DEFAULT_TIMEOUT",
+    "MODES",
+    "DemoResult",
+    "run_demo",
+]
 
-MODES = ("plain",)
+F64 = npt.NDArray[np.float64]
+Progress = Callable[[str], None]
+
+MODES = ("hetero", "homo", "plain")
+DEFAULT_MODE = "hetero"
+#: Paillier key size of the demo. Real deployments default to 2048 bits
+#: (:class:`~p2pboost.protocols.hetero_train.HeteroConfig`); the demo trades that for speed.
+DEFAULT_KEY_BITS = 1024
+SECURE_KEY_BITS = 2048
+#: Seconds before every party is killed and the demo fails with DeadlineExceeded.
+DEFAULT_TIMEOUT = 300.0
+#: Features the hetero guest holds (the first ones); the host holds the rest.
+GUEST_FEATURES = 10
+#: After a party reported its result, how long it may take to exit.
+EXIT_GRACE = 15.0
+#: How often a party checks that the demo that started it is still alive (seconds).
+PARENT_CHECK = 1.0
+#: After one party failed, how long the others have to report their own errors.
+FAILURE_GRACE = 3.0
+
+LEARNING_RATE = 0.3
+MAX_BIN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +114,7 @@ class DemoResult:
         )
 
 
-def _load_breast_cancer() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def _load_breast_cancer() -> tuple[F64, F64]:
     try:
         from sklearn.datasets import load_breast_cancer
     except ImportError as exc:  # pragma: no cover - dev extra always has it
@@ -61,18 +125,426 @@ def _load_breast_cancer() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     return np.asarray(data.data, dtype=np.float64), np.asarray(data.target, dtype=np.float64)
 
 
-def run_demo(mode: str = "plain", *, trees: int = 25, depth: int = 5, seed: int = 0) -> DemoResult:
-    """Train and evaluate one demo model; see the module docstring."""
+def _split(seed: int) -> tuple[F64, F64, npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Data, labels, train rows, test rows (a seeded 2/3 : 1/3 split)."""
+    X, y = _load_breast_cancer()
+    order = np.random.default_rng(seed).permutation(len(y))
+    n_test = len(y) // 3
+    return X, y, order[n_test:], order[:n_test]
+
+
+def run_demo(
+    mode: str = DEFAULT_MODE,
+    *,
+    trees: int = 10,
+    depth: int = 5,
+    seed: int = 0,
+    key_bits: int = DEFAULT_KEY_BITS,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Progress | None = None,
+) -> DemoResult:
+    """Train and evaluate one demo model; see the module docstring.
+
+    ``key_bits`` (hetero only) below 2048 is an explicit opt-in to an insecure key size, made
+    here on the user's behalf because the demo's data is public. ``progress`` receives short
+    human-readable lines as the run goes.
+    """
     if mode not in MODES:
         raise ConfigError(f"unknown demo mode {mode!r}; choose one of {', '.join(MODES)}")
-    X, y = _load_breast_cancer()
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(y))
-    n_test = len(y) // 3
-    test, train = order[:n_test], order[n_test:]
-    model = GBDTClassifier(n_estimators=trees, max_depth=depth, learning_rate=0.3, max_bin=32)
+    if trees < 1 or depth < 1:
+        raise ConfigError("trees and depth must be at least 1")
+    if not timeout > 0:
+        raise ConfigError("timeout must be > 0")
+    say = progress or (lambda _line: None)
+    if mode == "plain":
+        return _plain(trees, depth, seed)
+    params = BoostParams(
+        n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN, seed=seed
+    ).validate()
+    if mode == "hetero":
+        return _hetero(params, seed, key_bits, timeout, say)
+    return _homo(params, seed, timeout, say)
+
+
+def _plain(trees: int, depth: int, seed: int) -> DemoResult:
+    X, y, train, test = _split(seed)
+    model = GBDTClassifier(
+        n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN
+    )
     t0 = time.perf_counter()
     model.fit(X[train], y[train])
     elapsed = time.perf_counter() - t0
     value = auc(y[test], model.predict_proba(X[test])[:, 1])
-    return DemoResult(mode, trees, elapsed / trees, "auc", float(value))
+    return DemoResult("plain", trees, elapsed / trees, "auc", float(value))
+
+
+# -- the federated modes: what the parent does -------------------------------------------------
+
+
+def _hetero(
+    params: BoostParams, seed: int, key_bits: int, timeout: float, say: Progress
+) -> DemoResult:
+    X, y, train, test = _split(seed)
+    g, h = slice(0, GUEST_FEATURES), slice(GUEST_FEATURES, X.shape[1])
+    if key_bits < SECURE_KEY_BITS:
+        say(
+            f"note: the demo uses {key_bits}-bit Paillier keys for speed; real deployments "
+            f"default to {SECURE_KEY_BITS} (try --key-bits {SECURE_KEY_BITS})"
+        )
+    say(
+        f"hetero: guest (label + {GUEST_FEATURES} features) and host ({X.shape[1] - GUEST_FEATURES}"
+        f" features) on {len(train)} shared rows, as separate processes over mutual-TLS "
+        "WebSockets on 127.0.0.1"
+    )
+    host = _Job(
+        "host",
+        "host",
+        params,
+        peers={"guest": None},
+        listen=True,
+        X=X[train][:, h],
+        X_test=X[test][:, h],
+    )
+    guest = _Job(
+        "guest",
+        "guest",
+        params,
+        peers={"host": ""},
+        X=X[train][:, g],
+        y=y[train],
+        X_test=X[test][:, g],
+        y_test=y[test],
+        key_bits=key_bits,
+    )
+    results = _run_federation(host, [guest], ("guest", "host"), timeout, say)
+    return DemoResult(
+        "hetero",
+        params.n_estimators,
+        results["guest"]["seconds"] / params.n_estimators,
+        "auc",
+        results["guest"]["auc"],
+    )
+
+
+def _homo(params: BoostParams, seed: int, timeout: float, say: Progress) -> DemoResult:
+    X, y, train, test = _split(seed)
+    halves = {"c1": train[: len(train) // 2], "c2": train[len(train) // 2 :]}
+    say(
+        f"homo: clients c1 ({len(halves['c1'])} rows) and c2 ({len(halves['c2'])} rows) and a "
+        "server with no data, as separate processes over mutual-TLS WebSockets on 127.0.0.1"
+    )
+    server = _Job("server", "server", params, peers=dict.fromkeys(halves), listen=True)
+    clients = [
+        _Job(
+            c,
+            "client",
+            params,
+            peers={"server": ""},
+            X=X[r],
+            y=y[r],
+            X_test=X[test],
+            y_test=y[test],
+        )
+        for c, r in halves.items()
+    ]
+    results = _run_federation(server, clients, ("server", *halves), timeout, say)
+    scores = {results[c]["auc"] for c in halves}
+    if len(scores) != 1:  # every client holds the same model: a difference is a bug
+        raise P2PBoostError(f"the clients' models disagree on the test set (AUCs {scores})")
+    return DemoResult(
+        "homo",
+        params.n_estimators,
+        results["server"]["seconds"] / params.n_estimators,
+        "auc",
+        scores.pop(),
+    )
+
+
+def _nothing() -> F64:
+    return np.empty(0)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Job:
+    """What one party process gets: its role, its share of the data, whom it talks to.
+
+    ``peers`` maps every other party to its address: ``None`` for one that dials us, ``""``
+    for the listener until it has reported its address. Shares a party does not hold stay
+    empty (the server holds no data; the host no labels).
+    """
+
+    party: str
+    role: str
+    params: BoostParams
+    peers: Mapping[str, str | None]
+    listen: bool = False
+    X: F64 = field(default_factory=_nothing)
+    y: F64 = field(default_factory=_nothing)
+    X_test: F64 = field(default_factory=_nothing)
+    y_test: F64 = field(default_factory=_nothing)
+    key_bits: int = DEFAULT_KEY_BITS
+    cert_dir: str = ""
+
+
+def _run_federation(
+    listener: _Job,
+    dialers: list[_Job],
+    parties: tuple[str, ...],
+    timeout: float,
+    say: Progress,
+) -> dict[str, dict[str, float]]:
+    """Run every party as a process; return each one's result, or kill them all and raise."""
+    from p2pboost import certs
+
+    with tempfile.TemporaryDirectory(prefix="p2pboost-demo-") as tmp:
+        certs.init(tmp, parties)
+        say(f"certificates for {', '.join(parties)} made in a temporary directory")
+        run = _Run(Path(tmp), listener, dialers, len(parties), time.monotonic() + timeout, say)
+        try:
+            run.start(listener)
+            run.collect(timeout)
+        finally:
+            run.kill_all()
+        return run.results
+
+
+class _Run:
+    """The parent's view of one federated run: party processes, their pipes, their results."""
+
+    def __init__(
+        self,
+        certs_dir: Path,
+        listener: _Job,
+        dialers: list[_Job],
+        n_parties: int,
+        deadline: float,
+        say: Progress,
+    ) -> None:
+        self.ctx = multiprocessing.get_context("spawn")
+        self.certs_dir = certs_dir
+        self.listener = listener
+        self.dialers = dialers
+        self.n_parties = n_parties
+        self.deadline = deadline
+        self.say = say
+        self.procs: dict[str, BaseProcess] = {}
+        self.conns: dict[str, Connection] = {}
+        self.results: dict[str, dict[str, float]] = {}
+        #: party -> (what it reported, whether it is a cause rather than a consequence)
+        self.errors: dict[str, tuple[str, bool]] = {}
+
+    def start(self, job: _Job, address: str | None = None) -> None:
+        peers = {p: (address if p == self.listener.party else a) for p, a in job.peers.items()}
+        job = replace(job, peers=peers, cert_dir=str(self.certs_dir / job.party))
+        reader, writer = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(
+            target=_party_main, args=(job, writer), name=f"p2pboost-{job.party}"
+        )
+        proc.start()
+        writer.close()  # the child holds the only writer: EOF once it is gone
+        self.procs[job.party], self.conns[job.party] = proc, reader
+
+    def collect(self, timeout: float) -> None:
+        """Wait for every party's result and clean exit; raise on failure or deadline.
+
+        One party's failure usually makes the others fail too (the session is aborted), so
+        after the first one the others get :data:`FAILURE_GRACE` seconds to report theirs;
+        the error then names the causes first and the consequences after.
+        """
+        grace_end = math.inf
+        while len(self.results) < self.n_parties:
+            now = time.monotonic()
+            waiting = [p for p in self.procs if p not in self.results and p not in self.errors]
+            if self.errors:
+                grace_end = min(grace_end, now + FAILURE_GRACE)
+                if not waiting or now >= grace_end:
+                    raise self.failure()
+            if not waiting and not self.errors:
+                raise P2PBoostError(f"demo party {self.listener.party!r} ended before listening")
+            if now >= self.deadline:
+                if self.errors:
+                    raise self.failure()
+                raise DeadlineExceeded(
+                    f"the demo did not finish within {timeout:g} s (waiting for "
+                    f"{', '.join(waiting)}); every party was stopped (a bigger run needs a larger "
+                    "timeout)"
+                )
+            handles = [self.conns[p] for p in waiting] + [self.procs[p].sentinel for p in waiting]
+            ready = wait(handles, timeout=min(self.deadline, grace_end) - now)
+            for party in waiting:
+                proc = self.procs[party]
+                if self.conns[party] in ready or proc.sentinel in ready:
+                    self.drain(party)
+                if (
+                    proc.sentinel in ready
+                    and party not in self.results
+                    and party not in self.errors
+                ):
+                    self.errors[party] = (f"exited (code {proc.exitcode}) without a result", True)
+        for party, proc in self.procs.items():
+            proc.join(max(0.0, min(EXIT_GRACE, self.deadline - time.monotonic())))
+            if proc.exitcode != 0:
+                raise P2PBoostError(
+                    f"demo party {party!r} reported its result but did not exit cleanly "
+                    f"(exit code {proc.exitcode})"
+                )
+
+    def failure(self) -> P2PBoostError:
+        ordered = sorted(self.errors.items(), key=lambda item: not item[1][1])
+        return P2PBoostError(
+            "; ".join(f"demo party {party!r} failed: {text}" for party, (text, _) in ordered)
+        )
+
+    def drain(self, party: str) -> None:
+        conn = self.conns[party]
+        with contextlib.suppress(EOFError, OSError):
+            while conn.poll():
+                self.handle(party, conn.recv())
+
+    def handle(self, party: str, message: object) -> None:
+        if not (isinstance(message, tuple) and len(message) == 2):
+            raise P2PBoostError(f"demo party {party!r} sent an unexpected message")
+        kind, value = message
+        if kind == "progress":
+            self.say(f"{party}: {value}")
+        elif kind == "listening" and party == self.listener.party and isinstance(value, str):
+            self.say(f"{party} listening on {value}")
+            for job in self.dialers:
+                self.start(job, value)
+        elif kind == "done" and isinstance(value, dict):
+            self.results[party] = value
+        elif kind == "error" and isinstance(value, tuple) and len(value) == 2:
+            self.errors[party] = (str(value[0]), bool(value[1]))
+        else:
+            raise P2PBoostError(f"demo party {party!r} sent an unexpected {kind!r} message")
+
+    def kill_all(self) -> None:
+        for proc in self.procs.values():
+            _kill(proc)
+        for conn in self.conns.values():
+            conn.close()
+
+
+def _kill(proc: BaseProcess) -> None:
+    """Kill a party and its worker processes (its own process group) if still running."""
+    if proc.pid is None:
+        return
+    if proc.exitcode is None:
+        # Each party leads its own process group (see _party_main), so its worker
+        # processes go with it; a party too young to have one is killed alone.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            proc.kill()
+    proc.join(5.0)
+    if proc.exitcode is not None:
+        proc.close()
+
+
+# -- the federated modes: what each party process does -----------------------------------------
+
+
+def _party_main(job: _Job, conn: Connection) -> None:
+    """Entry point of a party process: run the role, send ("done", result) or ("error", text)."""
+    with contextlib.suppress(OSError, AttributeError):  # POSIX only: lead a process group
+        os.setpgid(0, 0)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+
+    def send(kind: str, value: Any) -> None:
+        with contextlib.suppress(OSError):  # the parent is gone: nobody to tell
+            conn.send((kind, value))
+
+    try:
+        result = asyncio.run(_party(job, send))
+    except Exception as exc:
+        # A session aborted by a peer or a peer gone is a consequence of another failure.
+        cause = not isinstance(exc, SessionClosed | PeerDisconnected)
+        send("error", (f"{type(exc).__name__}: {exc}", cause))
+        conn.close()
+        raise SystemExit(1) from None
+    send("done", result)
+    conn.close()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Die with the demo: a parent killed outright (no chance to clean up) must not leave a
+    party, with its worker processes and open port, waiting for peers that never come."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK)
+    with contextlib.suppress(OSError, AttributeError):
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)  # this party and its workers
+    os._exit(1)
+
+
+async def _party(job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+    from p2pboost.certs import TLSConfig
+    from p2pboost.node import Node
+
+    peers = {p: (a or None) for p, a in job.peers.items()}
+    listen = "wss://127.0.0.1:0" if job.listen else None
+    async with Node(
+        job.party, listen=listen, peers=peers, tls=TLSConfig.from_dir(job.cert_dir)
+    ) as node:
+        if job.listen:
+            send("listening", node.address)
+        return await _ROLES[job.role](node, job, send)
+
+
+async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+    from p2pboost.estimators import HeteroGuest
+    from p2pboost.gbdt.callbacks import CallbackEnv
+    from p2pboost.protocols.hetero_train import HeteroConfig
+
+    n = job.params.n_estimators
+    send("progress", f"training {n} trees ({job.key_bits}-bit Paillier keys)...")
+    t0 = time.perf_counter()
+
+    def tree_done(env: CallbackEnv) -> None:
+        send("progress", f"tree {env.iteration + 1}/{n} ({time.perf_counter() - t0:.1f} s)")
+
+    config = HeteroConfig(key_bits=job.key_bits, allow_insecure_key=job.key_bits < SECURE_KEY_BITS)
+    guest = HeteroGuest(job.params, config=config)
+    await guest.afit(node, ["host"], job.X, job.y, callbacks=[tree_done])
+    seconds = time.perf_counter() - t0
+    proba = await guest.apredict(node, job.X_test)
+    value = _auc(job.y_test, proba)
+    send("progress", f"test AUC {value:.4f} on {len(job.y_test)} rows")
+    return {"seconds": seconds, "auc": value}
+
+
+async def _host(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+    from p2pboost.estimators import HeteroHost
+
+    host = await HeteroHost().afit(node, "guest", job.X)
+    send("progress", "trained; serving the guest's test predictions")
+    await host.aserve_predict(node, job.X_test)
+    return {}
+
+
+async def _server(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+    from p2pboost.homo import HomoServer
+
+    clients = sorted(job.peers)
+    send("progress", f"training {job.params.n_estimators} trees with {', '.join(clients)}...")
+    t0 = time.perf_counter()
+    await HomoServer(job.params).afit(node, clients)
+    return {"seconds": time.perf_counter() - t0}
+
+
+async def _client(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+    from p2pboost.homo import HomoClient
+
+    client = await HomoClient(job.params, identity=job.cert_dir).afit(node, "server", job.X, job.y)
+    value = _auc(job.y_test, client.predict_proba(job.X_test))
+    send("progress", f"test AUC {value:.4f} on {len(job.y_test)} rows (local prediction)")
+    return {"auc": value}
+
+
+def _auc(y: F64, proba: Any) -> float:
+    p = np.asarray(proba, dtype=np.float64)
+    return float(auc(y, p if p.ndim == 1 else p[:, -1]))
+
+
+_ROLES: dict[str, Callable[[Any, _Job, Callable[[str, Any], None]], Awaitable[dict[str, float]]]]
+_ROLES = {"guest": _guest, "host": _host, "server": _server, "client": _client}

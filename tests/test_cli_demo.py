@@ -1,23 +1,40 @@
-"""The README's main job: ``p2pboost demo`` runs, reports a sane metric and a JSON last line."""
+"""The README's main job: ``p2pboost demo`` runs, reports a sane metric and a JSON last line.
+
+The federated modes run for real here: separate party processes, mutual-TLS WebSockets on
+loopback, temporary certificates. Small models (2 trees of depth 2) keep them to seconds.
+"""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from p2pboost.cli import main
+from p2pboost.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["--trees", "2", "--depth", "2"]
+
+
+def _last_json(out: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def _demo_processes() -> list[str]:
+    """Party processes of the demo still alive (other tests' pools may run alongside)."""
+    return [p.name for p in multiprocessing.active_children() if p.name.startswith("p2pboost-")]
 
 
 def test_demo_prints_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--trees", "10", "--depth", "3"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    result = json.loads(last)
+    assert main(["demo", "--mode", "plain", "--trees", "10", "--depth", "3"]) == 0
+    result = _last_json(capsys.readouterr().out)
     assert result["mode"] == "plain"
     assert result["trees"] == 10
     assert result["metric"] == "auc"
@@ -25,9 +42,65 @@ def test_demo_prints_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["s_per_tree"] > 0
 
 
+def test_default_demo_is_hetero_over_tls_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--mode", "plain", *SMALL]) == 0
+    plain = _last_json(capsys.readouterr().out)
+    assert build_parser().parse_args(["demo"]).mode == "hetero"
+    assert main(["demo", *SMALL]) == 0
+    captured = capsys.readouterr()
+    result = _last_json(captured.out)
+    assert set(result) == {"mode", "trees", "s_per_tree", "metric", "auc"}
+    assert (result["mode"], result["trees"], result["metric"]) == ("hetero", 2, "auc")
+    assert 0.9 < result["auc"] <= 1.0
+    assert result["auc"] == plain["auc"]  # lossless: the same trees as the plaintext core
+    assert result["s_per_tree"] > 0
+    assert "host listening on wss://127.0.0.1:" in captured.err
+    assert "1024-bit Paillier keys for speed" in captured.err
+    assert "guest: tree 2/2" in captured.err
+    assert not _demo_processes()
+
+
+def test_homo_demo_runs_a_server_and_two_clients(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--mode", "plain", *SMALL]) == 0
+    plain = _last_json(capsys.readouterr().out)
+    assert main(["demo", "--mode", "homo", *SMALL]) == 0
+    captured = capsys.readouterr()
+    result = _last_json(captured.out)
+    assert (result["mode"], result["trees"], result["metric"]) == ("homo", 2, "auc")
+    assert 0.9 < result["auc"] <= 1.0
+    assert result["auc"] == plain["auc"]  # lossless, as the hetero mode
+    assert result["s_per_tree"] > 0
+    assert "server listening on wss://127.0.0.1:" in captured.err
+    assert "c1: test AUC" in captured.err
+    assert "c2: test AUC" in captured.err
+    assert not _demo_processes()
+
+
+def test_a_failing_party_ends_the_demo_with_one_clear_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    t0 = time.monotonic()
+    assert main(["demo", *SMALL, "--key-bits", "512"]) == 1
+    err = capsys.readouterr().err
+    assert "p2pboost: error: demo party 'guest' failed: InputError: key size" in err
+    assert "Traceback" not in err
+    assert time.monotonic() - t0 < 60
+    assert not _demo_processes()  # the host was stopped, not left waiting
+
+
+def test_a_run_past_its_deadline_is_stopped(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", *SMALL, "--timeout", "0.2"]) == 1
+    err = capsys.readouterr().err
+    assert "did not finish within 0.2 s" in err
+    assert "every party was stopped" in err
+    assert not _demo_processes()
+
+
 def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--trees", "0"]) == 1
     assert "at least 1" in capsys.readouterr().err
+    assert main(["demo", "--timeout", "0"]) == 1
+    assert "--timeout" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--mode", "nonsense"])
     assert exc.value.code == 2

@@ -1,0 +1,472 @@
+"""Hetero SecureBoost end to end: guest and hosts as separate processes over WebSocket + mTLS.
+
+``python -m benchmarks hetero --dataset synth150k --trees 5 --depth 5 --key-bits 1024
+[--hosts 1] [--bins 32 --lr 0.3 --seed 0 --workers W --rows N --data-dir DIR]``
+
+The guest holds ``NAME_hetero_guest.csv`` (labels and its features); the host features of
+``NAME_hetero_host.csv`` go to one host, or are split column-wise into ``--hosts`` contiguous
+blocks (host 1 first), as in ``lossless --mode hetero``. Rows are joined on ``id`` and split
+2/3 : 1/3 by :func:`benchmarks.lossless.load_hetero_split`; ``--rows N`` keeps only the first
+``N`` training rows (the test rows stay).
+
+Every party is its own spawned process with its own node, its own process pool of
+``--workers`` crypto workers (default: one per core) and a throw-away certificate from a
+federation CA; they talk over TLS 1.3 WebSockets on 127.0.0.1 (the hosts listen, the guest,
+whose id sorts first, dials). So the run pays for what a real deployment pays: encoding,
+framing, TLS, the kernel's loopback and the parties competing for the same cores.
+
+What is timed, and what is not:
+
+* ``s_per_tree``: the guest's wall time inside ``guest_train`` divided by the trees. The key
+  pair is generated and the pools are started (warmed) *before* that, as a long-running
+  party would have them, and reported on their own lines of the table.
+* ``phases``: per party, the wall seconds spent in each protocol phase (a
+  :class:`~p2pboost.protocols._hetero_common.Progress` that clocks every ``enter``). Wall
+  time includes waiting for the other side, so a host's ``layer`` also holds the time the
+  guest spends deciding. A host's clock starts when the guest's connection arrives.
+* ``floor_s_per_tree``: DESIGN.md section 2's cost model (encryptions, ciphertext
+  additions, compressions and decryptions per tree, each timed on one core in this run, once
+  before and once after the federation, the cheaper of the two kept) divided by the cores:
+  the time if every core did nothing but the unavoidable cryptography (see
+  :class:`benchmarks._hetero_lossless.CostModel`).
+* ``bytes_per_tree``: bytes the guest's node sent and received (all hosts, framing included)
+  during training, divided by the trees.
+* ``auc``: the federated model on the test rows through the one-round prediction protocol
+  (:mod:`p2pboost.protocols.hetero_predict`) over the same nodes; ``xgboost_auc``: xgboost
+  ``hist`` with the same trees, depth, bins, learning rate and lambda, one thread, trained
+  on the joined training rows in this run.
+
+Binary labels only (the key is ``auc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import data_dir, emit_json, print_table
+from benchmarks._hetero_lossless import CostModel, _candidates, _scored_nodes
+from benchmarks.lossless import (
+    DATASETS,
+    HeteroSplit,
+    Task,
+    _params,
+    _predict_xgb,
+    _xgboost_model,
+    load_hetero_split,
+)
+from p2pboost import certs
+from p2pboost.certs import TLSConfig
+from p2pboost.gbdt.metrics import auc
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.model import GuestModel
+from p2pboost.node import Node
+from p2pboost.protocols._hetero_common import GuestPhase, HostPhase, Progress
+from p2pboost.workers import default_workers, process_pool
+
+__all__ = ["PhaseClock", "main", "run_federation"]
+
+GUEST = "guest"
+#: How long the parent waits for any one message of a party before giving up (seconds).
+PARTY_TIMEOUT = 4 * 3600.0
+
+
+@dataclass
+class PhaseClock(Progress):
+    """A :class:`Progress` that adds up the wall seconds spent in each phase.
+
+    ``enter`` charges the time since the previous ``enter`` to the phase being left, so the
+    totals cover everything from construction to the last phase change (``done``, which the
+    protocols enter when they return, is never left and so never charged).
+    """
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    _mark: float = field(default_factory=time.perf_counter, init=False, repr=False)
+
+    def enter(self, phase: GuestPhase | HostPhase, depth: int = -1) -> None:
+        now = time.perf_counter()
+        key = self.phase.value
+        self.seconds[key] = self.seconds.get(key, 0.0) + (now - self._mark)
+        self._mark = now
+        super().enter(phase, depth)
+
+
+# -- the parties (each runs in its own spawned process) ----------------------------------------
+
+
+def _warm_pool(workers: int) -> Any:
+    """A process pool whose workers have started (start-up is not part of training)."""
+    pool = process_pool(workers)
+    list(pool.map(abs, range(workers)))
+    return pool
+
+
+def _party(conn: Connection, role: str, kwargs: dict[str, Any]) -> None:
+    """Process entry point: run the role, send ``("ok", result)`` or ``("error", text)``."""
+    try:
+        coro = _host(conn, **kwargs) if role == "host" else _guest(**kwargs)
+        conn.send(("ok", asyncio.run(coro)))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        raise
+    finally:
+        conn.close()
+
+
+async def _host(
+    conn: Connection,
+    fed: str,
+    name: str,
+    X: np.ndarray,
+    X_test: np.ndarray,
+    workers: int,
+) -> dict[str, Any]:
+    from p2pboost.protocols.hetero_predict import host_predict
+    from p2pboost.protocols.hetero_train import host_train
+
+    pool = _warm_pool(workers)
+    try:
+        async with Node(
+            name,
+            listen="wss://127.0.0.1:0",
+            peers={GUEST: None},
+            tls=TLSConfig.from_dir(Path(fed) / name),
+        ) as node:
+            conn.send(("address", node.address))
+            # Start the clock when the guest dials (it trains right away), not while it boots.
+            # The node has no public "connected" event, so poll its statistics.
+            while not node.stats().peers[GUEST].connected:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+            clock = PhaseClock(HostPhase.SETUP)
+            t0 = time.perf_counter()
+            async with node.session("bench", peers=[GUEST]) as session:
+                model = await host_train(
+                    session, GUEST, X, executor=pool, workers=workers, progress=clock
+                )
+            seconds = time.perf_counter() - t0
+            async with node.session("bench-predict", peers=[GUEST]) as session:
+                await host_predict(session, model, X_test)
+    finally:
+        pool.shutdown()
+    return {"seconds": seconds, "phases": clock.seconds}
+
+
+async def _guest(
+    fed: str,
+    addresses: dict[str, str],
+    X: np.ndarray,
+    y: np.ndarray,
+    X_test: np.ndarray,
+    params: dict[str, Any],
+    key_bits: int,
+    workers: int,
+) -> dict[str, Any]:
+    from p2pboost.crypto.paillier import generate_keypair
+    from p2pboost.protocols.hetero_predict import guest_predict
+    from p2pboost.protocols.hetero_train import HeteroConfig, guest_train
+
+    hosts = sorted(addresses)
+    insecure = key_bits < 2048
+    t0 = time.perf_counter()
+    keys = generate_keypair(key_bits, allow_insecure=insecure)
+    keygen = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pool = _warm_pool(workers)
+    pool_start = time.perf_counter() - t0
+    config = HeteroConfig(key_bits=key_bits, allow_insecure_key=insecure)
+    try:
+        async with Node(GUEST, peers=addresses, tls=TLSConfig.from_dir(Path(fed) / GUEST)) as node:
+            async with node.session("bench", peers=hosts) as session:
+                before = node.stats().peers
+                clock = PhaseClock(GuestPhase.SETUP)
+                t0 = time.perf_counter()
+                model = await guest_train(
+                    session,
+                    hosts,
+                    X,
+                    y,
+                    BoostParams.from_dict(params),
+                    config=config,
+                    executor=pool,
+                    keys=keys,
+                    progress=clock,
+                )
+                seconds = time.perf_counter() - t0
+                after = node.stats().peers
+            traffic = sum(
+                after[h].bytes_sent
+                + after[h].bytes_received
+                - before[h].bytes_sent
+                - before[h].bytes_received
+                for h in hosts
+            )
+            async with node.session("bench-predict", peers=hosts) as session:
+                margin = await guest_predict(session, model, X_test)
+    finally:
+        pool.shutdown()
+    return {
+        "seconds": seconds,
+        "phases": clock.seconds,
+        "bytes": traffic,
+        "keygen": keygen,
+        "pool_start": pool_start,
+        "model": model.to_dict(),
+        "proba": model.transform(margin),
+    }
+
+
+# -- the parent: spawn, wire, collect ----------------------------------------------------------
+
+
+def _receive(conn: Connection, proc: BaseProcess, what: str, kind: str) -> Any:
+    """The next message of a party, or SystemExit if it failed or died."""
+    deadline = time.monotonic() + PARTY_TIMEOUT
+    while not conn.poll(0.5):
+        if not proc.is_alive() and not conn.poll(0):
+            raise SystemExit(f"{what} exited (code {proc.exitcode}) without reporting")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not report within {PARTY_TIMEOUT:.0f} s")
+    tag, payload = conn.recv()
+    if tag == "error":
+        raise SystemExit(f"{what} failed:\n{payload}")
+    if tag != kind:
+        raise SystemExit(f"{what} sent {tag!r}, expected {kind!r}")
+    return payload
+
+
+@dataclass(frozen=True)
+class FederationResult:
+    """What the parties reported: the guest's dict and each host's, in host order."""
+
+    guest: dict[str, Any]
+    hosts: list[dict[str, Any]]
+
+
+def run_federation(
+    fed: Path,
+    split: HeteroSplit,
+    host_blocks: list[np.ndarray],
+    params: BoostParams,
+    *,
+    key_bits: int,
+    workers: int,
+) -> FederationResult:
+    """Train and predict once, guest and every host in its own spawned process."""
+    ctx = multiprocessing.get_context("spawn")
+    names = [f"host{k}" for k in range(1, len(host_blocks) + 1)]
+    procs: list[BaseProcess] = []
+    pipes: list[Connection] = []
+    try:
+        for name, block in zip(names, host_blocks, strict=True):
+            recv, send = ctx.Pipe(duplex=False)
+            kwargs = {
+                "fed": str(fed),
+                "name": name,
+                "X": split.host_train[:, block],
+                "X_test": split.host_test[:, block],
+                "workers": workers,
+            }
+            proc = ctx.Process(target=_party, args=(send, "host", kwargs), name=name)
+            proc.start()
+            send.close()
+            procs.append(proc)
+            pipes.append(recv)
+        addresses = {
+            name: _receive(pipe, proc, name, "address")
+            for name, pipe, proc in zip(names, pipes, procs, strict=True)
+        }
+        recv, send = ctx.Pipe(duplex=False)
+        kwargs = {
+            "fed": str(fed),
+            "addresses": addresses,
+            "X": split.guest_train,
+            "y": split.y_train,
+            "X_test": split.guest_test,
+            "params": params.to_dict(),
+            "key_bits": key_bits,
+            "workers": workers,
+        }
+        guest_proc = ctx.Process(target=_party, args=(send, "guest", kwargs), name=GUEST)
+        guest_proc.start()
+        send.close()
+        procs.insert(0, guest_proc)
+        guest = _receive(recv, guest_proc, GUEST, "ok")
+        hosts = [
+            _receive(pipe, proc, name, "ok")
+            for name, pipe, proc in zip(names, pipes, procs[1:], strict=True)
+        ]
+    finally:
+        for party in procs:
+            party.join(timeout=30)
+            if party.is_alive():
+                party.kill()
+                party.join()
+    return FederationResult(guest, hosts)
+
+
+def _phases(result: FederationResult, n_hosts: int) -> dict[str, dict[str, float]]:
+    names = [GUEST, *(f"host{k}" for k in range(1, n_hosts + 1))]
+    reports: list[Mapping[str, Any]] = [result.guest, *result.hosts]
+    return {
+        name: {phase: round(float(s), 4) for phase, s in report["phases"].items()}
+        for name, report in zip(names, reports, strict=True)
+    }
+
+
+def _least(a: CostModel, b: CostModel) -> CostModel:
+    """Per operation the cheaper of two measurements (before and after the federation).
+
+    The machine is shared, so a measurement can be slowed by someone else's work; the least
+    cost is the closest to the uncontended one, which makes the floor the harder target.
+    """
+    return CostModel(
+        encrypt=min(a.encrypt, b.encrypt),
+        add=min(a.add, b.add),
+        compress=min(a.compress, b.compress),
+        decrypt=min(a.decrypt, b.decrypt),
+        capacity=a.capacity,
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks hetero",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", required=True, choices=DATASETS)
+    parser.add_argument("--hosts", type=int, default=1)
+    parser.add_argument("--key-bits", type=int, default=2048, choices=[1024, 2048, 3072])
+    parser.add_argument("--trees", type=int, default=5)
+    parser.add_argument("--depth", type=int, default=5)
+    parser.add_argument("--bins", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", type=int, default=None, help="first N training rows only")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="crypto processes per party (default: cores)"
+    )
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    split = load_hetero_split(data_dir(args.data_dir), args.dataset)
+    if split.task is not Task.BINARY:
+        parser.error(f"{args.dataset} is not a binary task (this benchmark reports AUC)")
+    if not 1 <= args.hosts <= split.host_train.shape[1]:
+        parser.error("--hosts must be between 1 and the number of host features")
+    if args.rows is not None:
+        if args.rows < 2:
+            parser.error("--rows must be at least 2")
+        n = args.rows
+        split = replace(
+            split,
+            guest_train=split.guest_train[:n],
+            host_train=split.host_train[:n],
+            y_train=split.y_train[:n],
+        )
+    cores = default_workers()
+    workers = args.workers or cores
+    if workers < 1:
+        parser.error("--workers must be at least 1")
+    params = _params(args, split)
+    blocks = np.array_split(np.arange(split.host_train.shape[1]), args.hosts)
+    n_rows = int(split.y_train.size)
+    load_before = os.getloadavg()[0]
+    costs_before = CostModel.measure(args.key_bits, n_rows)
+
+    with tempfile.TemporaryDirectory(prefix="p2pboost-hetero-") as tmp:
+        fed = Path(tmp)
+        certs.init(fed, [GUEST, *(f"host{k}" for k in range(1, args.hosts + 1))])
+        result = run_federation(fed, split, blocks, params, key_bits=args.key_bits, workers=workers)
+
+    g = result.guest
+    model = GuestModel.from_dict(g["model"])
+    n_trees = max(1, len(model.trees))
+    s_per_tree = g["seconds"] / n_trees
+    fed_auc = float(auc(split.y_test, g["proba"]))
+
+    t0 = time.perf_counter()
+    xgb = _xgboost_model(args, split)
+    xgb.fit(split.X_train, split.y_train)
+    xgb_seconds = time.perf_counter() - t0
+    xgb_auc = float(auc(split.y_test, _predict_xgb(xgb, split.X_test, split.task)))
+
+    costs = _least(costs_before, CostModel.measure(args.key_bits, n_rows))
+    scored, layers = _scored_nodes(model, args.depth)
+    floor = costs.floor(
+        n_rows,
+        split.host_train.shape[1],
+        round(layers),
+        round(scored),
+        _candidates(split.host_train, args.bins),
+        cores,
+    )
+    phases = _phases(result, args.hosts)
+    bytes_per_tree = g["bytes"] / n_trees
+
+    rows: list[tuple[str, Any]] = [
+        ("dataset", args.dataset),
+        ("train rows / test rows", f"{n_rows} / {split.y_test.size}"),
+        (
+            "guest / host features",
+            f"{split.guest_train.shape[1]} / " + " + ".join(str(b.size) for b in blocks),
+        ),
+        ("trees / depth / bins / lr", f"{n_trees} / {args.depth} / {args.bins} / {args.lr}"),
+        ("key bits / workers per party / cores", f"{args.key_bits} / {workers} / {cores}"),
+        ("load average (1 min) before the run", load_before),
+        ("guest key generation s (not timed)", g["keygen"]),
+        ("guest pool start s (not timed)", g["pool_start"]),
+        ("federated s/tree (guest wall)", s_per_tree),
+        ("floor s/tree (cost model / cores)", floor),
+        ("s_per_tree / floor_s_per_tree", s_per_tree / floor),
+        (
+            "  encrypt / add / compress / decrypt (us)",
+            " / ".join(
+                f"{1e6 * v:.1f}" for v in (costs.encrypt, costs.add, costs.compress, costs.decrypt)
+            ),
+        ),
+        ("  split-infos per decryption", costs.capacity),
+        ("  scored nodes / layers per tree", f"{scored:.1f} / {layers:.1f}"),
+    ]
+    for party, per_phase in phases.items():
+        total = sum(per_phase.values())
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in per_phase.items())
+        rows.append((f"{party} phases s (total {total:.2f})", shown))
+    rows += [
+        ("MB per tree (guest sent + received)", bytes_per_tree / 1e6),
+        ("test AUC (federated, prediction protocol)", fed_auc),
+        ("test AUC (xgboost hist, joined)", xgb_auc),
+        ("xgboost s/tree (1 thread)", xgb_seconds / args.trees),
+    ]
+    print_table(
+        rows,
+        f"hetero SecureBoost, {args.dataset}, guest + {args.hosts} host(s) "
+        "(separate processes, WebSocket + mTLS)",
+    )
+    emit_json(
+        {
+            "benchmark": "hetero",
+            "dataset": args.dataset,
+            "rows": n_rows,
+            "key_bits": args.key_bits,
+            "s_per_tree": round(s_per_tree, 4),
+            "floor_s_per_tree": round(floor, 4),
+            "phases": phases,
+            "auc": round(fed_auc, 6),
+            "xgboost_auc": round(xgb_auc, 6),
+            "bytes_per_tree": round(bytes_per_tree),
+        }
+    )
+    return 0
