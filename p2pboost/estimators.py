@@ -11,9 +11,14 @@ In code that already runs an event loop::
         await host.aserve_predict(node, X_host_new)
 
 and in plain scripts, ``fit``/``predict``/``serve_predict`` take a node that is not started
-yet, run it for the call and close it. Rows must be aligned across parties (the same samples
-in the same order; see :mod:`p2pboost.protocols.psi`); ``ids`` are checked for shape and
-uniqueness so that an alignment step can be plugged in front.
+yet, run it for the call and close it.
+
+Alignment: pass ``ids`` (one unique id per row) to ``afit`` on **every** party and the parties
+first run private set intersection (:mod:`p2pboost.protocols.psi`) and train on the common
+rows only, in the guest's order; ``aligned_ids_`` holds those ids (each party learns the
+intersection and the other parties' set sizes, nothing else). Without ``ids`` the rows must
+already be aligned: the same samples in the same order at every party. ``eval_set`` rows and
+prediction batches must be aligned by the caller.
 
 Conventions as scikit-learn's: ``__init__`` only stores arguments, ``afit`` returns ``self``,
 fitted attributes end in ``_`` (``model_``, ``feature_importances_``).
@@ -37,6 +42,7 @@ from p2pboost.model import GuestModel, HostModel
 from p2pboost.node import Node
 from p2pboost.protocols.hetero_predict import guest_predict, host_predict
 from p2pboost.protocols.hetero_train import HeteroConfig, guest_train, host_train
+from p2pboost.protocols.psi import psi_guest, psi_host
 
 __all__ = ["HeteroGuest", "HeteroHost"]
 
@@ -52,6 +58,25 @@ def _check_ids(ids: Any, n_rows: int) -> None:
         raise InputError(f"ids must be one per row ({n_rows}), got shape {arr.shape}")
     if np.unique(arr).size != arr.size:
         raise InputError("ids must be unique")
+
+
+async def _aligned_positions(
+    node: Node,
+    session_id: str,
+    role: str,
+    peers: Sequence[str],
+    ids: Any,
+    executor: Executor | None,
+) -> npt.NDArray[np.int64]:
+    """Positions of this party's rows that every party holds, in the guest's order (PSI)."""
+    async with node.session(f"{session_id}-psi", peers=list(peers)) as session:
+        if role == "guest":
+            result = await psi_guest(session, list(peers), ids, executor=executor)
+        else:
+            result = await psi_host(session, peers[0], ids, executor=executor)
+    if result.size == 0:
+        raise InputError("the parties have no sample id in common: nothing to train on")
+    return result.positions
 
 
 class HeteroGuest:
@@ -99,7 +124,16 @@ class HeteroGuest:
     ) -> HeteroGuest:
         """Train with ``hosts`` over ``node`` (running); returns ``self``."""
         X_arr = np.asarray(X, dtype=np.float64)
+        y_arr = np.asarray(y)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
+        if ids is not None:
+            if y_arr.shape[:1] != X_arr.shape[:1]:
+                raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.shape[0]}")
+            keep = await _aligned_positions(
+                node, self.session_id, "guest", hosts, ids, self.executor
+            )
+            X_arr, y_arr = X_arr[keep], y_arr[keep]
+            self.aligned_ids_ = np.asarray(ids)[keep]
         cbs = list(callbacks)
         if self.early_stopping_rounds is not None:
             if not eval_set:
@@ -110,7 +144,7 @@ class HeteroGuest:
                 session,
                 list(hosts),
                 X_arr,
-                y,
+                y_arr,
                 self.params or BoostParams(),
                 eval_sets=eval_set,
                 callbacks=cbs,
@@ -188,6 +222,12 @@ class HeteroHost:
         """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features."""
         X_arr = np.asarray(X, dtype=np.float64)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
+        if ids is not None:
+            keep = await _aligned_positions(
+                node, self.session_id, "host", [guest], ids, self.executor
+            )
+            X_arr = X_arr[keep]
+            self.aligned_ids_ = np.asarray(ids)[keep]
         async with node.session(self.session_id, peers=[guest]) as session:
             self._model = await host_train(
                 session,

@@ -17,7 +17,7 @@ from p2pboost.gbdt.params import BoostParams
 from p2pboost.model import joined_trees
 from p2pboost.node import Node
 from tests.hetero.conftest import CONFIG, TRAINING, assert_same_trees
-from tests.node.conftest import WebSocketFabric, cluster
+from tests.node.conftest import MemoryFabric, WebSocketFabric, cluster
 from transports.memory import MemoryNetwork, MemoryTransport
 
 
@@ -89,3 +89,47 @@ async def test_blocking_fit_runs_its_own_node_and_loop(
         await guest.afit(guest_node, ["b"], Xg, y)
     assert await hosting is host
     assert_same_trees(joined_trees(guest.model_, [host.model_]), train(params, X, y))
+
+
+async def test_ids_align_the_parties_with_psi_before_training(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor
+) -> None:
+    """Each party holds a different, shuffled subset of the samples; with ``ids`` the facade
+    runs PSI first and trains on the common rows, in the guest's order."""
+    X, y = breast
+    rng = np.random.default_rng(7)
+    guest_rows = rng.permutation(y.size)[:420]
+    host_rows = rng.permutation(y.size)[:450]
+    common = [r for r in guest_rows.tolist() if r in set(host_rows.tolist())]
+    ids = np.array([f"patient-{r}" for r in range(y.size)])
+    params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
+    guest = HeteroGuest(params, config=CONFIG, executor=pool)
+    host = HeteroHost(executor=pool, workers=2)
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        a, b = c["a"], c["b"]
+        await asyncio.gather(
+            guest.afit(a, ["b"], X[guest_rows, :12], y[guest_rows], ids=ids[guest_rows]),
+            host.afit(b, "a", X[host_rows, 12:], ids=ids[host_rows]),
+        )
+    assert guest.aligned_ids_.tolist() == ids[common].tolist()
+    assert host.aligned_ids_.tolist() == ids[common].tolist()
+    core = train(params, X[common], y[common])
+    assert_same_trees(joined_trees(guest.model_, [host.model_]), core)
+
+
+async def test_no_common_id_is_a_clear_error(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor
+) -> None:
+    X, y = breast
+    guest = HeteroGuest(BoostParams(n_estimators=1), config=CONFIG, executor=pool)
+    host = HeteroHost(executor=pool)
+    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        a, b = c["a"], c["b"]
+        results = await asyncio.gather(
+            guest.afit(a, ["b"], X[:20, :12], y[:20], ids=np.arange(20)),
+            host.afit(b, "a", X[:20, 12:], ids=np.arange(100, 120)),
+            return_exceptions=True,
+        )
+    for result in results:
+        assert isinstance(result, InputError), result
+        assert "no sample id in common" in str(result)
