@@ -32,7 +32,15 @@ from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Booster", "refit_leaves", "train"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Booster",
+    "EvalData",
+    "bin_eval_sets",
+    "refit_leaves",
+    "train",
+]
 
 F64 = npt.NDArray[np.float64]
 EvalSet = tuple[Any, Any]
@@ -249,7 +257,7 @@ def train(
     vector_leaves = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
     k_out = objective.n_outputs
     booster = Booster(params, mapper, base, [], [], 1 if vector_leaves else k_out)
-    evals = _eval_sets(objective, mapper, base, eval_sets, eval_names)
+    evals = bin_eval_sets(objective, mapper, base, eval_sets, eval_names)
     state = _Round(
         params=params,
         objective=objective,
@@ -282,21 +290,25 @@ def train(
 
 
 @dataclass
-class _EvalSet:
+class EvalData:
     name: str
     data: BinnedData
     y: F64
     margin: F64
 
 
-def _eval_sets(
+def bin_eval_sets(
     objective: Objective,
     mapper: BinMapper,
-    base: F64,
+    base: F64 | None,
     eval_sets: Sequence[EvalSet],
     eval_names: Sequence[str] | None,
-) -> list[_EvalSet]:
-    """Bin the evaluation sets once; their margins are updated tree by tree."""
+) -> list[EvalData]:
+    """Check and bin the evaluation sets once; their margins are updated tree by tree.
+
+    Margins start at ``base``; with ``base=None`` they are left empty for the caller to set
+    (the federated guest learns its base margin later).
+    """
     names = list(eval_names) if eval_names is not None else []
     if eval_names is None:
         names = [f"valid_{i}" for i in range(len(eval_sets))]
@@ -308,7 +320,8 @@ def _eval_sets(
         arr = check_matrix(Xv, name=f"eval set {name!r}", n_features=mapper.n_features)
         if arr.shape[0] != yv_arr.size:
             raise InputError(f"eval set {name!r}: rows and labels differ in number")
-        out.append(_EvalSet(name, mapper.transform(arr), yv_arr, np.tile(base, (yv_arr.size, 1))))
+        margin = np.empty((0, 0)) if base is None else np.tile(base, (yv_arr.size, 1))
+        out.append(EvalData(name, mapper.transform(arr), yv_arr, margin))
     return out
 
 

@@ -32,12 +32,11 @@ from p2pboost.crypto.paillier import (
 from p2pboost.exceptions import (
     CodecError,
     CryptoError,
-    InputError,
     KeyMismatchError,
     RemoteProtocolError,
 )
-from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
-from p2pboost.gbdt.booster import refit_leaves
+from p2pboost.gbdt.binning import BinMapper, BinnedData
+from p2pboost.gbdt.booster import EvalData, refit_leaves
 from p2pboost.gbdt.fixedpoint import Grid, choose_grid, from_fixed, quantize, to_fixed
 from p2pboost.gbdt.grower import Frontier, LayerPlan, TreeGrower, partition_rows
 from p2pboost.gbdt.histogram import make_builder
@@ -66,21 +65,11 @@ from p2pboost.protocols._hetero_common import (
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = [
-    "EvalSet",
     "GuestTrainer",
     "HostLink",
-    "guest_eval_sets",
     "model_fingerprint",
     "prediction",
 ]
-
-
-@dataclass
-class EvalSet:
-    name: str
-    data: BinnedData
-    y: F64
-    margin: F64
 
 
 @dataclass
@@ -128,27 +117,6 @@ def prediction(objective: Objective, margin: F64) -> F64:
     return out[:, 0] if out.shape[1] == 1 else out
 
 
-def guest_eval_sets(
-    objective: Objective,
-    mapper: BinMapper,
-    eval_sets: Sequence[tuple[Any, Any]],
-    eval_names: Sequence[str] | None,
-) -> list[EvalSet]:
-    names = list(eval_names) if eval_names is not None else []
-    if eval_names is None:
-        names = [f"valid_{i}" for i in range(len(eval_sets))]
-    if len(names) != len(eval_sets) or len(set(names)) != len(names):
-        raise InputError("eval_names must name each evaluation set once")
-    out = []
-    for name, (Xv, yv) in zip(names, eval_sets, strict=True):
-        yv_arr = objective.check_labels(yv)
-        arr = check_matrix(Xv, name=f"eval set {name!r}", n_features=mapper.n_features)
-        if arr.shape[0] != yv_arr.size:
-            raise InputError(f"eval set {name!r}: rows and labels differ in number")
-        out.append(EvalSet(name, mapper.transform(arr), yv_arr, np.empty((0, 0))))
-    return out
-
-
 @dataclass
 class GuestTrainer:
     """The guest's state across trees; :meth:`grow` runs the protocol for one tree."""
@@ -163,7 +131,7 @@ class GuestTrainer:
     data: BinnedData
     y: F64
     margin: F64
-    evals: list[EvalSet]
+    evals: list[EvalData]
     progress: Progress
 
     def __post_init__(self) -> None:

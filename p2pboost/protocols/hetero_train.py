@@ -65,6 +65,7 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
+from p2pboost.gbdt.booster import bin_eval_sets
 from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import get_objective
@@ -89,7 +90,6 @@ from p2pboost.protocols._hetero_common import (
 from p2pboost.protocols._hetero_guest import (
     GuestTrainer,
     HostLink,
-    guest_eval_sets,
     model_fingerprint,
     prediction,
 )
@@ -145,7 +145,7 @@ async def guest_train(
     progress.enter(GuestPhase.SETUP)
     mapper = BinMapper(params.max_bin).fit(X_arr)
     data = mapper.transform(X_arr)
-    evals = guest_eval_sets(objective, mapper, eval_sets, eval_names)
+    evals = bin_eval_sets(objective, mapper, None, eval_sets, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
 
     links = [
