@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -44,16 +45,18 @@ async def wait_until(predicate: Callable[[], bool], within: float = 5.0) -> None
             await asyncio.sleep(0.005)
 
 
-class Fabric:
+class Fabric(ABC):
     """How to build transports and listen addresses for one kind of network."""
 
     kind = "abstract"
 
+    @abstractmethod
     def transport(self, party: str, peers: Iterable[str]) -> Transport:
-        raise NotImplementedError
+        """A transport for ``party`` that accepts ``peers``."""
 
+    @abstractmethod
     def listen_address(self, party: str) -> str:
-        raise NotImplementedError
+        """Where ``party`` listens on this network."""
 
 
 class MemoryFabric(Fabric):

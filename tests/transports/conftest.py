@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,12 +32,13 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-class Harness:
+class Harness(ABC):
     """Builds transports of one kind and runs a server that hands out accepted connections."""
 
     kind: str
     listen_address: str
 
+    @abstractmethod
     def transport(
         self,
         party: str,
@@ -45,7 +47,7 @@ class Harness:
         max_message_bytes: int = 1 << 20,
         on_error: Callable[[Exception], None] | None = None,
     ) -> Transport:
-        raise NotImplementedError
+        """A transport for ``party`` with the given limits and error hook."""
 
     @asynccontextmanager
     async def server(
