@@ -19,7 +19,9 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
     SessionClosed,
     TransportError,
+    UnknownIdError,
 )
+from p2pboost.feature_store import ArrayStore, CallbackStore, FeatureStore
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
@@ -38,12 +40,15 @@ from p2pboost.node import (
 )
 from p2pboost.protocols.hetero_train import HeteroConfig
 from p2pboost.protocols.homo_train import ClientIdentity, HomoConfig
+from p2pboost.serving import GuestPredictor, Prediction, ServingStats, serve_host
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ArrayStore",
     "BoostParams",
     "Booster",
+    "CallbackStore",
     "Channel",
     "ClientIdentity",
     "CodecError",
@@ -51,9 +56,11 @@ __all__ = [
     "CryptoError",
     "DeadlineExceeded",
     "EarlyStopping",
+    "FeatureStore",
     "GBDTClassifier",
     "GBDTRegressor",
     "GuestModel",
+    "GuestPredictor",
     "HandshakeError",
     "HeteroConfig",
     "HeteroGuest",
@@ -71,14 +78,18 @@ __all__ = [
     "P2PBoostError",
     "PeerDisconnected",
     "PeerStats",
+    "Prediction",
     "ProtocolError",
     "RemoteProtocolError",
+    "ServingStats",
     "Session",
     "SessionClosed",
     "SessionState",
     "StreamWriter",
     "TLSConfig",
     "TransportError",
+    "UnknownIdError",
     "__version__",
+    "serve_host",
     "train",
 ]

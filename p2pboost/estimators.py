@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from p2pboost._blocking import run_with_node
 from p2pboost.exceptions import InputError, NotFittedError
+from p2pboost.feature_store import FeatureStore
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.model import GuestModel, HostModel
@@ -43,6 +44,7 @@ from p2pboost.node import Node
 from p2pboost.protocols.hetero_predict import guest_predict, host_predict
 from p2pboost.protocols.hetero_train import HeteroConfig, guest_train, host_train
 from p2pboost.protocols.psi import psi_guest, psi_host
+from p2pboost.serving import GuestPredictor, serve_host
 
 __all__ = ["HeteroGuest", "HeteroHost"]
 
@@ -172,6 +174,14 @@ class HeteroGuest:
         """Blocking :meth:`apredict`."""
         return run_with_node(node, self.apredict(node, X, **kwargs))
 
+    def predictor(self, node: Node, **kwargs: Any) -> GuestPredictor:
+        """An online/batch inference service over ``node`` (running): hosts find rows by id.
+
+        ``async with guest.predictor(node) as p: await p.predict(id, x)``; keyword arguments
+        go to :class:`~p2pboost.serving.GuestPredictor` (``max_batch``, ``host_timeout``, ...).
+        """
+        return GuestPredictor(node, self.model_, **kwargs)
+
     def save(self, path: str | os.PathLike[str]) -> None:
         self.model_.save(path)
 
@@ -253,6 +263,14 @@ class HeteroHost:
     def serve_predict(self, node: Node, X: Any, **kwargs: Any) -> None:
         """Blocking :meth:`aserve_predict`."""
         run_with_node(node, self.aserve_predict(node, X, **kwargs))
+
+    async def aserve(
+        self, node: Node, store: FeatureStore, *, sessions: int | None = None, **kwargs: Any
+    ) -> None:
+        """Answer the guest's inference sessions (a :class:`~p2pboost.serving.GuestPredictor`)
+        with rows looked up by id in ``store``; returns after ``sessions`` ended (None: never).
+        """
+        await serve_host(node, self.model_, store, sessions=sessions, **kwargs)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         self.model_.save(path)

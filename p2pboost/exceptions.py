@@ -9,7 +9,8 @@ families keeps working.
 
     P2PBoostError
     ├── InputError (ValueError)            bad arguments or data handed to p2pboost by the caller
-    │   └── NotFittedError                 predict() before fit()
+    │   ├── NotFittedError                 predict() before fit()
+    │   └── UnknownIdError                 a host holds no features for some requested ids
     ├── ConfigError (ValueError)           bad configuration file, key or certificate path
     ├── CodecError (ValueError)            bytes that do not decode to a valid message
     ├── CryptoError                        a cryptographic check failed
@@ -50,6 +51,7 @@ __all__ = [
     "RemoteProtocolError",
     "SessionClosed",
     "TransportError",
+    "UnknownIdError",
 ]
 
 
@@ -63,6 +65,21 @@ class InputError(P2PBoostError, ValueError):
 
 class NotFittedError(InputError):
     """A model was used before it was fitted or loaded."""
+
+
+class UnknownIdError(InputError):
+    """A host has no features for some of the sample ids a prediction asked for.
+
+    ``peer`` names the host and ``ids`` lists the ids it lacks (ids the caller sent, so
+    nothing new is revealed to the caller; the host learns that they were asked for).
+    """
+
+    def __init__(self, peer: str, ids: list[object]) -> None:
+        ids = [i.item() if hasattr(i, "item") else i for i in ids]  # numpy scalars read badly
+        shown = ", ".join(repr(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+        super().__init__(f"{peer}: no features for {len(ids)} requested id(s): {shown}")
+        self.peer = peer
+        self.ids = ids
 
 
 class ConfigError(P2PBoostError, ValueError):

@@ -224,6 +224,7 @@ class Node:
         self._ended: OrderedDict[str, None] = OrderedDict()  # recently ended session ids
         self._incoming: deque[Session] = deque()
         self._incoming_event: asyncio.Event | None = None
+        self._connected_events: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._listener: Listener | None = None
         self._running = False
@@ -386,6 +387,31 @@ class Node:
                             notify_except=peer,
                         )
                         break
+
+    def is_connected(self, peer: str) -> bool:
+        """Whether a connection to ``peer`` is up right now (it may drop at any moment)."""
+        self._check_peers([peer])
+        link = self._links.get(peer)
+        return link is not None and link.connected
+
+    async def wait_connected(self, peer: str) -> None:
+        """Wait until a connection to ``peer`` is up (bound it with ``asyncio.timeout``).
+
+        Lets a service fail fast while a peer is away instead of queueing work behind a
+        re-dial: online serving checks this before sending a batch.
+        """
+        self._check_running()
+        self._check_peers([peer])
+        link = self._links[peer]
+        if link.connected:
+            return
+        event = self._connected_events.get(peer)
+        if event is None:
+            event = self._connected_events[peer] = asyncio.Event()
+        event.clear()
+        while not link.connected:
+            await event.wait()
+            event.clear()
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -563,6 +589,12 @@ class Node:
                 session._fail(PeerDisconnected(link.peer, reason), notify_except=link.peer)
 
     def _link_state_changed(self, link: Link) -> None:
+        event = self._connected_events.get(link.peer)
+        if event is not None:
+            if link.connected:
+                event.set()
+            else:
+                event.clear()
         for session in self._sessions.values():
             if link.peer in session._peers:
                 session._wake_peer(link.peer)

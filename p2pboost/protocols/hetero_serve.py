@@ -1,0 +1,492 @@
+"""Long-lived hetero inference sessions: one round trip per host per batch, rows found by id.
+
+::
+
+    guest                                          host
+    -----                                          ----
+    serve: {"t": "hello", "v", "fingerprint",
+            "trees"}                           ->
+                                               <-  {"t": "ready", "tree", "node"}  (or "refuse")
+    serve: {"t": "q", "seq", "ids"}            ->  looks the ids up in its feature store,
+                                               <-  {"t": "bits", "seq", "bits", "unknown"}
+    ...one "q" per batch, for as long as the session lives...
+    serve: {"t": "psi", "seq", "session"}      ->  (only when a batch asks for PSI alignment)
+                                               <-  {"t": "psi-ready", "seq"}; then PSI runs in
+                                                   that sub-session on the batch's ids
+    serve: {"t": "bye"}                        ->  the host ends the session
+
+At ``hello`` both sides check the model fingerprint (files of another training are refused
+at connect, not at the first request), the guest says how many trees it predicts with (the
+host sends no bits for later trees), and the host states which splits it will answer for, in
+the order its bits will come: the guest checks that list against its trees once, so a batch
+carries nothing but the ids and the packed bits. ``unknown`` lists the positions of ids the
+host does not hold (their bits are zero); the guest turns them into
+:class:`~p2pboost.exceptions.UnknownIdError` for those rows only.
+
+What crosses the wire: the host receives sample ids, never the guest's features or scores;
+the guest receives one bit per (host split, row), never a host value or threshold. The bits
+include splits off the row's path (see ``docs/explanation/leakage.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import (
+    InputError,
+    ModelError,
+    P2PBoostError,
+    PeerDisconnected,
+    RemoteProtocolError,
+    SessionClosed,
+)
+from p2pboost.feature_store import FeatureStore, normalise_ids
+from p2pboost.inference import HostSplits, host_bits, pack_bits, padding_is_clear, unpack_bits
+from p2pboost.model import HostModel
+from p2pboost.node import Channel, Node, Session
+from p2pboost.protocols.psi import psi_guest, psi_host
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_ID_CHARS",
+    "MAX_ROWS",
+    "HostAnswer",
+    "HostClient",
+    "ServePhase",
+    "serve_host",
+]
+
+logger = logging.getLogger("p2pboost.serving")
+
+PROTOCOL_VERSION = 1
+CHANNEL = "serve"
+DEFAULT_PREFIX = "p2pboost-serve"
+#: Rows one query may name (the guest splits larger batches); bounds the host's memory.
+MAX_ROWS = 1_000_000
+#: Longest string id accepted from a peer.
+MAX_ID_CHARS = 256
+#: Above this many (split x row) decisions, the work leaves the event loop for a thread.
+OFFLOAD_CELLS = 2_000_000
+
+B8 = npt.NDArray[np.bool_]
+I64 = npt.NDArray[np.int64]
+
+
+class ServePhase(Enum):
+    """Where a serving session is (for logs and error messages)."""
+
+    CONNECTING = "connecting"
+    SERVING = "serving"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class HostAnswer:
+    """One host's answer to a query: ``go_left[split, row]`` and the rows it lacks."""
+
+    go_left: B8
+    unknown: I64
+
+
+# -- wire validation ----------------------------------------------------------------------------
+
+
+def ids_to_wire(ids: npt.NDArray[Any]) -> object:
+    """Integer ids travel as an int64 array, string ids as a list of str."""
+    return ids if ids.dtype.kind == "i" else [str(i) for i in ids.tolist()]
+
+
+def ids_from_wire(obj: object, peer: str, max_rows: int) -> npt.NDArray[Any]:
+    """Validate ids a peer sent: int64 1-d array or list of short strings, within limits."""
+    if isinstance(obj, np.ndarray):
+        if obj.dtype != np.int64 or obj.ndim != 1:
+            raise RemoteProtocolError("ids must be a 1-d int64 array", peer=peer)
+        arr: npt.NDArray[Any] = obj
+    elif isinstance(obj, list) and all(isinstance(i, str) for i in obj):
+        if any(len(i) > MAX_ID_CHARS for i in obj):
+            raise RemoteProtocolError(f"string ids longer than {MAX_ID_CHARS}", peer=peer)
+        arr = np.array(obj, dtype=str) if obj else np.empty(0, dtype=str)
+    else:
+        raise RemoteProtocolError("ids must be an int64 array or a list of str", peer=peer)
+    if arr.size > max_rows:
+        raise RemoteProtocolError(f"{arr.size} ids in one query (max {max_rows})", peer=peer)
+    return arr
+
+
+def _message(obj: object, peer: str, *types: str) -> dict[str, Any]:
+    if not isinstance(obj, dict) or obj.get("t") not in types:
+        got = obj.get("t") if isinstance(obj, dict) else type(obj).__name__
+        raise RemoteProtocolError(f"expected {' or '.join(types)!s}, got {got!r}", peer=peer)
+    return obj
+
+
+def _int(msg: dict[str, Any], key: str, peer: str) -> int:
+    value = msg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise RemoteProtocolError(f"{key!r} must be a non-negative int", peer=peer)
+    return value
+
+
+def _int64_array(msg: dict[str, Any], key: str, peer: str) -> I64:
+    arr = msg.get(key)
+    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 1:
+        raise RemoteProtocolError(f"{key!r} must be a 1-d int64 array", peer=peer)
+    return arr
+
+
+# -- host -----------------------------------------------------------------------------------------
+
+
+async def serve_host(
+    node: Node,
+    model: HostModel,
+    store: FeatureStore,
+    *,
+    session_prefix: str = DEFAULT_PREFIX,
+    sessions: int | None = None,
+    max_rows: int = MAX_ROWS,
+    executor: Executor | None = None,
+    on_session: Callable[[str], None] | None = None,
+) -> None:
+    """Answer the guest's inference sessions until ``sessions`` of them ended (None: forever).
+
+    Sessions whose id does not start with ``session_prefix`` or that another party opened are
+    refused. One failing session (a guest that breaks the protocol or goes away) is logged and
+    the host keeps serving; with a finite ``sessions`` the first such error is raised at the
+    end, so a one-shot batch prediction does not report success after a failure.
+    """
+    if store.n_features != model.n_features:
+        raise InputError(
+            f"the feature store has {store.n_features} features, the model {model.n_features}"
+        )
+    splits = HostSplits.of(model)
+    done = 0
+    errors: list[BaseException] = []
+    tasks: set[asyncio.Task[None]] = set()
+    finished = asyncio.Event()
+
+    def ended(task: asyncio.Task[None]) -> None:
+        nonlocal done
+        tasks.discard(task)
+        done += 1
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            assert exc is not None
+            errors.append(exc)
+            logger.warning("inference session ended with an error: %s", exc)
+        finished.set()
+
+    accept: asyncio.Future[Session] | None = None
+    ended_one: asyncio.Future[Any] | None = None
+    try:
+        while sessions is None or done < sessions:
+            if accept is None:
+                accept = asyncio.ensure_future(node.accept_session())
+            ended_one = asyncio.ensure_future(finished.wait())
+            await asyncio.wait([accept, ended_one], return_when=asyncio.FIRST_COMPLETED)
+            ended_one.cancel()
+            finished.clear()
+            if not accept.done():
+                continue  # a session ended: check the count again
+            session, accept = accept.result(), None
+            if not session.id.startswith(session_prefix) or set(session.peers) != {model.guest}:
+                await session.abort(f"not an inference session with {model.guest!r}")
+                continue
+            if sessions is not None and done + len(tasks) >= sessions:
+                await session.abort("this host serves no more sessions")
+                continue
+            if on_session is not None:
+                on_session(session.id)
+            task = asyncio.create_task(
+                _host_session(node, session, model, store, splits, max_rows, executor)
+            )
+            tasks.add(task)
+            task.add_done_callback(ended)
+    finally:
+        waiting = [f for f in (accept, ended_one) if f is not None]
+        for fut in [*waiting, *tasks]:
+            fut.cancel()
+        await asyncio.gather(*waiting, *tasks, return_exceptions=True)
+    if errors:
+        raise errors[0]
+
+
+async def _host_session(
+    node: Node,
+    session: Session,
+    model: HostModel,
+    store: FeatureStore,
+    splits: HostSplits,
+    max_rows: int,
+    executor: Executor | None,
+) -> None:
+    guest = model.guest
+    async with session:
+        ch = session.channel(guest, CHANNEL)
+        hello = _message(await ch.recv(), guest, "hello")
+        refusal: P2PBoostError | None = None
+        if hello.get("v") != PROTOCOL_VERSION:
+            refusal = RemoteProtocolError(f"protocol version {hello.get('v')!r}", peer=guest)
+            reason = f"this host speaks protocol version {PROTOCOL_VERSION} only"
+        elif hello.get("fingerprint") != model.fingerprint:
+            reason = (
+                f"host model fingerprint {model.fingerprint[:12]} differs from the guest's "
+                f"{str(hello.get('fingerprint'))[:12]}: the files are from different trainings"
+            )
+            refusal = ModelError(f"{guest}: {reason}")
+        trees = hello.get("trees")
+        if refusal is None and (not isinstance(trees, int) or isinstance(trees, bool) or trees < 0):
+            refusal = RemoteProtocolError("'trees' must be a non-negative int", peer=guest)
+            reason = "'trees' must be a non-negative int"
+        if refusal is not None:
+            # Closed, not aborted, so that the guest reads the reason before the end.
+            await ch.send({"t": "refuse", "reason": reason})
+            await session.close()
+            raise refusal
+        assert isinstance(trees, int)
+        splits = splits.first_trees(trees)  # no bits for trees the guest does not use
+        await ch.send(
+            {"t": "ready", "v": PROTOCOL_VERSION, "tree": splits.tree, "node": splits.node}
+        )
+        while True:
+            msg = _message(await ch.recv(), guest, "q", "psi", "bye")
+            if msg["t"] == "bye":
+                return
+            seq = _int(msg, "seq", guest)
+            if msg["t"] == "psi":
+                await _host_psi(node, ch, msg, seq, store, guest, executor)
+                continue
+            ids = ids_from_wire(msg.get("ids"), guest, max_rows)
+            X, found = await store.lookup(ids)
+            if X.shape != (ids.size, model.n_features):
+                raise InputError(f"feature store returned {X.shape} for {ids.size} ids")
+            if ids.size * splits.tree.size > OFFLOAD_CELLS:
+                bits = await asyncio.to_thread(host_bits, splits, X)
+            else:
+                bits = host_bits(splits, X)
+            bits[:, ~found] = False
+            await ch.send(
+                {
+                    "t": "bits",
+                    "seq": seq,
+                    "bits": pack_bits(bits),
+                    "unknown": np.flatnonzero(~found).astype(np.int64),
+                }
+            )
+
+
+async def _host_psi(
+    node: Node,
+    ch: Channel,
+    msg: dict[str, Any],
+    seq: int,
+    store: FeatureStore,
+    guest: str,
+    executor: Executor | None,
+) -> None:
+    """Align one batch by PSI: the host learns only which of the batch's ids it holds."""
+    sid = msg.get("session")
+    if not isinstance(sid, str) or not sid.startswith("psi-"):
+        raise RemoteProtocolError("'session' must name a psi- sub-session", peer=guest)
+    ids = store.ids()
+    async with node.session(sid, peers=[guest]) as sub:
+        await ch.send({"t": "psi-ready", "seq": seq})
+        await psi_host(sub, guest, ids, executor=executor)
+
+
+# -- guest ----------------------------------------------------------------------------------------
+
+
+class HostClient:
+    """The guest's end of the inference session with one host (opened on first use).
+
+    A session that failed (the host restarted, went away, or timed out) is dropped and the
+    next query opens a new one, so serving recovers by itself once the host is back.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        host: str,
+        *,
+        fingerprint: str,
+        expected_tree: I64,
+        expected_node: I64,
+        trees: int,
+        timeout: float,
+        session_prefix: str = DEFAULT_PREFIX,
+        executor: Executor | None = None,
+    ) -> None:
+        self.node = node
+        self.host = host
+        self.fingerprint = fingerprint
+        self.expected_tree = expected_tree
+        self.expected_node = expected_node
+        self.trees = trees
+        self.timeout = timeout
+        self.session_prefix = session_prefix
+        self.executor = executor
+        self.phase = ServePhase.CONNECTING
+        self._session: Session | None = None
+        self._channel: Channel | None = None
+        self._seq = 0
+        self._lock = asyncio.Lock()
+
+    @property
+    def n_splits(self) -> int:
+        return int(self.expected_tree.size)
+
+    async def connect(self) -> None:
+        """Open the session now (checks the model fingerprint), within ``timeout``."""
+        async with self._lock:
+            await self._bounded(self._channel_now, "connect")
+
+    async def query(self, ids: npt.NDArray[Any]) -> HostAnswer:
+        """One round trip: the host's bits for ``ids``."""
+        async with self._lock:
+            result: HostAnswer = await self._bounded(lambda: self._query(ids), "answer")
+            return result
+
+    async def psi(self, ids: npt.NDArray[Any]) -> I64:
+        """Positions of ``ids`` the host holds (PSI: it learns no other id of the batch)."""
+        async with self._lock:
+            result: I64 = await self._bounded(lambda: self._psi(ids), "run PSI")
+            return result
+
+    async def close(self) -> None:
+        """Say goodbye and leave the session (best effort: the host may be gone)."""
+        async with self._lock:
+            if self._channel is not None and self._session is not None:
+                with contextlib.suppress(P2PBoostError, TimeoutError):
+                    async with asyncio.timeout(self.timeout):
+                        await self._channel.send({"t": "bye"})
+                await self._session.close()
+            self._session = self._channel = None
+            self.phase = ServePhase.CLOSED
+
+    async def _bounded(self, work: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """Run ``work`` within ``timeout``; a stale session (the host restarted, or ended it)
+        is replaced once within the same deadline; every failure leaves no session behind."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                try:
+                    return await work()
+                except (PeerDisconnected, SessionClosed) as exc:
+                    await self._drop(str(exc))
+                    if not self.node.is_connected(self.host):
+                        raise PeerDisconnected(
+                            self.host, f"host {self.host!r} went away: {exc}"
+                        ) from exc
+                    logger.info("session with %s ended (%s); opening a new one", self.host, exc)
+                    return await work()
+        except TimeoutError:
+            await self._drop("timed out")
+            raise PeerDisconnected(
+                self.host,
+                f"host {self.host!r} did not {what} within {self.timeout:g} s (host_timeout); "
+                "is it running and reachable?",
+            ) from None
+        except BaseException:
+            await self._drop("failed")
+            raise
+
+    async def _drop(self, reason: str) -> None:
+        session, self._session, self._channel = self._session, None, None
+        self.phase = ServePhase.CONNECTING
+        if session is not None:
+            with contextlib.suppress(P2PBoostError):
+                await session.abort(reason)
+
+    async def _channel_now(self) -> Channel:
+        if self._channel is not None:
+            return self._channel
+        await self.node.wait_connected(self.host)
+        sid = f"{self.session_prefix}-{secrets.token_hex(8)}"
+        session = self.node.session(sid, peers=[self.host])
+        self._session = session
+        ch = session.channel(self.host, CHANNEL)
+        await ch.send(
+            {
+                "t": "hello",
+                "v": PROTOCOL_VERSION,
+                "fingerprint": self.fingerprint,
+                "trees": self.trees,
+            }
+        )
+        reply = _message(await ch.recv(), self.host, "ready", "refuse")
+        if reply["t"] == "refuse":
+            raise ModelError(f"host {self.host!r} refused: {reply.get('reason')}")
+        tree = _int64_array(reply, "tree", self.host)
+        node = _int64_array(reply, "node", self.host)
+        if not (
+            np.array_equal(tree, self.expected_tree) and np.array_equal(node, self.expected_node)
+        ):
+            raise ModelError(
+                f"host {self.host!r} answers for other splits than this model's "
+                "(a model file of another training?)"
+            )
+        self._channel = ch
+        self.phase = ServePhase.SERVING
+        return ch
+
+    async def _query(self, ids: npt.NDArray[Any]) -> HostAnswer:
+        ch = await self._channel_now()
+        self._seq += 1
+        await ch.send({"t": "q", "seq": self._seq, "ids": ids_to_wire(ids)})
+        reply = _message(await ch.recv(), self.host, "bits")
+        if _int(reply, "seq", self.host) != self._seq:
+            raise RemoteProtocolError("answered another query (sequence mismatch)", peer=self.host)
+        return self._check_answer(reply, ids.size)
+
+    def _check_answer(self, reply: dict[str, Any], n: int) -> HostAnswer:
+        bits = reply.get("bits")
+        width = (n + 7) // 8
+        if (
+            not isinstance(bits, np.ndarray)
+            or bits.dtype != np.uint8
+            or bits.shape != (self.n_splits * width,)
+        ):
+            raise RemoteProtocolError("decision bits of the wrong size", peer=self.host)
+        if not padding_is_clear(bits, self.n_splits, n):
+            raise RemoteProtocolError("decision bits set beyond the rows", peer=self.host)
+        unknown = _int64_array(reply, "unknown", self.host)
+        if unknown.size and (
+            unknown.min() < 0 or unknown.max() >= n or np.any(np.diff(unknown) <= 0)
+        ):
+            raise RemoteProtocolError(
+                "'unknown' must list increasing row positions", peer=self.host
+            )
+        return HostAnswer(unpack_bits(bits, self.n_splits, n), unknown)
+
+    async def _psi(self, ids: npt.NDArray[Any]) -> I64:
+        ch = await self._channel_now()
+        self._seq += 1
+        sid = f"psi-{secrets.token_hex(8)}"
+        await ch.send({"t": "psi", "seq": self._seq, "session": sid})
+        reply = _message(await ch.recv(), self.host, "psi-ready")
+        if _int(reply, "seq", self.host) != self._seq:
+            raise RemoteProtocolError("sequence mismatch", peer=self.host)
+        async with self.node.session(sid, peers=[self.host]) as sub:
+            result = await psi_guest(sub, [self.host], ids.tolist(), executor=self.executor)
+        return result.positions
+
+
+def check_ids(ids: Any) -> npt.NDArray[Any]:
+    """A batch's ids, normalised; unique (a duplicate would make the answer ambiguous)."""
+    arr = normalise_ids(ids)
+    if np.unique(arr).size != arr.size:
+        raise InputError("ids in one batch must be unique")
+    if arr.dtype.kind == "U" and arr.size and max(len(i) for i in arr.tolist()) > MAX_ID_CHARS:
+        raise InputError(f"string ids longer than {MAX_ID_CHARS} characters")
+    return arr

@@ -1,0 +1,439 @@
+"""Online and batch inference for a trained hetero model: requests in, scores out.
+
+The guest runs a :class:`GuestPredictor` on its node; every host runs :func:`serve_host`
+(or ``HeteroHost.aserve``) with a :class:`~p2pboost.feature_store.FeatureStore` of its
+features. A batch costs exactly one message to each host and one answer back, whatever the
+number of trees and their depth (:mod:`p2pboost.protocols.hetero_serve`).
+
+Online requests arrive one at a time (``predict``, ``stream``). They are *micro-batched*: a
+dispatcher takes whatever requests are waiting (up to ``max_batch``), waits at most
+``max_wait`` seconds for more, and sends them as one batch; requests that arrive while a
+batch is out form the next one. Under light load a request waits ``max_wait`` at most; under
+heavy load batches grow and the cost per request falls, so latency stays flat.
+
+Failures are per request where they can be: an id a host does not hold fails that request
+with :class:`~p2pboost.exceptions.UnknownIdError` and its batch-mates get their scores; a host
+that does not answer within ``host_timeout`` fails the batch with
+:class:`~p2pboost.exceptions.PeerDisconnected` (fast, rather than queueing behind a re-dial),
+and the next batch tries again, so serving recovers by itself when the host is back.
+
+::
+
+    async with Node("guest", ...) as node:
+        async with GuestPredictor(node, GuestModel.load("guest.json")) as predictor:
+            p = await predictor.predict("customer-17", x)                # one request
+            async for pred in predictor.stream(requests):                 # in request order
+                ...
+            scores = await predictor.predict_batch(ids, X)                # a batch job
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import (
+    InputError,
+    LocalProtocolError,
+    P2PBoostError,
+    SessionClosed,
+    UnknownIdError,
+)
+from p2pboost.feature_store import FeatureStore
+from p2pboost.inference import FlatForest
+from p2pboost.model import GuestModel
+from p2pboost.node import Node
+from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.protocols.hetero_serve import (
+    DEFAULT_PREFIX,
+    MAX_ROWS,
+    OFFLOAD_CELLS,
+    HostClient,
+    check_ids,
+    serve_host,
+)
+
+__all__ = ["GuestPredictor", "Prediction", "ServingStats", "serve_host"]
+
+logger = logging.getLogger("p2pboost.serving")
+
+F64 = npt.NDArray[np.float64]
+Score = float | F64
+Output = Literal["proba", "margin"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """The outcome of one streamed request: ``score`` or the ``error`` that request met."""
+
+    id: Any
+    score: Score | None
+    error: P2PBoostError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServingStats:
+    """Counters since start: batches sent, rows scored, requests failed, messages per host."""
+
+    batches: int
+    rows: int
+    failed: int
+    messages_to_hosts: dict[str, int]
+
+
+@dataclass(slots=True)
+class _Request:
+    id: Any
+    x: F64 | None
+    future: asyncio.Future[Score]
+
+
+class GuestPredictor:
+    """The guest's inference service (see the module docstring).
+
+    ``output``: ``"proba"`` (probabilities, or values for regression, as ``predict``) or
+    ``"margin"`` (raw scores). ``guest_store`` lets requests carry only an id: the guest's own
+    features are then looked up there. ``n_rounds`` defaults to the best iteration.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        model: GuestModel,
+        *,
+        guest_store: FeatureStore | None = None,
+        max_batch: int = 512,
+        max_wait: float = 0.001,
+        host_timeout: float = 5.0,
+        output: Output = "proba",
+        n_rounds: int | None = None,
+        max_queue: int = 100_000,
+        session_prefix: str = DEFAULT_PREFIX,
+        executor: Executor | None = None,
+    ) -> None:
+        if max_batch < 1 or max_batch > MAX_ROWS:
+            raise InputError(f"max_batch must be in [1, {MAX_ROWS}], got {max_batch}")
+        if max_wait < 0 or not host_timeout > 0:
+            raise InputError("max_wait must be >= 0 and host_timeout > 0")
+        if output not in ("proba", "margin"):
+            raise InputError(f"output must be 'proba' or 'margin', got {output!r}")
+        if guest_store is not None and guest_store.n_features != model.n_features:
+            raise InputError(
+                f"guest_store has {guest_store.n_features} features, the model {model.n_features}"
+            )
+        self.node = node
+        self.model = model
+        self.guest_store = guest_store
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.host_timeout = host_timeout
+        self.output = output
+        self.forest = FlatForest(model, n_rounds)
+        self._clients = [
+            HostClient(
+                node,
+                host,
+                fingerprint=model.fingerprint,
+                expected_tree=self.forest.host_tree[k - 1],
+                expected_node=self.forest.host_node[k - 1],
+                trees=self.forest.n_trees,
+                timeout=host_timeout,
+                session_prefix=session_prefix,
+                executor=executor,
+            )
+            for k, host in enumerate(model.hosts, start=1)
+        ]
+        self._queue: asyncio.Queue[_Request] = asyncio.Queue(maxsize=max_queue)
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._closed = False
+        self._batches = self._rows = self._failed = 0
+        self._messages_at_start: dict[str, int] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self, *, connect: bool = True) -> None:
+        """Start the dispatcher; with ``connect`` open every host session now, so a host with
+        another model (fingerprint) or one that is unreachable is reported at start."""
+        if self._dispatcher is not None:
+            raise LocalProtocolError("predictor already started")
+        if connect:
+            await gather_or_cancel(*(c.connect() for c in self._clients))
+        stats = self.node.stats().peers  # after the hellos: stats() counts batches only
+        self._messages_at_start = {
+            c.host: stats[c.host].messages_sent if c.host in stats else 0 for c in self._clients
+        }
+        self._dispatcher = asyncio.create_task(self._dispatch(), name="p2pboost-dispatcher")
+
+    async def close(self) -> None:
+        """Fail queued requests, stop the dispatcher and say goodbye to the hosts."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._dispatcher
+        while not self._queue.empty():
+            request = self._queue.get_nowait()
+            if not request.future.done():
+                request.future.set_exception(SessionClosed("predictor closed"))
+        await asyncio.gather(*(c.close() for c in self._clients))
+
+    async def __aenter__(self) -> GuestPredictor:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def stats(self) -> ServingStats:
+        peers = self.node.stats().peers
+        sent = {
+            c.host: (peers[c.host].messages_sent if c.host in peers else 0)
+            - self._messages_at_start.get(c.host, 0)
+            for c in self._clients
+        }
+        return ServingStats(self._batches, self._rows, self._failed, sent)
+
+    # -- batch ------------------------------------------------------------------------------
+
+    async def predict_batch(
+        self, ids: Any, X: Any = None, *, align: Literal["ids", "psi"] = "ids"
+    ) -> F64:
+        """Scores for a batch: one round trip per host (per ``MAX_ROWS`` rows).
+
+        ``X`` holds the guest's features of those ids (or ``None`` with a ``guest_store``).
+        ``align="ids"``: every host must hold every id, else :class:`UnknownIdError` names
+        the host and the ids. ``align="psi"``: the hosts learn only which of the batch's ids
+        they hold (private set intersection first); rows not held by every host are NaN.
+        """
+        self._check_open()
+        keys = check_ids(ids)
+        rows = await self._guest_rows(keys, X)
+        if align == "ids":
+            scores, unknown = await self._score_chunked(keys, rows)
+            if unknown:
+                host, positions = next(iter(unknown.items()))
+                raise UnknownIdError(host, keys[positions].tolist())
+            return scores
+        if align != "psi":
+            raise InputError(f"align must be 'ids' or 'psi', got {align!r}")
+        keep = np.arange(keys.size)
+        for client in self._clients:
+            held = await client.psi(keys[keep])
+            keep = keep[np.sort(held)]
+        out = np.full(self._score_shape(keys.size), np.nan)
+        if keep.size:
+            scores, unknown = await self._score_chunked(keys[keep], rows[keep])
+            if unknown:  # the store changed between PSI and the query
+                host, positions = next(iter(unknown.items()))
+                raise UnknownIdError(host, keys[keep][positions].tolist())
+            out[keep] = scores
+        return out
+
+    async def _score_chunked(
+        self, keys: npt.NDArray[Any], rows: F64
+    ) -> tuple[F64, dict[str, npt.NDArray[np.int64]]]:
+        parts: list[F64] = []
+        unknown: dict[str, list[npt.NDArray[np.int64]]] = {}
+        for start in range(0, max(keys.size, 1), MAX_ROWS):
+            stop = start + MAX_ROWS
+            scores, missing = await self._score(keys[start:stop], rows[start:stop])
+            parts.append(scores)
+            for host, pos in missing.items():
+                unknown.setdefault(host, []).append(pos + start)
+        merged = {h: np.concatenate(p) for h, p in unknown.items()}
+        return np.concatenate(parts), merged
+
+    async def _score(
+        self, keys: npt.NDArray[Any], rows: F64
+    ) -> tuple[F64, dict[str, npt.NDArray[np.int64]]]:
+        """One batch, one round trip per host: scores and, per host, rows it lacks."""
+        answers = await gather_or_cancel(*(c.query(keys) for c in self._clients))
+        bits = [a.go_left for a in answers]
+        if keys.size * self.forest.n_nodes > OFFLOAD_CELLS:
+            margin = await asyncio.to_thread(self.forest.margin, rows, bits)
+        else:
+            margin = self.forest.margin(rows, bits)
+        self._batches += 1
+        self._rows += int(keys.size)
+        unknown = {c.host: a.unknown for c, a in zip(self._clients, answers, strict=True)}
+        scores = margin if self.output == "margin" else self.model.transform(margin)
+        return scores, {h: u for h, u in unknown.items() if u.size}
+
+    def _score_shape(self, n: int) -> tuple[int, ...]:
+        k = self.forest.n_outputs
+        return (n, k) if self.output == "margin" or k > 1 else (n,)
+
+    async def _guest_rows(self, keys: npt.NDArray[Any], X: Any) -> F64:
+        if X is None:
+            if self.guest_store is None:
+                raise InputError("give the guest's features X, or a guest_store to look them up")
+            rows, found = await self.guest_store.lookup(keys)
+            if not found.all():
+                raise UnknownIdError(self.node.party_id, keys[~found].tolist())
+            return rows
+        rows = np.asarray(X, dtype=np.float64)
+        if rows.shape != (keys.size, self.model.n_features):
+            raise InputError(
+                f"X must be ({keys.size}, {self.model.n_features}) (one row of guest features "
+                f"per id), got {rows.shape}"
+            )
+        return rows
+
+    # -- online -----------------------------------------------------------------------------
+
+    async def predict(self, id: Any, x: Any = None) -> Score:
+        """Score of one request (micro-batched with concurrent ones)."""
+        return await self.submit(id, x)
+
+    def submit(self, id: Any, x: Any = None) -> asyncio.Future[Score]:
+        """Queue one request now; the future resolves to its score or its error."""
+        self._check_open()
+        if self._dispatcher is None:
+            raise LocalProtocolError("start the predictor first (async with / start())")
+        future: asyncio.Future[Score] = asyncio.get_running_loop().create_future()
+        try:
+            row = self._check_row(x)
+            check_ids([id])
+            self._queue.put_nowait(_Request(id, row, future))
+        except asyncio.QueueFull:
+            future.set_exception(InputError("too many queued requests (max_queue)"))
+        except P2PBoostError as exc:
+            future.set_exception(exc)
+        return future
+
+    async def stream(
+        self, requests: AsyncIterable[tuple[Any, Any]] | AsyncIterable[Any]
+    ) -> AsyncIterator[Prediction]:
+        """Scores for a stream of ``(id, x)`` requests (or bare ids with a guest_store), in
+        request order. A failed request yields a :class:`Prediction` with its ``error``; the
+        stream goes on. At most ``max_batch * 4`` requests are in flight (back-pressure)."""
+        window: asyncio.Queue[tuple[Any, asyncio.Future[Score]] | None] = asyncio.Queue(
+            maxsize=self.max_batch * 4
+        )
+
+        async def feed() -> None:
+            try:
+                async for request in requests:
+                    rid, x = request if isinstance(request, tuple) else (request, None)
+                    await window.put((rid, self.submit(rid, x)))
+            finally:
+                await window.put(None)
+
+        feeder = asyncio.create_task(feed())
+        try:
+            while (item := await window.get()) is not None:
+                rid, future = item
+                try:
+                    yield Prediction(rid, await future)
+                except P2PBoostError as exc:
+                    yield Prediction(rid, None, exc)
+            await feeder  # re-raise what the request iterator raised
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+
+    def _check_row(self, x: Any) -> F64 | None:
+        if x is None:
+            if self.guest_store is None:
+                raise InputError("give the guest's features x, or a guest_store to look them up")
+            return None
+        row = np.asarray(x, dtype=np.float64)
+        if row.shape != (self.model.n_features,):
+            raise InputError(
+                f"expected {self.model.n_features} guest features, got shape {row.shape}"
+            )
+        return row
+
+    async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await self._queue.get()]
+            deadline = loop.time() + self.max_wait
+            while len(batch) < self.max_batch:
+                if self._queue.empty():
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    try:
+                        async with asyncio.timeout(remaining):
+                            batch.append(await self._queue.get())
+                    except TimeoutError:
+                        break
+                else:
+                    batch.append(self._queue.get_nowait())
+            live = [r for r in batch if not r.future.done()]  # cancelled by their caller
+            if live:
+                await self._run_batch(live)
+
+    async def _run_batch(self, batch: Sequence[_Request]) -> None:
+        ok = list(batch)
+        try:
+            keys = check_ids([r.id for r in batch])
+        except InputError:  # the same id twice in one batch: score them in separate batches
+            first: dict[Any, _Request] = {}
+            for r in batch:
+                first.setdefault(r.id, r)
+            ok = list(first.values())
+            for r in batch:
+                if first[r.id] is not r:
+                    self._queue.put_nowait(r)
+            keys = check_ids([r.id for r in ok])
+        try:
+            rows = await self._batch_rows(ok, keys)
+            scores, unknown = await self._score(keys, rows)
+        except P2PBoostError as exc:
+            self._failed += len(ok)
+            for r in ok:
+                if not r.future.done():
+                    r.future.set_exception(exc)
+            return
+        failed = np.zeros(keys.size, dtype=np.bool_)
+        for host, positions in unknown.items():
+            for p in positions.tolist():
+                if not failed[p]:
+                    failed[p] = True
+                    self._fail(ok[p], UnknownIdError(host, [ok[p].id]))
+        for i, r in enumerate(ok):
+            if not failed[i] and not r.future.done():
+                value = scores[i]
+                r.future.set_result(float(value) if np.ndim(value) == 0 else value)
+
+    def _fail(self, request: _Request, exc: P2PBoostError) -> None:
+        self._failed += 1
+        if not request.future.done():
+            request.future.set_exception(exc)
+
+    async def _batch_rows(self, batch: Sequence[_Request], keys: npt.NDArray[Any]) -> F64:
+        rows = np.empty((len(batch), self.model.n_features))
+        need = [i for i, r in enumerate(batch) if r.x is None]
+        for i, r in enumerate(batch):
+            if r.x is not None:
+                rows[i] = r.x
+        if need:
+            assert self.guest_store is not None
+            looked, found = await self.guest_store.lookup(keys[need])
+            rows[need] = looked
+            for j in np.flatnonzero(~found).tolist():
+                self._fail(batch[need[j]], UnknownIdError(self.node.party_id, [batch[need[j]].id]))
+        return rows
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed("predictor closed")
