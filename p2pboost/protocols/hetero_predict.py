@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.binning import check_matrix
+from p2pboost.inference import HostSplits, host_bits, pack_bits, padding_is_clear, unpack_bits
 from p2pboost.model import GuestModel, HostDecisions, HostModel
 from p2pboost.node import Session
 from p2pboost.protocols._tasks import gather_or_cancel
@@ -65,10 +66,9 @@ def _check_bits(reply: object, host: str, model: GuestModel, k: int, n: int) -> 
         or bits.shape != (t.size * width,)
     ):
         raise RemoteProtocolError("decision bits of the wrong size", peer=host)
-    matrix = np.unpackbits(bits.reshape(t.size, width), axis=1)
-    if matrix[:, n:].any():
+    if not padding_is_clear(bits, t.size, n):
         raise RemoteProtocolError("decision bits set beyond the rows", peer=host)
-    return HostDecisions(t, nd, matrix[:, :n].astype(np.bool_))
+    return HostDecisions(t, nd, unpack_bits(bits, t.size, n))
 
 
 def _ints(reply: dict[str, Any], key: str, host: str) -> npt.NDArray[np.int64]:
@@ -89,13 +89,6 @@ async def host_predict(session: Session, model: HostModel, X: Any) -> None:
         raise InputError("the guest's model is from another training (fingerprints differ)")
     if msg.get("n") != arr.shape[0]:
         raise InputError(f"the guest predicts {msg.get('n')!r} rows, this host has {arr.shape[0]}")
-    dec = model.decisions(arr)
-    order = np.lexsort((dec.node, dec.tree))
-    await ctl.send(
-        {
-            "t": "bits",
-            "tree": dec.tree[order],
-            "node": dec.node[order],
-            "bits": np.packbits(dec.go_left[order], axis=1).reshape(-1),
-        }
-    )
+    splits = HostSplits.of(model)
+    bits = host_bits(splits, arr)
+    await ctl.send({"t": "bits", "tree": splits.tree, "node": splits.node, "bits": pack_bits(bits)})
