@@ -101,13 +101,8 @@ class ArrayStore(FeatureStore):
     def lookup_now(self, ids: Any) -> Lookup:
         """:meth:`lookup` without the event loop (the work is one ``searchsorted``)."""
         want = normalise_ids(ids)
-        if want.dtype.kind != self._keys.dtype.kind and want.size:
-            kinds = {"i": "integers", "U": "strings"}
-            raise InputError(
-                f"ids are {kinds[want.dtype.kind]} but this store's ids are "
-                f"{kinds[self._keys.dtype.kind]}"
-            )
-        if self._keys.size == 0 or want.size == 0:
+        if self._keys.size == 0 or want.size == 0 or want.dtype.kind != self._keys.dtype.kind:
+            # An id of another kind (a string where the store has integers) is not held.
             return np.full((want.size, self.n_features), np.nan), np.zeros(want.size, np.bool_)
         pos = np.searchsorted(self._keys, want)
         np.minimum(pos, self._keys.size - 1, out=pos)

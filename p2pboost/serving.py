@@ -48,13 +48,14 @@ from p2pboost.exceptions import (
     SessionClosed,
     UnknownIdError,
 )
-from p2pboost.feature_store import FeatureStore
+from p2pboost.feature_store import FeatureStore, normalise_ids
 from p2pboost.inference import FlatForest
 from p2pboost.model import GuestModel
 from p2pboost.node import Node
 from p2pboost.protocols._tasks import gather_or_cancel
 from p2pboost.protocols.hetero_serve import (
     DEFAULT_PREFIX,
+    MAX_ID_CHARS,
     MAX_ROWS,
     OFFLOAD_CELLS,
     HostClient,
@@ -262,18 +263,27 @@ class GuestPredictor:
     async def _score(
         self, keys: npt.NDArray[Any], rows: F64
     ) -> tuple[F64, dict[str, npt.NDArray[np.int64]]]:
-        """One batch, one round trip per host: scores and, per host, rows it lacks."""
-        answers = await gather_or_cancel(*(c.query(keys) for c in self._clients))
-        bits = [a.go_left for a in answers]
+        """One batch, one round trip per host: scores and, per host, the rows it lacks.
+
+        ``keys`` may repeat (two online requests for one customer with different guest
+        features): hosts are asked for each id once and their bits fanned out to the rows.
+        """
+        unique, inverse = np.unique(keys, return_inverse=True)
+        answers = await gather_or_cancel(*(c.query(unique) for c in self._clients))
+        bits = [a.go_left[:, inverse] for a in answers]
         if keys.size * self.forest.n_nodes > OFFLOAD_CELLS:
             margin = await asyncio.to_thread(self.forest.margin, rows, bits)
         else:
             margin = self.forest.margin(rows, bits)
         self._batches += 1
         self._rows += int(keys.size)
-        unknown = {c.host: a.unknown for c, a in zip(self._clients, answers, strict=True)}
+        unknown = {
+            c.host: np.flatnonzero(np.isin(inverse, a.unknown))
+            for c, a in zip(self._clients, answers, strict=True)
+            if a.unknown.size
+        }
         scores = margin if self.output == "margin" else self.model.transform(margin)
-        return scores, {h: u for h, u in unknown.items() if u.size}
+        return scores, unknown
 
     def _score_shape(self, n: int) -> tuple[int, ...]:
         k = self.forest.n_outputs
@@ -309,7 +319,7 @@ class GuestPredictor:
         future: asyncio.Future[Score] = asyncio.get_running_loop().create_future()
         try:
             row = self._check_row(x)
-            check_ids([id])
+            _check_id(id)
             self._queue.put_nowait(_Request(id, row, future))
         except asyncio.QueueFull:
             future.set_exception(InputError("too many queued requests (max_queue)"))
@@ -383,41 +393,31 @@ class GuestPredictor:
                 await self._run_batch(live)
 
     async def _run_batch(self, batch: Sequence[_Request]) -> None:
-        ok = list(batch)
+        by_kind: dict[bool, list[_Request]] = {}
+        for r in batch:  # integer and string ids never share a query
+            by_kind.setdefault(isinstance(r.id, str | np.str_), []).append(r)
+        for group in by_kind.values():
+            await self._run_group(group)
+
+    async def _run_group(self, batch: Sequence[_Request]) -> None:
         try:
-            keys = check_ids([r.id for r in batch])
-        except InputError:  # the same id twice in one batch: score them in separate batches
-            first: dict[Any, _Request] = {}
-            for r in batch:
-                first.setdefault(r.id, r)
-            ok = list(first.values())
-            for r in batch:
-                if first[r.id] is not r:
-                    self._queue.put_nowait(r)
-            keys = check_ids([r.id for r in ok])
-        try:
-            rows = await self._batch_rows(ok, keys)
+            keys = normalise_ids([r.id for r in batch])
+            rows = await self._batch_rows(batch, keys)
             scores, unknown = await self._score(keys, rows)
         except P2PBoostError as exc:
-            self._failed += len(ok)
-            for r in ok:
-                if not r.future.done():
-                    r.future.set_exception(exc)
+            for r in batch:
+                self._fail(r, exc)
             return
-        failed = np.zeros(keys.size, dtype=np.bool_)
         for host, positions in unknown.items():
             for p in positions.tolist():
-                if not failed[p]:
-                    failed[p] = True
-                    self._fail(ok[p], UnknownIdError(host, [ok[p].id]))
-        for i, r in enumerate(ok):
-            if not failed[i] and not r.future.done():
-                value = scores[i]
+                self._fail(batch[p], UnknownIdError(host, [batch[p].id]))
+        for r, value in zip(batch, scores, strict=True):
+            if not r.future.done():
                 r.future.set_result(float(value) if np.ndim(value) == 0 else value)
 
     def _fail(self, request: _Request, exc: P2PBoostError) -> None:
-        self._failed += 1
         if not request.future.done():
+            self._failed += 1
             request.future.set_exception(exc)
 
     async def _batch_rows(self, batch: Sequence[_Request], keys: npt.NDArray[Any]) -> F64:
@@ -437,3 +437,11 @@ class GuestPredictor:
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosed("predictor closed")
+
+
+def _check_id(rid: Any) -> None:
+    """One request's id: an int or a short str (cheap: this runs once per request)."""
+    if isinstance(rid, bool) or not isinstance(rid, int | str | np.integer | np.str_):
+        raise InputError(f"an id must be an int or a str, got {type(rid).__name__}")
+    if isinstance(rid, str) and len(rid) > MAX_ID_CHARS:
+        raise InputError(f"string ids longer than {MAX_ID_CHARS} characters")

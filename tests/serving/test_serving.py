@@ -249,3 +249,36 @@ async def test_fewer_rounds_means_fewer_host_bits(memory_fabric: Fabric, trained
         trained.host(h).decisions(trained.X[rows][:, HOST_COLS[h]]) for h in trained.guest.hosts
     ]
     assert np.array_equal(margin, trained.guest.predict_margin(trained.guest_X(rows), decisions, 2))
+
+
+async def test_concurrent_requests_may_repeat_ids_and_mix_kinds(
+    memory_fabric: Fabric, trained: Trained
+) -> None:
+    rows = [4, 4, 9]
+    xs = [trained.guest_X(4), trained.guest_X(9), trained.guest_X(9)]  # id 1004 twice
+    expected = trained.guest.transform(
+        trained.guest.predict_margin(
+            np.array(xs),
+            [
+                trained.host(h).decisions(trained.X[rows][:, HOST_COLS[h]])
+                for h in trained.guest.hosts
+            ],
+        )
+    )
+    async with (
+        cluster(memory_fabric, ["a", "b", "c"], CONFIG) as c,
+        serving(c, trained, max_wait=0.05) as p,
+    ):
+        out = await asyncio.gather(
+            *(p.predict(int(trained.ids[r]), x) for r, x in zip(rows, xs, strict=True)),
+            p.predict("not-a-customer", xs[0]),
+            p.predict(3.5, xs[0]),
+            return_exceptions=True,
+        )
+        assert p.stats().batches == 2  # one batch per id kind
+        after = await p.predict(int(trained.ids[4]), xs[0])  # the sessions are still fine
+    assert out[:3] == expected.tolist()
+    assert isinstance(out[3], UnknownIdError)
+    assert isinstance(out[4], InputError)
+    assert "must be an int or a str" in str(out[4])
+    assert after == expected[0]
