@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from p2pboost.certs import TLSConfig
+from p2pboost.config import PartyConfig, load_config
+from p2pboost.endpoint import EndpointLimits, serve_endpoint, stream_scores
 from p2pboost.estimators import HeteroGuest, HeteroHost
 from p2pboost.exceptions import (
     CodecError,
@@ -38,6 +40,7 @@ from p2pboost.node import (
     SessionState,
     StreamWriter,
 )
+from p2pboost.party import PartyResult, run_party
 from p2pboost.protocols.hetero_train import HeteroConfig
 from p2pboost.protocols.homo_train import ClientIdentity, HomoConfig
 from p2pboost.serving import GuestPredictor, Prediction, ServingStats, serve_host
@@ -56,6 +59,7 @@ __all__ = [
     "CryptoError",
     "DeadlineExceeded",
     "EarlyStopping",
+    "EndpointLimits",
     "FeatureStore",
     "GBDTClassifier",
     "GBDTRegressor",
@@ -76,6 +80,8 @@ __all__ = [
     "NodeStats",
     "NotFittedError",
     "P2PBoostError",
+    "PartyConfig",
+    "PartyResult",
     "PeerDisconnected",
     "PeerStats",
     "Prediction",
@@ -90,6 +96,10 @@ __all__ = [
     "TransportError",
     "UnknownIdError",
     "__version__",
+    "load_config",
+    "run_party",
+    "serve_endpoint",
     "serve_host",
+    "stream_scores",
     "train",
 ]

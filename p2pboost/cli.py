@@ -1,184 +1,363 @@
-"""The ``p2pboost`` command.
+"""The ``p2pboost`` command (click).
 
-Each subcommand registers itself in :func:`build_parser` with a ``func`` that takes the parsed
-arguments and returns the exit status. Errors from p2pboost's exception tree are printed as one
-clear line on stderr with a non-zero exit status, never as a traceback.
+Every subcommand returns its exit status. Errors from p2pboost's exception tree (and from the
+operating system: a file that cannot be written) end the command with one clear line on
+stderr, ``p2pboost: error: ...`` (with ``--log-format json``, one JSON record at level error
+instead), and exit status 1, never a traceback; usage errors are click's, with status 2
+(raised as ``SystemExit`` by :func:`main`, as argparse does). Results go to stdout, the last
+line one JSON object where a command has a result (``demo``, ``party``, ``predict``);
+progress and logs go to stderr (see :mod:`p2pboost._console`). What only one command needs
+(matplotlib for ``report``, the serving stack) is imported inside that command.
 """
 
 from __future__ import annotations
 
-import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
 
 from p2pboost import __version__
+from p2pboost._console import Console, unconfigure
+from p2pboost.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
 from p2pboost.exceptions import ConfigError, P2PBoostError
 
+if TYPE_CHECKING:
+    from p2pboost.party import PartyResult
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="p2pboost",
-        description="Peer-to-peer federated gradient boosting (SecureBoost) over mutual-TLS "
-        "WebSockets.",
-    )
-    parser.add_argument("--version", action="version", version=f"p2pboost {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_certs(commands)
-    _add_demo(commands)
-    return parser
+__all__ = ["cli", "main"]
+
+_FILE = click.Path(exists=False, dir_okay=False, path_type=Path)
+_DIR = click.Path(file_okay=False, path_type=Path)
 
 
-# -- p2pboost demo ----------------------------------------------------------------------------
+def _console() -> Console:
+    console = click.get_current_context().find_object(Console)
+    return console if console is not None else Console()
 
 
-def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from p2pboost.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
+class _Command(click.Group):
+    """The top-level group: reports p2pboost's errors in the chosen log style.
 
-    demo = commands.add_parser(
-        "demo",
-        help="run a federation on this machine on bundled data and print its test metric",
-        description="Run every party as a separate process over mutual-TLS WebSockets on "
-        "127.0.0.1 (temporary certificates), on scikit-learn's bundled breast-cancer data (no "
-        "download), and end with one JSON line: mode, trees, s_per_tree, metric and its value. "
-        "hetero: guest (label + 10 features) and host (20 features); homo: two clients with "
-        "disjoint rows and a server; plain: the plaintext core in this process.",
-    )
-    demo.add_argument("--mode", choices=MODES, default=DEFAULT_MODE, help="what to run")
-    demo.add_argument("--trees", type=int, default=10, help="boosting rounds")
-    demo.add_argument("--depth", type=int, default=5, help="maximum tree depth")
-    demo.add_argument(
-        "--key-bits",
-        type=int,
-        default=DEFAULT_KEY_BITS,
-        help=f"Paillier key size for hetero (default {DEFAULT_KEY_BITS}, for speed; real "
-        "deployments default to 2048)",
-    )
-    demo.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
-        help=f"seconds before every party is stopped (default {DEFAULT_TIMEOUT:g})",
-    )
-    demo.set_defaults(func=_demo)
+    Text: one line ``p2pboost: error: ...``. ``--log-format json``: one JSON record at level
+    error, so a service's log shipper never meets a line it cannot parse.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (P2PBoostError, OSError) as exc:
+            console = ctx.find_object(Console)
+            if console is not None and console.log_format == "json":
+                logging.getLogger("p2pboost").error("%s", _one_line(exc))
+                raise click.exceptions.Exit(1) from None
+            raise
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from p2pboost.demo import run_demo
-
-    if args.trees < 1 or args.depth < 1:
-        raise ConfigError("--trees and --depth must be at least 1")
-    if not args.timeout > 0:
-        raise ConfigError("--timeout must be > 0")
-    result = run_demo(
-        args.mode,
-        trees=args.trees,
-        depth=args.depth,
-        key_bits=args.key_bits,
-        timeout=args.timeout,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    print(
-        f"p2pboost demo ({result.mode}): {result.trees} trees, "
-        f"{result.s_per_tree * 1000:.1f} ms per tree, test {result.metric} {result.value:.4f}"
-    )
-    print(result.to_json())
-    return 0
+@click.group(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="p2pboost", message="%(prog)s %(version)s")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or info logs on stderr.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per log record on stderr (for services; no bars).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, log_format: str, log_level: str) -> None:
+    """Peer-to-peer federated gradient boosting (SecureBoost) over mutual-TLS WebSockets."""
+    console = Console(quiet=quiet, log_format=log_format, log_level=log_level)
+    ctx.obj = console
+    handler = console.configure()
+    ctx.call_on_close(lambda: unconfigure(handler))
 
 
 # -- p2pboost certs ---------------------------------------------------------------------------
 
 
-def _add_certs(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    certs = commands.add_parser(
-        "certs",
-        help="create the federation's CA, keys and certificates",
-        description="Certificates for mutual TLS between the parties of a federation "
-        "(see p2pboost.certs).",
-    )
-    certs.set_defaults(func=lambda _args: _usage(certs))
-    sub = certs.add_subparsers(dest="certs_command", metavar="ACTION")
-
-    init = sub.add_parser(
-        "init",
-        help="create a CA and a key + certificate for every party",
-        description="Write OUT/ca/{ca.pem,ca-key.pem} and OUT/<party>/{ca.pem,cert.pem,key.pem}.",
-    )
-    init.add_argument("--out", required=True, help="output directory")
-    init.add_argument("--parties", required=True, help="comma-separated party ids")
-    init.add_argument("--days", type=int, default=365, help="certificate validity (days)")
-    init.set_defaults(func=_certs_init)
-
-    request = sub.add_parser(
-        "request",
-        help="create this party's key and a certificate signing request",
-        description="Write OUT/key.pem (mode 0600, never leaves this machine) and "
-        "OUT/<party>.csr (send it to the CA holder).",
-    )
-    request.add_argument("--party", required=True, help="this party's id")
-    request.add_argument("--out", required=True, help="output directory")
-    request.set_defaults(func=_certs_request)
-
-    sign = sub.add_parser(
-        "sign",
-        help="sign a party's CSR with the federation's CA",
-        description="Check the CSR and write the party's certificate.",
-    )
-    sign.add_argument("--ca", required=True, help="CA directory (ca.pem, ca-key.pem)")
-    sign.add_argument("--csr", required=True, help="the party's .csr file")
-    sign.add_argument("--out", required=True, help="certificate file to write")
-    sign.add_argument("--party", help="refuse unless the CSR requests this party id")
-    sign.add_argument("--days", type=int, default=365, help="certificate validity (days)")
-    sign.set_defaults(func=_certs_sign)
+@cli.group()
+def certs() -> None:
+    """Certificates for mutual TLS between the parties of a federation."""
 
 
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help(sys.stderr)
-    return 2
+@certs.command("init")
+@click.option("--out", required=True, type=_DIR, help="Output directory.")
+@click.option("--parties", required=True, help="Comma-separated party ids.")
+@click.option("--days", type=click.IntRange(min=1), default=365, show_default=True)
+def certs_init(out: Path, parties: str, days: int) -> int:
+    """Create a CA and a key + certificate for every party.
 
+    Writes OUT/ca/{ca.pem,ca-key.pem} and OUT/<party>/{ca.pem,cert.pem,key.pem}.
+    """
+    from p2pboost import certs as certs_mod
 
-def _certs_init(args: argparse.Namespace) -> int:
-    from p2pboost import certs
-
-    parties = [p.strip() for p in args.parties.split(",") if p.strip()]
-    written = certs.init(args.out, parties, days=args.days)
-    print(f"CA: {Path(args.out) / 'ca'} (keep ca-key.pem offline)")
+    ids = [p.strip() for p in parties.split(",") if p.strip()]
+    written = certs_mod.init(out, ids, days=days)
+    click.echo(f"CA: {out / 'ca'} (keep ca-key.pem offline)")
     for party, directory in written.items():
-        print(f"{party}: {directory}")
+        click.echo(f"{party}: {directory}")
     return 0
 
 
-def _certs_request(args: argparse.Namespace) -> int:
-    from p2pboost import certs
+@certs.command("request")
+@click.option("--party", required=True, help="This party's id.")
+@click.option("--out", required=True, type=_DIR, help="Output directory.")
+def certs_request(party: str, out: Path) -> int:
+    """Create this party's key and a certificate signing request.
 
-    csr = certs.request(args.party, args.out)
-    print(f"key: {Path(args.out) / certs.PARTY_KEY} (keep it here)")
-    print(f"request: {csr} (send it to the CA holder)")
+    Writes OUT/key.pem (mode 0600, never leaves this machine) and OUT/<party>.csr (send it to
+    the CA holder).
+    """
+    from p2pboost import certs as certs_mod
+
+    csr = certs_mod.request(party, out)
+    click.echo(f"key: {out / certs_mod.PARTY_KEY} (keep it here)")
+    click.echo(f"request: {csr} (send it to the CA holder)")
     return 0
 
 
-def _certs_sign(args: argparse.Namespace) -> int:
-    from p2pboost import certs
+@certs.command("sign")
+@click.option("--ca", required=True, type=_DIR, help="CA directory (ca.pem, ca-key.pem).")
+@click.option("--csr", required=True, type=_FILE, help="The party's .csr file.")
+@click.option("--out", required=True, type=_FILE, help="Certificate file to write.")
+@click.option("--party", default=None, help="Refuse unless the CSR requests this party id.")
+@click.option("--days", type=click.IntRange(min=1), default=365, show_default=True)
+def certs_sign(ca: Path, csr: Path, out: Path, party: str | None, days: int) -> int:
+    """Check a party's CSR and sign it with the federation's CA."""
+    from p2pboost import certs as certs_mod
 
-    party = certs.sign(args.csr, args.ca, args.out, party_id=args.party, days=args.days)
-    print(f"certificate for party {party!r}: {args.out}")
+    signed = certs_mod.sign(csr, ca, out, party_id=party, days=days)
+    click.echo(f"certificate for party {signed!r}: {out}")
     return 0
+
+
+# -- p2pboost demo ----------------------------------------------------------------------------
+
+_DEMO_HELP = """Run a federation on this machine and print its test metric.
+
+Every party is a separate process over mutual-TLS WebSockets on 127.0.0.1 (temporary
+certificates). Data: scikit-learn's bundled breast-cancer set (no download), or your own
+--guest and --host CSVs (hetero; they share an id column, the guest's holds the 0/1 label).
+hetero: guest (label + features) and host (features); homo: two clients with disjoint rows and
+a server; plain: the plaintext core in this process. The last line is one JSON object: mode,
+trees, s_per_tree, metric and its value.
+"""
+
+
+@cli.command("demo", help=_DEMO_HELP)
+@click.option("--mode", type=click.Choice(MODES), default=DEFAULT_MODE, show_default=True)
+@click.option("--trees", type=int, default=10, show_default=True, help="Boosting rounds.")
+@click.option("--depth", type=int, default=5, show_default=True, help="Maximum tree depth.")
+@click.option(
+    "--key-bits",
+    type=int,
+    default=DEFAULT_KEY_BITS,
+    show_default=True,
+    help="Paillier key size (hetero). The demo's data is public; real deployments use 2048.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Seconds before every party is stopped.",
+)
+@click.option("--guest", "guest_csv", type=_FILE, help="The guest's CSV (id, label, features).")
+@click.option("--host", "host_csv", type=_FILE, help="The host's CSV (id, features).")
+@click.option("--id-column", default="id", show_default=True, help="Id column of both CSVs.")
+@click.option("--label-column", default="y", show_default=True, help="Label column (guest).")
+def demo(
+    mode: str,
+    trees: int,
+    depth: int,
+    key_bits: int,
+    timeout: float,
+    guest_csv: Path | None,
+    host_csv: Path | None,
+    id_column: str,
+    label_column: str,
+) -> int:
+    from p2pboost.demo import csv_vertical, run_demo
+
+    if trees < 1 or depth < 1:
+        raise ConfigError("--trees and --depth must be at least 1")
+    if not timeout > 0:
+        raise ConfigError("--timeout must be > 0")
+    if (guest_csv is None) != (host_csv is None):
+        raise ConfigError("give both --guest and --host, or neither")
+    if guest_csv is not None and mode != "hetero":
+        raise ConfigError("--guest and --host are for --mode hetero")
+    data = None
+    if guest_csv is not None and host_csv is not None:
+        data = csv_vertical(guest_csv, host_csv, id_column=id_column, label_column=label_column)
+    console = _console()
+    log = logging.getLogger("p2pboost.demo")
+    result = run_demo(
+        mode,
+        trees=trees,
+        depth=depth,
+        key_bits=key_bits,
+        timeout=timeout,
+        progress=None if console.quiet else log.info,
+        data=data,
+        on_tree=console.tree_progress("demo"),
+    )
+    if not console.quiet:
+        click.echo(
+            f"p2pboost demo ({result.mode}): {result.trees} trees, "
+            f"{result.s_per_tree * 1000:.1f} ms per tree, test {result.metric} {result.value:.4f}"
+        )
+    click.echo(result.to_json())
+    return 0
+
+
+# -- p2pboost party / predict / serve ---------------------------------------------------------
+
+_CONFIG = click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=_FILE,
+    help="This party's TOML file (see p2pboost.config).",
+)
+
+
+def _run_party(config_path: Path, task: str | None) -> int:
+    from p2pboost.config import load_config
+    from p2pboost.party import run_party
+
+    config = load_config(config_path).with_task(task)
+    reporter = _console().reporter(config.id)
+    try:
+        result = asyncio.run(_stop_on_sigterm(run_party(config, reporter)))
+    except KeyboardInterrupt:
+        click.echo(f"p2pboost: {config.id}: interrupted", err=True)
+        return 130
+    except asyncio.CancelledError:
+        click.echo(f"p2pboost: {config.id}: stopped (SIGTERM)", err=True)
+        return 143
+    click.echo(json.dumps(result.to_dict()))
+    return 0
+
+
+async def _stop_on_sigterm(work: Coroutine[Any, Any, PartyResult]) -> PartyResult:
+    """Run ``work``; SIGTERM (service managers, containers) cancels it, so the node closes
+    its sessions and connections cleanly instead of dying mid-message."""
+    task = asyncio.current_task()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals here
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await work
+
+
+@cli.command("party")
+@_CONFIG
+@click.option(
+    "--task",
+    type=click.Choice(["psi", "train", "predict", "serve"]),
+    default=None,
+    help="Override the file's task.",
+)
+def party(config_path: Path, task: str | None) -> int:
+    """Run one party's node and task from its config file.
+
+    Tasks: psi (common ids to workdir/intersection.csv), train (the party's model file),
+    predict (guest: id,score CSV; hosts answer), serve (guest endpoint; hosts answer). The last
+    stdout line is a JSON summary.
+    """
+    return _run_party(config_path, task)
+
+
+@cli.command("predict")
+@_CONFIG
+def predict(config_path: Path) -> int:
+    """Batch prediction: `party --task predict` (guest writes id,score; hosts answer)."""
+    return _run_party(config_path, "predict")
+
+
+@cli.command("serve")
+@_CONFIG
+def serve(config_path: Path) -> int:
+    """Online serving: `party --task serve` (guest endpoint at [serve] listen; hosts answer)."""
+    return _run_party(config_path, "serve")
+
+
+# -- p2pboost inspect / report ----------------------------------------------------------------
+
+
+@cli.command("inspect")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+def inspect_model(model: Path, as_json: bool) -> int:
+    """What a model file holds (this party's view only)."""
+    from p2pboost.model_info import describe, format_description
+
+    description = describe(model)
+    click.echo(json.dumps(description) if as_json else format_description(description))
+    return 0
+
+
+@cli.command("report")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=_DIR, default=Path("."), show_default=True, help="Output directory.")
+def report(model: Path, out: Path) -> int:
+    """Learning-curve and feature-importance plots (PNG) of this party's model."""
+    from p2pboost.report import write_report
+
+    for path in write_report(model, out):
+        click.echo(str(path))
+    return 0
+
+
+# -- entry point ------------------------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 0
+    """Run the command; returns the exit status (the console script exits with it)."""
     try:
-        status: int = func(args)
-    except P2PBoostError as exc:
-        print(f"p2pboost: error: {exc}", file=sys.stderr)
+        status = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="p2pboost",
+            standalone_mode=False,
+        )
+    except click.exceptions.NoArgsIsHelpError as exc:  # a group alone: its help, status 2
+        exc.show()
+        return exc.exit_code
+    except click.UsageError as exc:
+        # As argparse and click's standalone mode: SystemExit(2), so code calling main()
+        # sees a bad command line like any argument parser's.
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("p2pboost: aborted", err=True)
+        return 130
+    except (P2PBoostError, OSError) as exc:
+        click.echo(f"p2pboost: error: {_one_line(exc)}", err=True)
         return 1
-    return status
+    return status if isinstance(status, int) else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

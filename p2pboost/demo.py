@@ -11,6 +11,11 @@ Modes (all on scikit-learn's bundled breast-cancer data: 569 rows, 30 features, 
   securely aggregated histograms. Each client ends with the model and predicts locally.
 * ``plain``: the plaintext core in this process, the reference the federated modes equal.
 
+The hetero mode also runs on the user's own data (:func:`csv_vertical`, the CLI's ``--guest``
+and ``--host``): two CSVs sharing an id column, the guest's with a 0/1 label. As every party
+runs on this machine, the rows are matched by id here; ``p2pboost party`` matches them with
+private set intersection, as separate organisations must.
+
 The federated modes are real runs, not simulations: every party is a separate process
 (``spawn``) with its own event loop and :class:`~p2pboost.node.Node`, talking over WebSockets
 with mutual TLS on 127.0.0.1, with a CA and certificates made for the run in a temporary
@@ -65,11 +70,16 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "MODES",
     "DemoResult",
+    "TreeProgress",
+    "VerticalData",
+    "csv_vertical",
     "run_demo",
 ]
 
 F64 = npt.NDArray[np.float64]
 Progress = Callable[[str], None]
+#: ``(party, trees done, trees in all, label)`` after every tree (the CLI draws a bar).
+TreeProgress = Callable[[str, int, int, str], None]
 
 MODES = ("hetero", "homo", "plain")
 DEFAULT_MODE = "hetero"
@@ -142,12 +152,16 @@ def run_demo(
     key_bits: int = DEFAULT_KEY_BITS,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
+    data: VerticalData | None = None,
+    on_tree: TreeProgress | None = None,
 ) -> DemoResult:
     """Train and evaluate one demo model; see the module docstring.
 
     ``key_bits`` (hetero only) below 2048 is an explicit opt-in to an insecure key size, made
     here on the user's behalf because the demo's data is public. ``progress`` receives short
-    human-readable lines as the run goes.
+    human-readable lines as the run goes, and ``on_tree`` (hetero) each tree's progress and
+    test metric (default: as a ``progress`` line). ``data`` (hetero only, e.g. from
+    :func:`csv_vertical`) replaces the bundled data.
     """
     if mode not in MODES:
         raise ConfigError(f"unknown demo mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -155,6 +169,8 @@ def run_demo(
         raise ConfigError("trees and depth must be at least 1")
     if not timeout > 0:
         raise ConfigError("timeout must be > 0")
+    if data is not None and mode != "hetero":
+        raise ConfigError("the guest and host data are for --mode hetero")
     say = progress or (lambda _line: None)
     if mode == "plain":
         return _plain(trees, depth, seed)
@@ -162,7 +178,7 @@ def run_demo(
         n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN, seed=seed
     ).validate()
     if mode == "hetero":
-        return _hetero(params, seed, key_bits, timeout, say)
+        return _hetero(params, seed, key_bits, timeout, say, data, on_tree)
     return _homo(params, seed, timeout, say)
 
 
@@ -181,20 +197,98 @@ def _plain(trees: int, depth: int, seed: int) -> DemoResult:
 # -- the federated modes: what the parent does -------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class VerticalData:
+    """A vertical split for the hetero demo: the same rows, guest columns and host columns.
+
+    ``describe`` says where the data came from (for the progress lines).
+    """
+
+    X_guest: F64
+    X_host: F64
+    y: F64
+    describe: str
+
+    def split(self, seed: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+        """Train rows, test rows (a seeded 2/3 : 1/3 split)."""
+        order = np.random.default_rng(seed).permutation(self.y.size)
+        n_test = self.y.size // 3
+        return order[n_test:], order[:n_test]
+
+
+def _bundled_vertical() -> VerticalData:
+    X, y = _load_breast_cancer()
+    return VerticalData(
+        X[:, :GUEST_FEATURES],
+        X[:, GUEST_FEATURES:],
+        y,
+        f"scikit-learn's breast-cancer data: guest label + {GUEST_FEATURES} features, host "
+        f"{X.shape[1] - GUEST_FEATURES} features",
+    )
+
+
+def csv_vertical(
+    guest_csv: str | os.PathLike[str],
+    host_csv: str | os.PathLike[str],
+    *,
+    id_column: str = "id",
+    label_column: str = "y",
+) -> VerticalData:
+    """The rows two CSVs share by ``id_column``; the guest's holds ``label_column`` (0/1).
+
+    The demo runs every party on this machine, so it matches the ids here, in the open;
+    ``p2pboost party`` matches them with private set intersection instead.
+    """
+    from p2pboost.config import DataConfig
+    from p2pboost.party import load_table
+
+    guest = load_table(DataConfig(Path(guest_csv), id_column, label_column), require_label=True)
+    host = load_table(DataConfig(Path(host_csv), id_column), require_label=False)
+    if host.ids.dtype.kind != guest.ids.dtype.kind:
+        raise ConfigError(
+            f"the id columns differ in kind (integers in one file, strings in the other): "
+            f"{guest_csv}, {host_csv}"
+        )
+    _, g, h = np.intersect1d(guest.ids, host.ids, assume_unique=True, return_indices=True)
+    if g.size < 10:
+        raise ConfigError(
+            f"{guest_csv} and {host_csv} share {g.size} ids in column {id_column!r}; the demo "
+            "needs at least 10"
+        )
+    y = guest.y
+    assert y is not None  # require_label
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise ConfigError(
+            f"{guest_csv}: the demo trains a binary classifier; {label_column!r} must be 0 or 1"
+        )
+    return VerticalData(
+        guest.X[g],
+        host.X[h],
+        y[g],
+        f"{Path(guest_csv).name} (label + {guest.X.shape[1]} features) and "
+        f"{Path(host_csv).name} ({host.X.shape[1]} features), {g.size} ids in common",
+    )
+
+
 def _hetero(
-    params: BoostParams, seed: int, key_bits: int, timeout: float, say: Progress
+    params: BoostParams,
+    seed: int,
+    key_bits: int,
+    timeout: float,
+    say: Progress,
+    data: VerticalData | None = None,
+    on_tree: TreeProgress | None = None,
 ) -> DemoResult:
-    X, y, train, test = _split(seed)
-    g, h = slice(0, GUEST_FEATURES), slice(GUEST_FEATURES, X.shape[1])
+    data = data or _bundled_vertical()
+    train, test = data.split(seed)
     if key_bits < SECURE_KEY_BITS:
         say(
             f"note: the demo uses {key_bits}-bit Paillier keys for speed; real deployments "
             f"default to {SECURE_KEY_BITS} (try --key-bits {SECURE_KEY_BITS})"
         )
     say(
-        f"hetero: guest (label + {GUEST_FEATURES} features) and host ({X.shape[1] - GUEST_FEATURES}"
-        f" features) on {len(train)} shared rows, as separate processes over mutual-TLS "
-        "WebSockets on 127.0.0.1"
+        f"hetero: {data.describe}; {len(train)} training and {len(test)} test rows; guest and "
+        "host as separate processes over mutual-TLS WebSockets on 127.0.0.1"
     )
     host = _Job(
         "host",
@@ -202,21 +296,21 @@ def _hetero(
         params,
         peers={"guest": None},
         listen=True,
-        X=X[train][:, h],
-        X_test=X[test][:, h],
+        X=data.X_host[train],
+        X_test=data.X_host[test],
     )
     guest = _Job(
         "guest",
         "guest",
         params,
         peers={"host": ""},
-        X=X[train][:, g],
-        y=y[train],
-        X_test=X[test][:, g],
-        y_test=y[test],
+        X=data.X_guest[train],
+        y=data.y[train],
+        X_test=data.X_guest[test],
+        y_test=data.y[test],
         key_bits=key_bits,
     )
-    results = _run_federation(host, [guest], ("guest", "host"), timeout, say)
+    results = _run_federation(host, [guest], ("guest", "host"), timeout, say, on_tree)
     return DemoResult(
         "hetero",
         params.n_estimators,
@@ -292,6 +386,7 @@ def _run_federation(
     parties: tuple[str, ...],
     timeout: float,
     say: Progress,
+    on_tree: TreeProgress | None = None,
 ) -> dict[str, dict[str, float]]:
     """Run every party as a process; return each one's result, or kill them all and raise."""
     from p2pboost import certs
@@ -299,7 +394,8 @@ def _run_federation(
     with tempfile.TemporaryDirectory(prefix="p2pboost-demo-") as tmp:
         certs.init(tmp, parties)
         say(f"certificates for {', '.join(parties)} made in a temporary directory")
-        run = _Run(Path(tmp), listener, dialers, len(parties), time.monotonic() + timeout, say)
+        deadline = time.monotonic() + timeout
+        run = _Run(Path(tmp), listener, dialers, len(parties), deadline, say, on_tree)
         try:
             run.start(listener)
             run.collect(timeout)
@@ -319,6 +415,7 @@ class _Run:
         n_parties: int,
         deadline: float,
         say: Progress,
+        on_tree: TreeProgress | None = None,
     ) -> None:
         self.ctx = multiprocessing.get_context("spawn")
         self.certs_dir = certs_dir
@@ -327,6 +424,7 @@ class _Run:
         self.n_parties = n_parties
         self.deadline = deadline
         self.say = say
+        self.on_tree = on_tree or (lambda party, _i, _n, label: say(f"{party}: {label}"))
         self.procs: dict[str, BaseProcess] = {}
         self.conns: dict[str, Connection] = {}
         self.results: dict[str, dict[str, float]] = {}
@@ -407,6 +505,8 @@ class _Run:
         kind, value = message
         if kind == "progress":
             self.say(f"{party}: {value}")
+        elif kind == "tree" and isinstance(value, tuple) and len(value) == 3:
+            self.on_tree(party, int(value[0]), int(value[1]), str(value[2]))
         elif kind == "listening" and party == self.listener.party and isinstance(value, str):
             self.say(f"{party} listening on {value}")
             for job in self.dialers:
@@ -501,11 +601,18 @@ async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict
     t0 = time.perf_counter()
 
     def tree_done(env: CallbackEnv) -> None:
-        send("progress", f"tree {env.iteration + 1}/{n} ({time.perf_counter() - t0:.1f} s)")
+        metrics = "".join(
+            f" test {m} {v:.4f}" for scores in env.evaluation.values() for m, v in scores.items()
+        )
+        label = f"tree {env.iteration + 1}/{n}{metrics} ({time.perf_counter() - t0:.1f} s)"
+        send("tree", (env.iteration + 1, n, label))
 
     config = HeteroConfig(key_bits=job.key_bits, allow_insecure_key=job.key_bits < SECURE_KEY_BITS)
     guest = HeteroGuest(job.params, config=config)
-    await guest.afit(node, ["host"], job.X, job.y, callbacks=[tree_done])
+    # The test rows as evaluation set: the metric after every tree (the host sends one bit
+    # per test row and split node; the trees do not depend on it).
+    test = [(job.X_test, job.y_test)]
+    await guest.afit(node, ["host"], job.X, job.y, eval_set=test, callbacks=[tree_done])
     seconds = time.perf_counter() - t0
     proba = await guest.apredict(node, job.X_test)
     value = _auc(job.y_test, proba)
@@ -516,7 +623,7 @@ async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict
 async def _host(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
     from p2pboost.estimators import HeteroHost
 
-    host = await HeteroHost().afit(node, "guest", job.X)
+    host = await HeteroHost().afit(node, "guest", job.X, eval_set=[job.X_test])
     send("progress", "trained; serving the guest's test predictions")
     await host.aserve_predict(node, job.X_test)
     return {}

@@ -11,6 +11,9 @@
 Both carry the same ``fingerprint`` (made by the guest at the end of training), so a
 prediction that mixes files of different trainings fails loudly rather than silently
 mispredicting. Files are versioned JSON; never pickle, so loading a model cannot run code.
+
+The guest file may also carry the evaluation ``history`` of training (one value per round, for
+learning curves). It is optional, outside the fingerprint, and absent from older files.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import BinMapper, check_matrix
+from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.tree import Tree
@@ -194,7 +198,10 @@ class HostDecisions:
 
 @dataclass(frozen=True, eq=False)
 class GuestModel:
-    """The guest's part of a hetero model (see the module docstring)."""
+    """The guest's part of a hetero model (see the module docstring).
+
+    ``history[set name][metric]``: the evaluation after every round (empty if none was run).
+    """
 
     fingerprint: str
     params: BoostParams
@@ -205,6 +212,7 @@ class GuestModel:
     tree_output: list[int]
     trees_per_round: int
     best_iteration: int | None
+    history: History = field(default_factory=dict)
 
     @property
     def objective(self) -> Objective:
@@ -280,7 +288,7 @@ class GuestModel:
     # -- persistence -------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": GUEST_FORMAT,
             "version": FORMAT_VERSION,
             "fingerprint": self.fingerprint,
@@ -293,6 +301,9 @@ class GuestModel:
             "trees_per_round": self.trees_per_round,
             "best_iteration": self.best_iteration,
         }
+        if self.history:  # optional: files without it stay as they were
+            out["history"] = history_to_json(self.history)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GuestModel:
@@ -303,6 +314,8 @@ class GuestModel:
             mapper = BinMapper.from_dict(d["mapper"])
             trees = [GuestTree.from_dict(t, len(hosts), mapper.n_features) for t in d["trees"]]
             out = [int(o) for o in d["tree_output"]]
+            per_round = int(d["trees_per_round"])
+            n_rounds = len(trees) // per_round if per_round > 0 else 0
             model = cls(
                 fingerprint=str(d["fingerprint"]),
                 params=params,
@@ -311,8 +324,9 @@ class GuestModel:
                 base_margin=np.asarray(d["base_margin"], dtype=np.float64),
                 trees=trees,
                 tree_output=out,
-                trees_per_round=int(d["trees_per_round"]),
+                trees_per_round=per_round,
                 best_iteration=None if d["best_iteration"] is None else int(d["best_iteration"]),
+                history=history_from_json(d.get("history"), n_rounds),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):

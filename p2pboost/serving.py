@@ -6,10 +6,11 @@ features. A batch costs exactly one message to each host and one answer back, wh
 number of trees and their depth (:mod:`p2pboost.protocols.hetero_serve`).
 
 Online requests arrive one at a time (``predict``, ``stream``). They are *micro-batched*: a
-dispatcher takes whatever requests are waiting (up to ``max_batch``), waits at most
-``max_wait`` seconds for more, and sends them as one batch; requests that arrive while a
-batch is out form the next one. Under light load a request waits ``max_wait`` at most; under
-heavy load batches grow and the cost per request falls, so latency stays flat.
+dispatcher takes whatever requests are waiting (up to ``max_batch``), optionally waits up to
+``max_wait`` seconds for more (default 0: batching comes from the load itself), and sends
+them as one batch; up to ``max_inflight`` batches are out at once, and requests that arrive
+while every slot is busy form the next one. Under heavy load batches grow and the cost per
+request falls, so latency stays flat.
 
 Failures are per request where they can be: an id a host does not hold fails that request
 with :class:`~p2pboost.exceptions.UnknownIdError` and its batch-mates get their scores; a host
@@ -113,7 +114,8 @@ class GuestPredictor:
         *,
         guest_store: FeatureStore | None = None,
         max_batch: int = 512,
-        max_wait: float = 0.001,
+        max_wait: float = 0.0,
+        max_inflight: int = 2,
         host_timeout: float = 5.0,
         output: Output = "proba",
         n_rounds: int | None = None,
@@ -123,8 +125,8 @@ class GuestPredictor:
     ) -> None:
         if max_batch < 1 or max_batch > MAX_ROWS:
             raise InputError(f"max_batch must be in [1, {MAX_ROWS}], got {max_batch}")
-        if max_wait < 0 or not host_timeout > 0:
-            raise InputError("max_wait must be >= 0 and host_timeout > 0")
+        if max_wait < 0 or not host_timeout > 0 or max_inflight < 1:
+            raise InputError("max_wait must be >= 0, host_timeout > 0 and max_inflight >= 1")
         if output not in ("proba", "margin"):
             raise InputError(f"output must be 'proba' or 'margin', got {output!r}")
         if guest_store is not None and guest_store.n_features != model.n_features:
@@ -136,6 +138,7 @@ class GuestPredictor:
         self.guest_store = guest_store
         self.max_batch = max_batch
         self.max_wait = max_wait
+        self.max_inflight = max_inflight
         self.host_timeout = host_timeout
         self.output = output
         self.forest = FlatForest(model, n_rounds)
@@ -155,6 +158,7 @@ class GuestPredictor:
         ]
         self._queue: asyncio.Queue[_Request] = asyncio.Queue(maxsize=max_queue)
         self._dispatcher: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
         self._batches = self._rows = self._failed = 0
         self._messages_at_start: dict[str, int] = {}
@@ -179,10 +183,10 @@ class GuestPredictor:
         if self._closed:
             return
         self._closed = True
-        if self._dispatcher is not None:
-            self._dispatcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._dispatcher
+        tasks = [t for t in (self._dispatcher, *self._inflight) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         while not self._queue.empty():
             request = self._queue.get_nowait()
             if not request.future.done():
@@ -372,8 +376,15 @@ class GuestPredictor:
         return row
 
     async def _dispatch(self) -> None:
+        """Form batches and keep up to ``max_inflight`` of them in flight.
+
+        A slot is taken *before* a batch is collected, so while every slot is busy requests
+        pile up and the next batch is as large as the load makes it.
+        """
         loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(self.max_inflight)
         while True:
+            await slots.acquire()
             batch = [await self._queue.get()]
             deadline = loop.time() + self.max_wait
             while len(batch) < self.max_batch:
@@ -389,15 +400,25 @@ class GuestPredictor:
                 else:
                     batch.append(self._queue.get_nowait())
             live = [r for r in batch if not r.future.done()]  # cancelled by their caller
-            if live:
-                await self._run_batch(live)
+            if not live:
+                slots.release()
+                continue
+            task = asyncio.create_task(self._run_batch(live))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+            task.add_done_callback(lambda _: slots.release())
 
     async def _run_batch(self, batch: Sequence[_Request]) -> None:
         by_kind: dict[bool, list[_Request]] = {}
         for r in batch:  # integer and string ids never share a query
             by_kind.setdefault(isinstance(r.id, str | np.str_), []).append(r)
-        for group in by_kind.values():
-            await self._run_group(group)
+        try:
+            for group in by_kind.values():
+                await self._run_group(group)
+        except asyncio.CancelledError:  # the predictor closes: fail them, never leave a hang
+            for r in batch:
+                self._fail(r, SessionClosed("predictor closed"))
+            raise
 
     async def _run_group(self, batch: Sequence[_Request]) -> None:
         try:
@@ -411,9 +432,10 @@ class GuestPredictor:
         for host, positions in unknown.items():
             for p in positions.tolist():
                 self._fail(batch[p], UnknownIdError(host, [batch[p].id]))
-        for r, value in zip(batch, scores, strict=True):
+        values: list[Any] = scores.tolist() if scores.ndim == 1 else list(scores)
+        for r, value in zip(batch, values, strict=True):
             if not r.future.done():
-                r.future.set_result(float(value) if np.ndim(value) == 0 else value)
+                r.future.set_result(value)
 
     def _fail(self, request: _Request, exc: P2PBoostError) -> None:
         if not request.future.done():
@@ -421,8 +443,10 @@ class GuestPredictor:
             request.future.set_exception(exc)
 
     async def _batch_rows(self, batch: Sequence[_Request], keys: npt.NDArray[Any]) -> F64:
-        rows = np.empty((len(batch), self.model.n_features))
         need = [i for i, r in enumerate(batch) if r.x is None]
+        if not need:
+            return np.stack([r.x for r in batch if r.x is not None])
+        rows = np.empty((len(batch), self.model.n_features))
         for i, r in enumerate(batch):
             if r.x is not None:
                 rows[i] = r.x

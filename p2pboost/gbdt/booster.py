@@ -5,7 +5,8 @@ a :mod:`~p2pboost.gbdt.fixedpoint` grid chosen from those rows, so all histogram
 and a federated run (integer sums under encryption) reproduces the same trees.
 
 Models are saved as versioned JSON (:meth:`Booster.to_dict` / :meth:`Booster.save`); never
-pickle, so a model file cannot run code when loaded.
+pickle, so a model file cannot run code when loaded. A model trained with evaluation sets keeps
+their per-round results (``history``, optional in the file) for learning curves.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
-from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop
+from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop, RecordEvaluation
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize
 from p2pboost.gbdt.grower import ThresholdFn, TreeGrower
 from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
+from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
@@ -53,6 +55,7 @@ class Booster:
 
     ``tree_output[i]`` is the output (class) tree ``i`` adds to, or -1 when the tree has vector
     leaves covering every output. ``trees_per_round`` trees make one boosting round.
+    ``history[set name][metric]`` holds the evaluation after every round (empty if none ran).
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Booster:
         tree_output: list[int],
         trees_per_round: int,
         best_iteration: int | None = None,
+        history: History | None = None,
     ) -> None:
         self.params = params
         self.mapper = mapper
@@ -72,6 +76,7 @@ class Booster:
         self.tree_output = tree_output
         self.trees_per_round = trees_per_round
         self.best_iteration = best_iteration
+        self.history: History = {} if history is None else history
         self.objective: Objective = get_objective(params)
 
     @property
@@ -154,7 +159,7 @@ class Booster:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description of the model (versioned)."""
-        return {
+        out: dict[str, Any] = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "params": self.params.to_dict(),
@@ -165,6 +170,9 @@ class Booster:
             "tree_output": list(self.tree_output),
             "trees": [t.to_dict() for t in self.trees],
         }
+        if self.history:  # optional: files without it stay as they were
+            out["history"] = history_to_json(self.history)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Booster:
@@ -175,15 +183,20 @@ class Booster:
             raise ModelError(f"unsupported model version {data.get('version')!r}")
         try:
             params = BoostParams.from_dict(data["params"])
+            trees = [Tree.from_dict(t) for t in data["trees"]]
+            per_round = int(data["trees_per_round"])
             booster = cls(
                 params=params,
                 mapper=BinMapper.from_dict(data["bin_mapper"]),
                 base_margin=np.asarray(data["base_margin"], dtype=np.float64),
-                trees=[Tree.from_dict(t) for t in data["trees"]],
+                trees=trees,
                 tree_output=[int(o) for o in data["tree_output"]],
-                trees_per_round=int(data["trees_per_round"]),
+                trees_per_round=per_round,
                 best_iteration=(
                     None if data["best_iteration"] is None else int(data["best_iteration"])
+                ),
+                history=history_from_json(
+                    data.get("history"), len(trees) // per_round if per_round > 0 else 0
                 ),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -269,6 +282,7 @@ def train(
         candidates=candidate_mask(mapper.n_bins, params.max_bin),
         thresholds=mapper.thresholds,
     )
+    record = RecordEvaluation(booster.history)
     for it in range(params.n_estimators):
         for tree, out in state.grow_round(booster.trees_per_round):
             booster.trees.append(tree)
@@ -280,6 +294,7 @@ def train(
             for ev in evals
         }
         env = CallbackEnv(iteration=it, n_estimators=params.n_estimators, evaluation=evaluation)
+        record(env)
         try:
             for cb in callbacks:
                 cb(env)

@@ -311,6 +311,10 @@ async def _host_psi(
 class HostClient:
     """The guest's end of the inference session with one host (opened on first use).
 
+    Queries may overlap: each carries a sequence number, a reader task hands every answer to
+    the query waiting for it, and the host answers in order. So the guest can prepare and
+    finish one batch while the host evaluates the next.
+
     A session that failed (the host restarted, went away, or timed out) is dropped and the
     next query opens a new one, so serving recovers by itself once the host is back.
     """
@@ -340,8 +344,10 @@ class HostClient:
         self.phase = ServePhase.CONNECTING
         self._session: Session | None = None
         self._channel: Channel | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._seq = 0
-        self._lock = asyncio.Lock()
+        self._connect_lock = asyncio.Lock()
 
     @property
     def n_splits(self) -> int:
@@ -349,41 +355,39 @@ class HostClient:
 
     async def connect(self) -> None:
         """Open the session now (checks the model fingerprint), within ``timeout``."""
-        async with self._lock:
-            await self._bounded(self._channel_now, "connect")
+        await self._bounded(self._open, "connect")
 
     async def query(self, ids: npt.NDArray[Any]) -> HostAnswer:
         """One round trip: the host's bits for ``ids``."""
-        async with self._lock:
-            result: HostAnswer = await self._bounded(lambda: self._query(ids), "answer")
-            return result
+        result: HostAnswer = await self._bounded(lambda: self._query(ids), "answer")
+        return result
 
     async def psi(self, ids: npt.NDArray[Any]) -> I64:
         """Positions of ``ids`` the host holds (PSI: it learns no other id of the batch)."""
-        async with self._lock:
-            result: I64 = await self._bounded(lambda: self._psi(ids), "run PSI")
-            return result
+        result: I64 = await self._bounded(lambda: self._psi(ids), "run PSI")
+        return result
 
     async def close(self) -> None:
         """Say goodbye and leave the session (best effort: the host may be gone)."""
-        async with self._lock:
-            if self._channel is not None and self._session is not None:
+        async with self._connect_lock:
+            session, channel = self._session, self._channel
+            if channel is not None and session is not None:
                 with contextlib.suppress(P2PBoostError, TimeoutError):
                     async with asyncio.timeout(self.timeout):
-                        await self._channel.send({"t": "bye"})
-                await self._session.close()
-            self._session = self._channel = None
+                        await channel.send({"t": "bye"})
+            await self._forget(session, "closed")
+            if session is not None:
+                await session.close()  # closed, not aborted: the host reads the "bye"
             self.phase = ServePhase.CLOSED
 
     async def _bounded(self, work: Callable[[], Awaitable[Any]], what: str) -> Any:
         """Run ``work`` within ``timeout``; a stale session (the host restarted, or ended it)
-        is replaced once within the same deadline; every failure leaves no session behind."""
+        is replaced once within the same deadline; a failure drops the session it used."""
         try:
             async with asyncio.timeout(self.timeout):
                 try:
                     return await work()
                 except (PeerDisconnected, SessionClosed) as exc:
-                    await self._drop(str(exc))
                     if not self.node.is_connected(self.host):
                         raise PeerDisconnected(
                             self.host, f"host {self.host!r} went away: {exc}"
@@ -391,30 +395,59 @@ class HostClient:
                     logger.info("session with %s ended (%s); opening a new one", self.host, exc)
                     return await work()
         except TimeoutError:
-            await self._drop("timed out")
+            await self._drop(self._session, "timed out")
             raise PeerDisconnected(
                 self.host,
                 f"host {self.host!r} did not {what} within {self.timeout:g} s (host_timeout); "
                 "is it running and reachable?",
             ) from None
-        except BaseException:
-            await self._drop("failed")
+        except (ModelError, RemoteProtocolError, InputError):
+            await self._drop(self._session, "protocol error")
             raise
 
-    async def _drop(self, reason: str) -> None:
-        session, self._session, self._channel = self._session, None, None
-        self.phase = ServePhase.CONNECTING
-        if session is not None:
-            with contextlib.suppress(P2PBoostError):
-                await session.abort(reason)
+    async def _drop(self, session: Session | None, reason: str) -> None:
+        """Abandon ``session`` (if still current) after a failure, and abort it."""
+        if session is None or session is not self._session:
+            return
+        await self._forget(session, reason)
+        with contextlib.suppress(P2PBoostError):
+            await session.abort(reason)
 
-    async def _channel_now(self) -> Channel:
-        if self._channel is not None:
-            return self._channel
-        await self.node.wait_connected(self.host)
-        sid = f"{self.session_prefix}-{secrets.token_hex(8)}"
-        session = self.node.session(sid, peers=[self.host])
-        self._session = session
+    async def _forget(self, session: Session | None, reason: str) -> None:
+        """Stop using ``session`` (if still current): fail its waiting queries, end its reader."""
+        if session is None or session is not self._session:
+            return
+        reader, self._reader = self._reader, None
+        self._session = self._channel = None
+        self.phase = ServePhase.CONNECTING
+        waiting, self._waiting = self._waiting, {}
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(SessionClosed("inference session dropped", reason=reason))
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _open(self) -> tuple[Session, Channel]:
+        async with self._connect_lock:
+            if self._session is not None and self._channel is not None:
+                return self._session, self._channel
+            await self.node.wait_connected(self.host)
+            sid = f"{self.session_prefix}-{secrets.token_hex(8)}"
+            session = self.node.session(sid, peers=[self.host])
+            self._session = session
+            try:
+                ch = await self._hello(session)
+            except BaseException:
+                await self._drop(session, "hello failed")
+                raise
+            self._channel = ch
+            self._reader = asyncio.create_task(self._read(session, ch))
+            self.phase = ServePhase.SERVING
+            return session, ch
+
+    async def _hello(self, session: Session) -> Channel:
         ch = session.channel(self.host, CHANNEL)
         await ch.send(
             {
@@ -429,24 +462,46 @@ class HostClient:
             raise ModelError(f"host {self.host!r} refused: {reply.get('reason')}")
         tree = _int64_array(reply, "tree", self.host)
         node = _int64_array(reply, "node", self.host)
-        if not (
-            np.array_equal(tree, self.expected_tree) and np.array_equal(node, self.expected_node)
-        ):
+        same = np.array_equal(tree, self.expected_tree) and np.array_equal(node, self.expected_node)
+        if not same:
             raise ModelError(
                 f"host {self.host!r} answers for other splits than this model's "
                 "(a model file of another training?)"
             )
-        self._channel = ch
-        self.phase = ServePhase.SERVING
         return ch
 
-    async def _query(self, ids: npt.NDArray[Any]) -> HostAnswer:
-        ch = await self._channel_now()
+    async def _read(self, session: Session, ch: Channel) -> None:
+        """Hand each answer to the query waiting for its sequence number."""
+        try:
+            while True:
+                reply = _message(await ch.recv(), self.host, "bits", "psi-ready")
+                future = self._waiting.pop(_int(reply, "seq", self.host), None)
+                if future is None:
+                    raise RemoteProtocolError("answered no pending query", peer=self.host)
+                if not future.done():
+                    future.set_result(reply)
+        except P2PBoostError as exc:
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+            self._waiting = {}
+            if session is self._session:
+                self._reader = None  # _drop must not cancel the task it runs in
+                await self._drop(session, str(exc))
+
+    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send ``message`` with the next sequence number; wait for its answer."""
+        _, ch = await self._open()
         self._seq += 1
-        await ch.send({"t": "q", "seq": self._seq, "ids": ids_to_wire(ids)})
-        reply = _message(await ch.recv(), self.host, "bits")
-        if _int(reply, "seq", self.host) != self._seq:
-            raise RemoteProtocolError("answered another query (sequence mismatch)", peer=self.host)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[self._seq] = future  # a cancelled wait leaves it: the reader skips it
+        await ch.send({**message, "seq": self._seq})
+        return await future
+
+    async def _query(self, ids: npt.NDArray[Any]) -> HostAnswer:
+        reply = await self._ask({"t": "q", "ids": ids_to_wire(ids)})
+        if reply["t"] != "bits":
+            raise RemoteProtocolError("expected 'bits'", peer=self.host)
         return self._check_answer(reply, ids.size)
 
     def _check_answer(self, reply: dict[str, Any], n: int) -> HostAnswer:
@@ -470,13 +525,10 @@ class HostClient:
         return HostAnswer(unpack_bits(bits, self.n_splits, n), unknown)
 
     async def _psi(self, ids: npt.NDArray[Any]) -> I64:
-        ch = await self._channel_now()
-        self._seq += 1
         sid = f"psi-{secrets.token_hex(8)}"
-        await ch.send({"t": "psi", "seq": self._seq, "session": sid})
-        reply = _message(await ch.recv(), self.host, "psi-ready")
-        if _int(reply, "seq", self.host) != self._seq:
-            raise RemoteProtocolError("sequence mismatch", peer=self.host)
+        reply = await self._ask({"t": "psi", "session": sid})
+        if reply["t"] != "psi-ready":
+            raise RemoteProtocolError("expected 'psi-ready'", peer=self.host)
         async with self.node.session(sid, peers=[self.host]) as sub:
             result = await psi_guest(sub, [self.host], ids.tolist(), executor=self.executor)
         return result.positions

@@ -66,7 +66,7 @@ from p2pboost.exceptions import (
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import bin_eval_sets
-from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop
+from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop, RecordEvaluation
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MAX_BIN_LIMIT, BoostParams, MultiStrategy
@@ -215,6 +215,7 @@ async def guest_train(
         trees: list[GuestTree] = []
         outputs: list[int] = []
         best_iteration: int | None = None
+        record = RecordEvaluation()  # kept in the model file for learning curves
         for it in range(params.n_estimators):
             grad, hess = objective.grad_hess(y_arr, trainer.margin)
             sample: I64 | None
@@ -236,6 +237,7 @@ async def guest_train(
                 for ev in evals
             }
             env = CallbackEnv(iteration=it, n_estimators=params.n_estimators, evaluation=evaluation)
+            record(env)
             try:
                 for cb in callbacks:
                     cb(env)
@@ -261,6 +263,7 @@ async def guest_train(
         tree_output=outputs,
         trees_per_round=k_out,
         best_iteration=best_iteration,
+        history=record.history,
     )
 
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from p2pboost.cli import build_parser, main
+from p2pboost.cli import main
+from tests.cli.conftest import ROOT, write_vertical_csvs
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--trees", "2", "--depth", "2"]
 
 
@@ -45,8 +45,7 @@ def test_demo_prints_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
 def test_default_demo_is_hetero_over_tls_processes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--mode", "plain", *SMALL]) == 0
     plain = _last_json(capsys.readouterr().out)
-    assert build_parser().parse_args(["demo"]).mode == "hetero"
-    assert main(["demo", *SMALL]) == 0
+    assert main(["demo", *SMALL]) == 0  # no --mode: hetero
     captured = capsys.readouterr()
     result = _last_json(captured.out)
     assert set(result) == {"mode", "trees", "s_per_tree", "metric", "auc"}
@@ -127,3 +126,56 @@ def test_plaintext_example_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "predicts identically: True" in proc.stdout
     assert (tmp_path / "breast.json").is_file()
+
+
+def test_demo_on_the_users_csvs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    guest, host = write_vertical_csvs(tmp_path)
+    argv = ["--log-format", "json", "demo", *SMALL, "--guest", str(guest), "--host", str(host)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    result = _last_json(captured.out)
+    assert (result["mode"], result["trees"], result["metric"]) == ("hetero", 2, "auc")
+    assert 0.9 < result["auc"] <= 1.0
+    records = [json.loads(line) for line in captured.err.strip().splitlines()]
+    messages = " | ".join(r["message"] for r in records)
+    assert "guest.csv (label + 10 features) and host.csv (20 features), 531 ids in common" in (
+        messages
+    )
+    assert "host listening on wss://127.0.0.1:" in messages
+    assert not _demo_processes()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--guest", "{tmp}/guest.csv"], "give both --guest and --host"),
+        (["--mode", "homo", "--guest", "{tmp}/guest.csv", "--host", "{tmp}/host.csv"], "hetero"),
+        (["--guest", "{tmp}/guest.csv", "--host", "{tmp}/nope.csv"], "nope.csv"),
+        (["--guest", "{tmp}/guest.csv", "--host", "{tmp}/host.csv", "--id-column", "k"], "'k'"),
+        (["--guest", "{tmp}/host.csv", "--host", "{tmp}/host.csv"], "no label column 'y'"),
+    ],
+)
+def test_demo_csv_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    write_vertical_csvs(tmp_path)
+    assert main(["demo", *SMALL, *(a.format(tmp=tmp_path) for a in extra)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("p2pboost: error: ")
+    assert message in err
+    assert not _demo_processes()
+
+
+def test_quiet_demo_prints_only_the_json_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quiet", "demo", "--mode", "plain", *SMALL]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert len(captured.out.strip().splitlines()) == 1
+    assert _last_json(captured.out)["mode"] == "plain"
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from p2pboost import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"p2pboost {__version__}\n"

@@ -1,0 +1,489 @@
+"""One party's configuration file (TOML), read strictly.
+
+A federation is run by people at different organisations who each edit one small file; a typo
+there (``n_estimator``) silently falling back to a default would train the wrong model hours
+later. So every table accepts only the keys it knows: anything else is a :class:`ConfigError`
+naming the file, the key and the closest valid key. Values are type-checked here and the
+boosting parameters range-checked by :meth:`BoostParams.validate`, so a bad file fails at
+start-up, before any peer is contacted. Relative paths are resolved against the config file's
+directory (so the same file works whatever directory the command is started from), except
+``train.model`` and ``predict.output``, which live in ``workdir``.
+
+::
+
+    id = "guest"                    # this party (must match its certificate)
+    role = "guest"                  # guest | host (hetero), server | client (homo)
+    task = "train"                  # psi | train | predict | serve
+    listen = "127.0.0.1:8443"       # needed when a peer with a smaller id dials us
+    certs = "certs/guest"           # ca.pem, cert.pem, key.pem
+    workdir = "out"
+
+    [peers]                         # id = "wss://host:port", or "" for a peer that dials us
+    host = "wss://127.0.0.1:8444"
+
+    [data]
+    path = "guest.csv"
+    id_column = "id"
+    label_column = "y"              # guest and homo clients only
+    features = []                   # default: every other column
+
+    [train]                         # BoostParams by name, plus the keys in _TRAIN_EXTRA
+    n_estimators = 25
+    key_bits = 2048                 # < 2048 needs insecure_key_bits = true
+
+    [predict]                       # path (default: data.path), output, align
+    [serve]                         # listen, max_batch, max_wait_ms, host_timeout
+    [node]                          # reconnect_timeout, connect_timeout, heartbeats, close
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.node import NodeConfig
+
+__all__ = [
+    "SECURE_KEY_BITS",
+    "DataConfig",
+    "NodeSettings",
+    "PartyConfig",
+    "PredictConfig",
+    "Role",
+    "ServeConfig",
+    "Task",
+    "TrainConfig",
+    "load_config",
+    "parse_config",
+]
+
+#: Paillier keys below this size need ``insecure_key_bits = true``.
+SECURE_KEY_BITS = 2048
+
+
+class Role(StrEnum):
+    """What a party is in its federation."""
+
+    GUEST = "guest"  # hetero: holds the labels, drives training
+    HOST = "host"  # hetero: holds features only
+    SERVER = "server"  # homo: coordinates, holds no data
+    CLIENT = "client"  # homo: holds rows with labels
+
+    @property
+    def hetero(self) -> bool:
+        return self in (Role.GUEST, Role.HOST)
+
+
+class Task(StrEnum):
+    """What ``p2pboost party`` does with the node."""
+
+    PSI = "psi"
+    TRAIN = "train"
+    PREDICT = "predict"
+    SERVE = "serve"
+
+
+@dataclass(frozen=True, slots=True)
+class DataConfig:
+    """The party's CSV: one row per sample, an id column, numeric features."""
+
+    path: Path
+    id_column: str = "id"
+    label_column: str | None = None
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """Boosting parameters plus the run's own settings.
+
+    ``eval_train`` evaluates the metric on the training rows after every tree (shown in the
+    progress bar); it costs the hosts one bit per row and split node, and both hetero parties
+    must agree on it (the guest checks that the hosts' evaluation sets match its own).
+    """
+
+    params: BoostParams = field(default_factory=BoostParams)
+    key_bits: int = SECURE_KEY_BITS
+    insecure_key_bits: bool = False
+    psi: bool = True
+    model: Path = Path("model.json")
+    eval_train: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PredictConfig:
+    """Batch prediction: which CSV (default: the data one), where scores go, how to align."""
+
+    path: Path | None = None
+    output: Path = Path("predictions.csv")
+    align: Literal["ids", "psi"] = "ids"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    """The guest's endpoint for external clients (``p2pboost serve``)."""
+
+    listen: str = "127.0.0.1:8765"
+    max_batch: int = 512
+    max_wait_ms: float = 0.0
+    host_timeout: float = 5.0
+
+
+_NODE_DEFAULTS = NodeConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    """The node timeouts a deployment tunes (see :class:`~p2pboost.node.NodeConfig`).
+
+    ``reconnect_timeout`` also bounds how long a party waits for a peer that never answers:
+    a wrong address fails after this long, naming the peer.
+    """
+
+    reconnect_timeout: float = _NODE_DEFAULTS.reconnect_timeout
+    connect_timeout: float = _NODE_DEFAULTS.connect_timeout
+    heartbeat_interval: float = _NODE_DEFAULTS.heartbeat_interval
+    heartbeat_timeout: float = _NODE_DEFAULTS.heartbeat_timeout
+    close_timeout: float = _NODE_DEFAULTS.close_timeout
+
+    def node_config(self) -> NodeConfig:
+        return NodeConfig(**dataclasses.asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class PartyConfig:
+    """One party's whole configuration, paths resolved. Build it with :func:`load_config`."""
+
+    source: Path
+    id: str
+    role: Role
+    task: Task
+    certs: Path
+    workdir: Path
+    peers: Mapping[str, str | None]
+    listen: str | None = None
+    data: DataConfig | None = None
+    train: TrainConfig = field(default_factory=TrainConfig)
+    predict: PredictConfig = field(default_factory=PredictConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    node: NodeSettings = field(default_factory=NodeSettings)
+
+    @property
+    def model_path(self) -> Path:
+        return self.workdir / self.train.model
+
+    @property
+    def output_path(self) -> Path:
+        return self.workdir / self.predict.output
+
+    def with_task(self, task: Task | str | None) -> PartyConfig:
+        """The same party doing another task (the CLI's ``--task``)."""
+        if task is None:
+            return self
+        return dataclasses.replace(self, task=_enum(Task, task, "task", self.source))
+
+
+# -- the schema -------------------------------------------------------------------------------
+
+_TOP = ("id", "role", "task", "listen", "certs", "workdir")
+_TABLES = ("peers", "data", "train", "predict", "serve", "node")
+_DATA = ("path", "id_column", "label_column", "features")
+#: [train] keys that are not BoostParams fields.
+_TRAIN_EXTRA = ("key_bits", "insecure_key_bits", "psi", "model", "eval_train")
+_BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
+_PREDICT = ("path", "output", "align")
+_SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
+_NODE = tuple(f.name for f in dataclasses.fields(NodeSettings))
+_ALIGN = ("ids", "psi")
+_E = TypeVar("_E", bound=Enum)
+
+
+class _Reader:
+    """Typed access to one table of one file, with errors that say where."""
+
+    def __init__(self, source: Path, table: Mapping[str, Any], prefix: str) -> None:
+        self.source = source
+        self.table = table
+        self.prefix = prefix
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {self.prefix}{key}: {problem}")
+
+    def check_keys(self, allowed: tuple[str, ...]) -> None:
+        for key in self.table:
+            if key not in allowed:
+                raise _unknown_key(self.source, self.prefix + key, key, allowed)
+
+    def get_str(self, key: str, default: str | None = None, *, empty: bool = False) -> str | None:
+        value = self.table.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(key, f"expected a string, got {_kind(value)}")
+        if not value and not empty:
+            raise self.fail(key, "must not be empty")
+        return value
+
+    def required(self, key: str) -> str:
+        value = self.get_str(key)
+        if value is None:
+            raise ConfigError(f"{self.source}: missing required key {self.prefix}{key}")
+        return value
+
+    def get_int(self, key: str, default: int) -> int:
+        value = self.table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"expected an integer, got {_kind(value)}")
+        return value
+
+    def get_float(self, key: str, default: float) -> float:
+        value = self.table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(key, f"expected a number, got {_kind(value)}")
+        return float(value)
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, f"expected true or false, got {_kind(value)}")
+        return value
+
+    def sub(self, key: str) -> _Reader:
+        value = self.table.get(key, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.source}: [{key}] must be a table, got {_kind(value)}")
+        return _Reader(self.source, value, f"{key}.")
+
+
+def _kind(value: object) -> str:
+    return {bool: "a boolean", str: "a string", int: "an integer", float: "a number"}.get(
+        type(value), f"a {type(value).__name__}"
+    )
+
+
+def _unknown_key(source: Path, shown: str, key: str, allowed: tuple[str, ...]) -> ConfigError:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(allowed)}"
+    return ConfigError(f"{source}: unknown key {shown!r}{hint}")
+
+
+def _enum(kind: type[_E], value: str, key: str, source: Path) -> _E:
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in kind)
+        raise ConfigError(f"{source}: {key} = {value!r}: choose one of {choices}") from None
+
+
+def _address(reader: _Reader, key: str, value: str) -> str:
+    """``host:port`` or ``wss://host:port``; the transport takes both."""
+    parts = urlsplit(value if "://" in value else f"wss://{value}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "wss" or not parts.hostname or port is None:
+        raise reader.fail(key, f"{value!r} is not an address (use host:port or wss://host:port)")
+    return value
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def load_config(path: str | os.PathLike[str]) -> PartyConfig:
+    """Read, check and resolve one party's TOML file; :class:`ConfigError` on any problem."""
+    source = Path(path)
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {source}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {source}: {exc.strerror or exc}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    return parse_config(raw, source)
+
+
+def parse_config(raw: Mapping[str, Any], source: Path) -> PartyConfig:
+    """:func:`load_config` on an already-parsed table (``source`` names it in errors and
+    anchors its relative paths)."""
+    top = _Reader(source, raw, "")
+    top.check_keys(_TOP + _TABLES)
+    base = source.resolve().parent
+    role = _enum(Role, top.required("role"), "role", source)
+    listen = top.get_str("listen")
+    config = PartyConfig(
+        source=source,
+        id=top.required("id"),
+        role=role,
+        task=_enum(Task, top.get_str("task", "train") or "train", "task", source),
+        certs=base / top.required("certs"),
+        workdir=base / (top.get_str("workdir", ".") or "."),
+        peers=_peers(top.sub("peers")),
+        listen=None if listen is None else _address(top, "listen", listen),
+        data=_data(top.sub("data"), base, role) if "data" in raw else None,
+        train=_train(top.sub("train")),
+        predict=_predict(top.sub("predict"), base),
+        serve=_serve(top.sub("serve")),
+        node=_node(top.sub("node")),
+    )
+    _check_roles(config)
+    return config
+
+
+def _peers(reader: _Reader) -> dict[str, str | None]:
+    peers: dict[str, str | None] = {}
+    for peer in reader.table:
+        address = reader.get_str(peer, empty=True)
+        peers[peer] = _address(reader, peer, address) if address else None
+    if not peers:
+        raise ConfigError(f"{reader.source}: [peers] must name at least one other party")
+    return peers
+
+
+def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
+    reader.check_keys(_DATA)
+    features = reader.table.get("features", [])
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise reader.fail("features", "expected a list of column names")
+    label = reader.get_str("label_column")
+    if label is not None and role in (Role.HOST, Role.SERVER):
+        raise reader.fail("label_column", f"a {role.value} holds no labels; remove the key")
+    if label is None and role in (Role.GUEST, Role.CLIENT):
+        raise ConfigError(
+            f"{reader.source}: a {role.value} needs data.label_column (the label's column)"
+        )
+    return DataConfig(
+        path=base / reader.required("path"),
+        id_column=reader.get_str("id_column", "id") or "id",
+        label_column=label,
+        features=tuple(features),
+    )
+
+
+def _train(reader: _Reader) -> TrainConfig:
+    reader.check_keys(_BOOST + _TRAIN_EXTRA)
+    params = _boost_params(reader)
+    key_bits = reader.get_int("key_bits", SECURE_KEY_BITS)
+    insecure = reader.get_bool("insecure_key_bits", False)
+    if key_bits < SECURE_KEY_BITS and not insecure:
+        raise reader.fail(
+            "key_bits",
+            f"{key_bits}-bit Paillier keys are insecure; use {SECURE_KEY_BITS} or more, or opt "
+            "in explicitly with insecure_key_bits = true",
+        )
+    return TrainConfig(
+        params=params,
+        key_bits=key_bits,
+        insecure_key_bits=insecure,
+        psi=reader.get_bool("psi", True),
+        model=Path(reader.get_str("model", "model.json") or "model.json"),
+        eval_train=reader.get_bool("eval_train", True),
+    )
+
+
+def _boost_params(reader: _Reader) -> BoostParams:
+    """BoostParams from the [train] keys, typed by each field's default value."""
+    defaults = BoostParams()
+    kwargs: dict[str, Any] = {}
+    for name in _BOOST:
+        if name not in reader.table:
+            continue
+        default = getattr(defaults, name)
+        value = reader.table[name]
+        if name == "sparse_aware" and isinstance(value, bool):
+            kwargs[name] = value
+        elif isinstance(default, bool):
+            kwargs[name] = reader.get_bool(name, default)
+        elif isinstance(default, int):
+            kwargs[name] = reader.get_int(name, default)
+        elif isinstance(default, float) or default is None:
+            kwargs[name] = reader.get_float(name, 0.0)
+        else:  # strings and string enums
+            kwargs[name] = reader.get_str(name)
+    try:
+        return BoostParams(**kwargs).validate()
+    except (InputError, ValueError) as exc:
+        raise ConfigError(f"{reader.source}: [train]: {exc}") from None
+
+
+def _predict(reader: _Reader, base: Path) -> PredictConfig:
+    reader.check_keys(_PREDICT)
+    path = reader.get_str("path")
+    align = reader.get_str("align", "ids") or "ids"
+    if align not in _ALIGN:
+        raise reader.fail("align", f"{align!r}: choose one of {', '.join(_ALIGN)}")
+    return PredictConfig(
+        path=None if path is None else base / path,
+        output=Path(reader.get_str("output", "predictions.csv") or "predictions.csv"),
+        align="psi" if align == "psi" else "ids",
+    )
+
+
+def _serve(reader: _Reader) -> ServeConfig:
+    reader.check_keys(_SERVE)
+    d = ServeConfig()
+    serve = ServeConfig(
+        listen=_address(reader, "listen", reader.get_str("listen", d.listen) or d.listen),
+        max_batch=reader.get_int("max_batch", d.max_batch),
+        max_wait_ms=reader.get_float("max_wait_ms", d.max_wait_ms),
+        host_timeout=reader.get_float("host_timeout", d.host_timeout),
+    )
+    if serve.max_batch < 1:
+        raise reader.fail("max_batch", "must be at least 1")
+    if serve.max_wait_ms < 0 or not serve.host_timeout > 0:
+        raise ConfigError(f"{reader.source}: serve: max_wait_ms >= 0 and host_timeout > 0")
+    return serve
+
+
+def _node(reader: _Reader) -> NodeSettings:
+    reader.check_keys(_NODE)
+    d = NodeSettings()
+    settings = NodeSettings(**{name: reader.get_float(name, getattr(d, name)) for name in _NODE})
+    try:
+        settings.node_config()
+    except ConfigError as exc:
+        raise ConfigError(f"{reader.source}: [node]: {exc}") from None
+    return settings
+
+
+def _check_roles(config: PartyConfig) -> None:
+    """Who talks to whom: hosts and clients have exactly one peer; the others need data."""
+    where = config.source
+    if config.role in (Role.HOST, Role.CLIENT) and len(config.peers) != 1:
+        other = "guest" if config.role is Role.HOST else "server"
+        raise ConfigError(
+            f"{where}: a {config.role.value} talks to its {other} only: [peers] must name "
+            f"exactly one party, not {len(config.peers)}"
+        )
+    if config.role is not Role.SERVER and config.data is None:
+        raise ConfigError(f"{where}: a {config.role.value} needs a [data] table (path, id_column)")
+    if config.role is Role.SERVER and config.data is not None:
+        raise ConfigError(f"{where}: the homo server holds no data; remove the [data] table")
+    _check_dialing(config)
+
+
+def _check_dialing(config: PartyConfig) -> None:
+    """Of two parties, the one whose id sorts first dials: it needs the other's address, and
+    the other must listen (the node enforces this too; here the message names the file)."""
+    for peer, address in config.peers.items():
+        if peer > config.id and address is None:
+            raise ConfigError(
+                f"{config.source}: peers.{peer} needs an address: {config.id!r} dials "
+                f"{peer!r} (of two parties, the smaller id dials)"
+            )
+        if peer < config.id and config.listen is None:
+            raise ConfigError(
+                f'{config.source}: listen = "host:port" is required: {peer!r} dials '
+                f"{config.id!r} (of two parties, the smaller id dials)"
+            )

@@ -1,0 +1,533 @@
+"""One party of a federation, run from its config file (``p2pboost party``).
+
+Each organisation runs this on its own machine with its own :class:`~p2pboost.config.PartyConfig`:
+the node (mutual TLS with the certificate in ``certs``), its CSV, and one task:
+
+* ``psi``: private set intersection of the ids; every party writes the common ids to
+  ``workdir/intersection.csv`` (each learns the intersection and the others' set sizes).
+* ``train``: hetero (guest + hosts, rows aligned by PSI first unless ``train.psi = false``) or
+  homo (server + clients); each party writes its own model file (only its own secrets).
+* ``predict``: the guest scores every row of its CSV in one round trip per host and writes
+  ``id,score``; hosts answer from a feature store loaded from their CSV. Homo clients predict
+  locally.
+* ``serve``: the guest's long-running endpoint for external clients; hosts answer forever.
+
+Training runs PSI here rather than through the estimators' ``ids=``: the aligned rows must be
+known before ``afit`` so that the training rows can be passed as an evaluation set, which is
+what puts the current metric in the progress bar. The session names are the estimators', so a
+party run from this module and one embedded with the facade still find each other.
+
+Progress goes to a :class:`Reporter` (the CLI draws bars; the default logs), never to stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.config import DataConfig, PartyConfig, Role, Task
+from p2pboost.exceptions import ConfigError, PeerDisconnected
+from p2pboost.feature_store import parse_floats, parse_ids, read_csv_columns
+from p2pboost.gbdt.callbacks import CallbackEnv
+from p2pboost.node import Node
+
+if TYPE_CHECKING:
+    from p2pboost.feature_store import ArrayStore, FeatureStore
+    from p2pboost.serving import GuestPredictor
+
+__all__ = [
+    "LogReporter",
+    "PartyResult",
+    "Reporter",
+    "Table",
+    "build_node",
+    "load_table",
+    "run_party",
+]
+
+F64 = npt.NDArray[np.float64]
+logger = logging.getLogger("p2pboost.party")
+
+#: The estimators' session names (:mod:`p2pboost.estimators`, :mod:`p2pboost.homo`).
+HETERO_SESSION = "p2pboost-hetero"
+HOMO_SESSION = "p2pboost-homo"
+SERVE_PREFIX = "p2pboost-serve"
+INTERSECTION_FILE = "intersection.csv"
+
+
+class Reporter(Protocol):
+    """Where a party's progress goes: a bar of steps, and one-off messages."""
+
+    def info(self, message: str) -> None: ...
+
+    def begin(self, label: str, total: int) -> None: ...
+
+    def step(self, label: str) -> None: ...
+
+    def end(self, message: str) -> None: ...
+
+
+class LogReporter:
+    """Progress as log records (services, ``--log-format json``, and library use)."""
+
+    def __init__(self, log: logging.Logger = logger) -> None:
+        self.log = log
+
+    def info(self, message: str) -> None:
+        self.log.info(message)
+
+    def begin(self, label: str, total: int) -> None:
+        self.log.info("%s (%d steps)", label, total)
+
+    def step(self, label: str) -> None:
+        self.log.info(label)
+
+    def end(self, message: str) -> None:
+        self.log.info(message)
+
+
+@dataclass(frozen=True, slots=True)
+class PartyResult:
+    """What a task did: files written and a few figures (the CLI prints it as JSON)."""
+
+    party: str
+    role: str
+    task: str
+    outputs: tuple[str, ...] = ()
+    summary: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "party": self.party,
+            "role": self.role,
+            "task": self.task,
+            "outputs": list(self.outputs),
+            **self.summary,
+        }
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Table:
+    """A party's CSV as arrays: ids, features (in ``features`` order) and labels if any."""
+
+    ids: npt.NDArray[Any]
+    X: F64
+    y: F64 | None
+    features: tuple[str, ...]
+
+
+def load_table(data: DataConfig, path: Path | None = None, *, require_label: bool) -> Table:
+    """Read ``path`` (default ``data.path``) with ``data``'s columns.
+
+    The label column is used when present and required when ``require_label`` (training);
+    a scoring CSV may leave it out. Ids must be unique: alignment and lookups are by id.
+    """
+    source = path or data.path
+    header, columns = read_csv_columns(source)
+    for column in (data.id_column, *data.features):
+        if column not in header:
+            raise ConfigError(f"{source}: no column {column!r} (columns: {', '.join(header)})")
+    label = data.label_column if data.label_column in header else None
+    if require_label and data.label_column is not None and label is None:
+        raise ConfigError(f"{source}: no label column {data.label_column!r}")
+    names = data.features or tuple(c for c in header if c not in (data.id_column, label))
+    if not names:
+        raise ConfigError(f"{source}: no feature columns")
+    ids = parse_ids(columns[data.id_column])
+    if np.unique(ids).size != ids.size:
+        raise ConfigError(f"{source}: the id column {data.id_column!r} has duplicates")
+    X = np.column_stack([parse_floats(columns[c], f"{source}: column {c!r}") for c in names])
+    y = None if label is None else parse_floats(columns[label], f"{source}: column {label!r}")
+    return Table(ids=ids, X=X, y=y, features=tuple(names))
+
+
+def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def write_scores(path: Path, id_column: str, ids: npt.NDArray[Any], scores: F64) -> None:
+    """``id,score`` (``score_0..k`` for several outputs); a row no host could score is empty."""
+    s = np.asarray(scores, dtype=np.float64)
+    s2 = s.reshape(len(ids), -1)
+    header = [
+        id_column,
+        *(["score"] if s2.shape[1] == 1 else [f"score_{k}" for k in range(s2.shape[1])]),
+    ]
+    rows = [
+        [i, *("" if np.isnan(v) else repr(float(v)) for v in row)]
+        for i, row in zip(ids.tolist(), s2, strict=True)
+    ]
+    _write_csv(path, header, rows)
+
+
+# -- the node ---------------------------------------------------------------------------------
+
+
+def build_node(config: PartyConfig) -> Node:
+    """The party's node: mutual TLS from ``certs``, whose certificate must name this party."""
+    from p2pboost.certs import TLSConfig
+
+    tls = TLSConfig.from_dir(config.certs)
+    if tls.party_id != config.id:
+        raise ConfigError(
+            f"{config.source}: id is {config.id!r} but the certificate {tls.cert_file} is for "
+            f"party {tls.party_id!r}"
+        )
+    return Node(
+        config.id,
+        listen=config.listen,
+        peers=dict(config.peers),
+        tls=tls,
+        config=config.node.node_config(),
+    )
+
+
+async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> PartyResult:
+    """Run ``config.task`` as ``config.role``; errors are p2pboost exceptions naming the cause.
+
+    A peer that never answers (wrong address, not started) fails after
+    ``node.reconnect_timeout`` with :class:`PeerDisconnected` naming it and its address.
+    """
+    key = (config.role, config.task)
+    if key not in _TASKS and key not in _LOCAL_TASKS:
+        can = [t.value for r, t in (*_TASKS, *_LOCAL_TASKS) if r is config.role]
+        raise ConfigError(
+            f"{config.source}: a {config.role.value} has no {config.task.value!r} task "
+            f"(it can: {', '.join(can)})"
+        )
+    run = _Run(config, reporter or LogReporter())
+    if key in _LOCAL_TASKS:
+        return await _LOCAL_TASKS[key](run)
+    node = build_node(config)
+    config.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        async with node:
+            return await _TASKS[key](run, node)
+    except PeerDisconnected as exc:
+        raise _explain(exc, config) from exc
+
+
+def _explain(exc: PeerDisconnected, config: PartyConfig) -> PeerDisconnected:
+    address = config.peers.get(exc.peer)
+    where = f"at {address}" if address else "(it dials us)"
+    return PeerDisconnected(
+        exc.peer,
+        f"{exc}; is party {exc.peer!r} {where} running? (peers in {config.source}; "
+        f"node.reconnect_timeout = {config.node.reconnect_timeout:g} s)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    config: PartyConfig
+    reporter: Reporter
+
+    def result(self, outputs: Sequence[Path] = (), **summary: Any) -> PartyResult:
+        c = self.config
+        return PartyResult(c.id, c.role.value, c.task.value, tuple(map(str, outputs)), summary)
+
+    def table(self, *, require_label: bool, path: Path | None = None) -> Table:
+        if self.config.data is None:  # the config check makes this unreachable for data roles
+            raise ConfigError(f"{self.config.source}: a {self.config.role.value} needs [data]")
+        return load_table(self.config.data, path, require_label=require_label)
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(self.config.peers)
+
+    @property
+    def peer(self) -> str:
+        return next(iter(self.config.peers))
+
+
+# -- psi --------------------------------------------------------------------------------------
+
+
+async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """PSI with the peers; positions of this party's common rows, in the guest's order."""
+    from p2pboost.protocols.psi import psi_guest, psi_host
+
+    guest = run.config.role is Role.GUEST
+    peers = run.hosts if guest else [run.peer]
+    run.reporter.info(f"PSI: matching {ids.size} ids with {', '.join(peers)}...")
+    t0 = time.perf_counter()
+    async with node.session(f"{HETERO_SESSION}-psi", peers=peers) as session:
+        if guest:
+            result = await psi_guest(session, peers, ids)
+        else:
+            result = await psi_host(session, peers[0], ids)
+    sizes = ", ".join(f"{p} {n}" for p, n in result.peer_sizes.items())
+    run.reporter.info(
+        f"PSI: {result.positions.size} common ids of {ids.size} (peers: {sizes}) in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+    if result.positions.size == 0:
+        raise ConfigError("the parties have no sample id in common: nothing to do")
+    return result.positions
+
+
+def _write_intersection(run: _Run, ids: npt.NDArray[Any]) -> Path:
+    data = run.config.data
+    path = run.config.workdir / INTERSECTION_FILE
+    _write_csv(path, [data.id_column if data else "id"], [[i] for i in ids.tolist()])
+    return path
+
+
+async def _psi(run: _Run, node: Node) -> PartyResult:
+    table = run.table(require_label=False)
+    keep = await _align(run, node, table.ids)
+    path = _write_intersection(run, table.ids[keep])
+    return run.result([path], rows=int(table.ids.size), common=int(keep.size))
+
+
+# -- hetero training --------------------------------------------------------------------------
+
+
+def _tree_callback(run: _Run) -> Any:
+    """Advance the bar after every tree, with the training metric when it is evaluated."""
+    t0 = time.perf_counter()
+
+    def on_tree(env: CallbackEnv) -> None:
+        label = f"tree {env.iteration + 1}/{env.n_estimators}"
+        for scores in env.evaluation.values():  # one set: the training rows
+            label += "".join(f" train {m} {v:.4f}" for m, v in scores.items())
+        run.reporter.step(f"{label} ({time.perf_counter() - t0:.1f} s)")
+
+    return on_tree
+
+
+async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Path]]:
+    if not run.config.train.psi:
+        return table, []
+    keep = await _align(run, node, table.ids)
+    y = None if table.y is None else table.y[keep]
+    aligned = Table(table.ids[keep], table.X[keep], y, table.features)
+    return aligned, [_write_intersection(run, aligned.ids)]
+
+
+async def _train_guest(run: _Run, node: Node) -> PartyResult:
+    from p2pboost.estimators import HeteroGuest
+    from p2pboost.protocols.hetero_train import HeteroConfig
+
+    table, outputs = await _aligned(run, node, run.table(require_label=True))
+    assert table.y is not None  # require_label
+    train = run.config.train
+    hetero = HeteroConfig(key_bits=train.key_bits, allow_insecure_key=train.insecure_key_bits)
+    guest = HeteroGuest(train.params, config=hetero, session_id=HETERO_SESSION)
+    n = train.params.n_estimators
+    run.reporter.begin(f"training {n} trees with {', '.join(run.hosts)}", n)
+    t0 = time.perf_counter()
+    await guest.afit(
+        node,
+        run.hosts,
+        table.X,
+        table.y,
+        eval_set=[(table.X, table.y)] if train.eval_train else (),
+        callbacks=[_tree_callback(run)],
+    )
+    seconds = time.perf_counter() - t0
+    trees = len(guest.model_.trees)
+    run.reporter.end(f"trained {trees} trees in {seconds:.1f} s")
+    guest.save(run.config.model_path)
+    return run.result(
+        [*outputs, run.config.model_path],
+        rows=int(table.ids.size),
+        trees=trees,
+        s_per_tree=round(seconds / max(trees, 1), 6),
+    )
+
+
+async def _train_host(run: _Run, node: Node) -> PartyResult:
+    from p2pboost.estimators import HeteroHost
+
+    table, outputs = await _aligned(run, node, run.table(require_label=False))
+    run.reporter.info(f"training with {run.peer} on {table.ids.size} rows...")
+    t0 = time.perf_counter()
+    eval_set = [table.X] if run.config.train.eval_train else []
+    host = await HeteroHost(session_id=HETERO_SESSION).afit(
+        node, run.peer, table.X, eval_set=eval_set
+    )
+    seconds = time.perf_counter() - t0
+    run.reporter.info(f"trained in {seconds:.1f} s ({len(host.model_.splits)} splits are ours)")
+    host.save(run.config.model_path)
+    return run.result([*outputs, run.config.model_path], rows=int(table.ids.size))
+
+
+# -- homo training ----------------------------------------------------------------------------
+
+
+async def _train_server(run: _Run, node: Node) -> PartyResult:
+    from p2pboost.homo import HomoServer
+
+    clients = list(run.config.peers)
+    n = run.config.train.params.n_estimators
+    run.reporter.info(f"coordinating {n} trees with {', '.join(clients)}...")
+    t0 = time.perf_counter()
+    server = await HomoServer(run.config.train.params, session=HOMO_SESSION).afit(node, clients)
+    seconds = time.perf_counter() - t0
+    server.model_.save(run.config.model_path)
+    run.reporter.info(f"trained {n} trees in {seconds:.1f} s")
+    return run.result([run.config.model_path], trees=n, s_per_tree=round(seconds / n, 6))
+
+
+async def _train_client(run: _Run, node: Node) -> PartyResult:
+    from p2pboost.homo import HomoClient
+
+    table = run.table(require_label=True)
+    run.reporter.info(f"training with {run.peer} on {table.ids.size} local rows...")
+    client = HomoClient(run.config.train.params, identity=run.config.certs, session=HOMO_SESSION)
+    await client.afit(node, run.peer, table.X, table.y)
+    client.model_.save(run.config.model_path)
+    run.reporter.info("trained; the model is local: predict needs no network")
+    return run.result([run.config.model_path], rows=int(table.ids.size))
+
+
+# -- prediction and serving -------------------------------------------------------------------
+
+
+def _guest_predictor(
+    run: _Run, node: Node, guest_store: FeatureStore | None = None
+) -> GuestPredictor:
+    """The serving layer's predictor for this guest's model, tuned by ``[serve]``."""
+    from p2pboost.model import GuestModel
+    from p2pboost.serving import GuestPredictor
+
+    serve = run.config.serve
+    return GuestPredictor(
+        node,
+        GuestModel.load(run.config.model_path),
+        guest_store=guest_store,
+        max_batch=serve.max_batch,
+        max_wait=serve.max_wait_ms / 1000.0,
+        host_timeout=serve.host_timeout,
+        session_prefix=SERVE_PREFIX,
+    )
+
+
+async def _predict_guest(run: _Run, node: Node) -> PartyResult:
+    table = run.table(require_label=False, path=run.config.predict.path)
+    align = run.config.predict.align
+    run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
+    t0 = time.perf_counter()
+    async with _guest_predictor(run, node) as predictor:
+        scores = np.asarray(
+            await predictor.predict_batch(table.ids, table.X, align=align), dtype=np.float64
+        )
+    seconds = time.perf_counter() - t0
+    return _scored(run, table, scores, seconds)
+
+
+def _scored(run: _Run, table: Table, scores: F64, seconds: float) -> PartyResult:
+    """Write the scores; with labels in the CSV, also report the AUC (binary models)."""
+    data = run.config.data
+    write_scores(run.config.output_path, data.id_column if data else "id", table.ids, scores)
+    summary: dict[str, Any] = {"rows": int(table.ids.size), "seconds": round(seconds, 6)}
+    flat = scores.reshape(table.ids.size, -1)
+    scored = ~np.isnan(flat).any(axis=1)
+    summary["scored"] = int(scored.sum())
+    if table.y is not None and flat.shape[1] == 1 and np.isin(table.y, (0.0, 1.0)).all():
+        from p2pboost.gbdt.metrics import auc
+
+        y, p = table.y[scored], flat[scored, 0]
+        if 0 < y.sum() < y.size:
+            summary["auc"] = round(float(auc(y, p)), 6)
+    run.reporter.info(f"wrote {summary['scored']} scores to {run.config.output_path}")
+    return run.result([run.config.output_path], **summary)
+
+
+def _store(run: _Run) -> ArrayStore:
+    """This party's features by id, from ``predict.path`` (default ``data.path``)."""
+    from p2pboost.feature_store import ArrayStore
+
+    data = run.config.data
+    if data is None:
+        raise ConfigError(f"{run.config.source}: a {run.config.role.value} needs [data]")
+    path = run.config.predict.path or data.path
+    label = [data.label_column] if data.label_column else []
+    return ArrayStore.from_csv(path, data.id_column, features=data.features or None, exclude=label)
+
+
+async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
+    """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
+    from p2pboost.model import HostModel
+    from p2pboost.serving import serve_host
+
+    model = HostModel.load(run.config.model_path)
+    store = _store(run)
+    run.reporter.info(
+        f"answering {run.peer}'s queries for {store.n_features} features"
+        + ("" if sessions is None else f" ({sessions} session)")
+    )
+    await serve_host(node, model, store, session_prefix=SERVE_PREFIX, sessions=sessions)
+    return run.result()
+
+
+async def _predict_host(run: _Run, node: Node) -> PartyResult:
+    return await _answer(run, node, 1)
+
+
+async def _serve_host(run: _Run, node: Node) -> PartyResult:
+    return await _answer(run, node, None)
+
+
+async def _predict_client(run: _Run) -> PartyResult:
+    """Homo models are whole at every client: prediction is local, no node is started."""
+    from p2pboost.gbdt.booster import Booster
+
+    table = run.table(require_label=False, path=run.config.predict.path)
+    t0 = time.perf_counter()
+    scores = Booster.load(run.config.model_path).predict(table.X)
+    return _scored(run, table, np.asarray(scores, dtype=np.float64), time.perf_counter() - t0)
+
+
+async def _serve_guest(run: _Run, node: Node) -> PartyResult:
+    """The endpoint for external clients, with mutual TLS from this party's certificates
+    (clients need a certificate from the federation's CA; the hosts' are refused). Requests
+    may carry only an id: the guest's own features are then looked up in its CSV."""
+    from p2pboost.certs import TLSConfig
+    from p2pboost.endpoint import serve_endpoint
+
+    listen = run.config.serve.listen
+    store = _store(run)
+    run.reporter.info(f"{len(store)} ids of ours loaded; starting the endpoint on {listen}")
+    async with _guest_predictor(run, node, store) as predictor:
+        await serve_endpoint(predictor, listen, tls=TLSConfig.from_dir(run.config.certs))
+    return run.result()
+
+
+_TASKS: dict[tuple[Role, Task], Callable[[_Run, Node], Awaitable[PartyResult]]] = {
+    (Role.GUEST, Task.PSI): _psi,
+    (Role.HOST, Task.PSI): _psi,
+    (Role.GUEST, Task.TRAIN): _train_guest,
+    (Role.HOST, Task.TRAIN): _train_host,
+    (Role.SERVER, Task.TRAIN): _train_server,
+    (Role.CLIENT, Task.TRAIN): _train_client,
+    (Role.GUEST, Task.PREDICT): _predict_guest,
+    (Role.HOST, Task.PREDICT): _predict_host,
+    (Role.GUEST, Task.SERVE): _serve_guest,
+    (Role.HOST, Task.SERVE): _serve_host,
+}
+_LOCAL_TASKS: dict[tuple[Role, Task], Callable[[_Run], Awaitable[PartyResult]]] = {
+    (Role.CLIENT, Task.PREDICT): _predict_client,
+}
+
+
+def run(config: PartyConfig, reporter: Reporter | None = None) -> PartyResult:
+    """Blocking :func:`run_party` (its own event loop)."""
+    return asyncio.run(run_party(config, reporter))

@@ -1,0 +1,168 @@
+"""The party config file: strict keys with suggestions, types, paths, the key-size opt-in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from p2pboost.cli import main
+from p2pboost.config import PartyConfig, Role, Task, load_config
+from p2pboost.exceptions import ConfigError
+from tests.cli.conftest import write_config
+
+GUEST: dict[str, Any] = {"id": "guest", "role": "guest", "certs": "certs/guest"}
+PEERS = {"host": "wss://127.0.0.1:8444"}
+DATA = {"path": "guest.csv", "label_column": "y"}
+
+
+def _guest(tmp_path: Path, top: dict[str, Any] | None = None, **tables: Any) -> Path:
+    tables.setdefault("peers", PEERS)
+    tables.setdefault("data", DATA)
+    return write_config(tmp_path / "guest.toml", {**GUEST, **(top or {})}, **tables)
+
+
+def test_a_full_file_resolves_paths_against_its_directory(tmp_path: Path) -> None:
+    path = _guest(
+        tmp_path,
+        {"task": "predict", "workdir": "out", "listen": "0.0.0.0:9000"},
+        train={"n_estimators": 7, "max_depth": 4, "learning_rate": 0.1, "psi": False},
+        predict={"path": "new.csv", "output": "scores.csv", "align": "psi"},
+        serve={"listen": "127.0.0.1:9100", "max_batch": 64, "max_wait_ms": 2},
+        node={"reconnect_timeout": 3, "connect_timeout": 1.5},
+    )
+    config = load_config(path)
+    assert isinstance(config, PartyConfig)
+    assert (config.id, config.role, config.task) == ("guest", Role.GUEST, Task.PREDICT)
+    assert config.certs == tmp_path / "certs" / "guest"
+    assert config.data is not None
+    assert config.data.path == tmp_path / "guest.csv"
+    assert config.predict.path == tmp_path / "new.csv"
+    assert config.output_path == tmp_path / "out" / "scores.csv"
+    assert config.model_path == tmp_path / "out" / "model.json"
+    params = config.train.params
+    assert (params.n_estimators, params.max_depth, params.learning_rate) == (7, 4, 0.1)
+    assert config.train.psi is False
+    assert config.serve.max_wait_ms == 2.0
+    node = config.node.node_config()
+    assert (node.reconnect_timeout, node.connect_timeout) == (3.0, 1.5)
+    assert config.with_task("psi").task is Task.PSI
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = load_config(_guest(tmp_path))
+    assert config.task is Task.TRAIN
+    assert config.workdir == tmp_path
+    assert config.train.key_bits == 2048
+    assert config.train.psi is True
+    assert config.predict.align == "ids"
+    assert config.peers == PEERS
+
+
+@pytest.mark.parametrize(
+    ("top", "tables", "shown", "suggestion"),
+    [
+        ({"listne": "127.0.0.1:1"}, {}, "listne", "listen"),
+        ({}, {"train": {"n_estimator": 5}}, "train.n_estimator", "n_estimators"),
+        ({}, {"data": {**DATA, "id_colum": "x"}}, "data.id_colum", "id_column"),
+        ({}, {"node": {"reconect_timeout": 1}}, "node.reconect_timeout", "reconnect_timeout"),
+        ({}, {"serve": {"max_batches": 1}}, "serve.max_batches", "max_batch"),
+        ({}, {"predict": {"allign": "ids"}}, "predict.allign", "align"),
+    ],
+)
+def test_unknown_key_names_file_key_and_closest_valid_key(
+    tmp_path: Path, top: dict[str, Any], tables: dict[str, Any], shown: str, suggestion: str
+) -> None:
+    path = _guest(tmp_path, top, **tables)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert f"unknown key {shown!r}" in message
+    assert f"did you mean {suggestion!r}?" in message
+
+
+def test_unknown_key_without_a_close_match_lists_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="valid keys: path, output, align"):
+        load_config(_guest(tmp_path, predict={"zzz": 1}))
+
+
+@pytest.mark.parametrize(
+    ("top", "tables", "message"),
+    [
+        ({}, {"train": {"n_estimators": "ten"}}, "train.n_estimators: expected an integer"),
+        ({}, {"train": {"psi": 1}}, "train.psi: expected true or false"),
+        ({}, {"train": {"max_depth": 0}}, "max_depth"),
+        ({"role": "banker"}, {}, "role = 'banker': choose one of guest, host, server, client"),
+        ({"task": "fly"}, {}, "task = 'fly': choose one of psi, train, predict, serve"),
+        ({"listen": "localhost"}, {}, "listen: 'localhost' is not an address"),
+        ({}, {"peers": {"host": "http://x:1"}}, "peers.host: 'http://x:1' is not an address"),
+        ({}, {"predict": {"align": "rows"}}, "predict.align: 'rows': choose one of ids, psi"),
+        ({}, {"node": {"connect_timeout": 0}}, "connect_timeout must be > 0"),
+        ({}, {"data": {"path": "g.csv"}}, "a guest needs data.label_column"),
+        ({}, {"peers": {}}, "[peers] must name at least one other party"),
+        ({}, {"peers": {"host": ""}}, "peers.host needs an address: 'guest' dials 'host'"),
+        ({}, {"peers": {"bank": "b:1"}}, "listen = \"host:port\" is required: 'bank' dials"),
+    ],
+)
+def test_bad_values(
+    tmp_path: Path, top: dict[str, Any], tables: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(_guest(tmp_path, top, **tables))
+    assert message in str(caught.value)
+
+
+def test_small_keys_need_the_explicit_opt_in(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="insecure_key_bits = true"):
+        load_config(_guest(tmp_path, train={"key_bits": 1024}))
+    config = load_config(_guest(tmp_path, train={"key_bits": 1024, "insecure_key_bits": True}))
+    assert (config.train.key_bits, config.train.insecure_key_bits) == (1024, True)
+
+
+def test_roles_constrain_peers_and_data(tmp_path: Path) -> None:
+    host = {"id": "host", "role": "host", "certs": "c", "listen": "127.0.0.1:1"}
+    data = {"path": "h.csv"}
+    with pytest.raises(ConfigError, match="exactly one party"):
+        load_config(write_config(tmp_path / "h.toml", host, peers={"a": "", "b": ""}, data=data))
+    with pytest.raises(ConfigError, match="a host holds no labels"):
+        load_config(
+            write_config(
+                tmp_path / "h.toml", host, peers={"guest": ""}, data={**data, "label_column": "y"}
+            )
+        )
+    server = {"id": "server", "role": "server", "certs": "c", "listen": "127.0.0.1:1"}
+    with pytest.raises(ConfigError, match="holds no data"):
+        load_config(write_config(tmp_path / "s.toml", server, peers={"c1": ""}, data=data))
+
+
+def test_file_problems(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.toml")
+    (tmp_path / "bad.toml").write_text("id = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(tmp_path / "bad.toml")
+
+
+def test_cli_wrong_key_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _guest(tmp_path, train={"n_estimator": 5})
+    assert main(["party", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"p2pboost: error: {path}: unknown key 'train.n_estimator'; did you mean 'n_estimators'?\n"
+    )
+
+
+def test_cli_errors_as_json_records_with_json_logs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _guest(tmp_path, train={"n_estimator": 5})
+    assert main(["--log-format", "json", "party", "--config", str(path)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["logger"]) == ("error", "p2pboost")
+    assert "unknown key 'train.n_estimator'; did you mean 'n_estimators'?" in record["message"]

@@ -1,0 +1,295 @@
+"""``p2pboost party``: two parties as separate processes over real mutual TLS on loopback.
+
+A guest and a host, each started from its own config file as a user would in two terminals,
+align their rows with PSI, train, save their own model files, then predict; and the three
+failures users meet first end with one clear line and a non-zero status: an unreachable
+peer, a missing certificate, a certificate of another party.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from p2pboost.cli import main
+from tests.cli.conftest import (
+    COMMON,
+    FAST_NODE,
+    finish,
+    free_port,
+    party_configs,
+    start_cli,
+    wait_for_line,
+    write_config,
+)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _run_pair(guest_args: list[str], host_args: list[str]) -> tuple[str, str, str]:
+    """Start host then guest; both must succeed. Returns guest stdout, guest/host stderr."""
+    host = start_cli(*host_args)
+    guest = start_cli(*guest_args)
+    g_code, g_out, g_err = finish(guest)
+    h_code, _, h_err = finish(host)
+    assert (g_code, h_code) == (0, 0), f"guest:\n{g_err}\nhost:\n{h_err}"
+    return g_out, g_err, h_err
+
+
+def test_train_predict_and_serve_over_mtls(
+    tmp_path: Path, cert_root: Path, vertical: tuple[Path, Path]
+) -> None:
+    guest_toml, host_toml = party_configs(
+        tmp_path, cert_root, port=free_port(), serve_port=free_port()
+    )
+
+    # train: text logs with bars for the guest, JSON logs for the host
+    out, g_err, h_err = _run_pair(
+        ["party", "--config", str(guest_toml)],
+        ["--log-format", "json", "party", "--config", str(host_toml)],
+    )
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert (summary["party"], summary["task"], summary["trees"]) == ("guest", "train", 3)
+    assert summary["rows"] == COMMON
+    assert f"PSI: {COMMON} common ids of 550" in g_err
+    assert "tree 3/3 train logloss" in g_err  # the bar's label: tree and current metric
+    host_logs = [json.loads(line) for line in h_err.strip().splitlines()]
+    assert all(set(r) >= {"time", "level", "logger", "message"} for r in host_logs)
+    assert any(f"PSI: {COMMON} common ids" in r["message"] for r in host_logs)
+    g_ids = [r["id"] for r in _read_csv(tmp_path / "out-guest" / "intersection.csv")]
+    h_ids = [r["id"] for r in _read_csv(tmp_path / "out-host" / "intersection.csv")]
+    assert g_ids == h_ids
+    assert len(g_ids) == COMMON
+    assert (tmp_path / "out-guest" / "model.json").is_file()
+    assert (tmp_path / "out-host" / "model.json").is_file()
+
+    # predict: the guest scores all 550 of its rows; 19 the host lacks stay empty (align=psi)
+    out, _, _ = _run_pair(
+        ["--quiet", "predict", "--config", str(guest_toml)],
+        ["--quiet", "predict", "--config", str(host_toml)],
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    assert (result["task"], result["rows"], result["scored"]) == ("predict", 550, COMMON)
+    assert result["auc"] > 0.95
+    rows = _read_csv(tmp_path / "out-guest" / "predictions.csv")
+    assert [r["id"] for r in rows] == [f"p{i}" for i in range(550)]
+    scores = np.array([float(r["score"]) if r["score"] else np.nan for r in rows])
+    assert np.isnan(scores[:19]).all()
+    assert ((scores[19:] > 0) & (scores[19:] < 1)).all()
+
+    # align = "ids": the host lacks 19 of the guest's ids; the guest says which, in one line
+    strict = tmp_path / "guest-ids.toml"
+    strict.write_text(guest_toml.read_text().replace('align = "psi"', 'align = "ids"'))
+    host = start_cli("--quiet", "predict", "--config", str(host_toml))
+    code, _, err = finish(start_cli("--quiet", "predict", "--config", str(strict)))
+    assert code == 1
+    assert err == (
+        "p2pboost: error: host: no features for 19 requested id(s): "
+        "'p0', 'p1', 'p2', 'p3', 'p4', ...\n"
+    )
+    assert finish(host)[0] == 0
+
+    # serve: new processes load the model files and serve the same scores to an application
+    served = _serve_and_ask(guest_toml, host_toml, cert_root / "app", tmp_path / "guest.csv")
+    assert served["p0"]["error"]["type"] == "UnknownIdError"  # the host has no p0
+    for i in (19, 20, 300, 549):
+        assert served[f"p{i}"] == {"id": f"p{i}", "score": scores[i]}
+
+
+def _serve_and_ask(
+    guest_toml: Path, host_toml: Path, app_certs: Path, guest_csv: Path
+) -> dict[str, dict[str, Any]]:
+    """Start host and guest ``serve``; send requests (ids only, and ids with features) as an
+    application with its own certificate; SIGTERM both; the replies by id."""
+    from p2pboost.certs import TLSConfig
+    from p2pboost.endpoint import stream_scores
+
+    rows = {r["id"]: r for r in _read_csv(guest_csv)}
+    requests: list[dict[str, Any]] = [{"id": "p0"}, {"id": "p19"}, {"id": "p20"}]
+    for i in (300, 549):  # with the guest's features, as a new customer's request would be
+        row = rows[f"p{i}"]
+        requests.append({"id": f"p{i}", "features": [float(row[f"g{j}"]) for j in range(10)]})
+
+    async def ask(url: str) -> list[dict[str, Any]]:
+        tls = TLSConfig.from_dir(app_certs)
+        return [r async for r in stream_scores(url, requests, tls=tls, server_party="guest")]
+
+    host = start_cli("serve", "--config", str(host_toml))
+    guest = start_cli("serve", "--config", str(guest_toml))
+    try:
+        line = wait_for_line(guest, "serving scores at ")
+        replies = asyncio.run(ask(line.split("serving scores at ")[1].strip()))
+    finally:
+        for proc in (guest, host):
+            proc.send_signal(signal.SIGTERM)
+    for proc in (guest, host):
+        code, _, err = finish(proc, timeout=30)
+        assert code == 143, err
+    return {r["id"]: r for r in replies}
+
+
+def _guest_only(tmp_path: Path, cert_dir: Path, port: int, task: str = "psi") -> Path:
+    (tmp_path / "guest.csv").write_text("id,y,a\n1,0,0.5\n2,1,0.7\n")
+    return write_config(
+        tmp_path / "guest.toml",
+        {"id": "guest", "role": "guest", "task": task, "certs": str(cert_dir)},
+        peers={"host": f"wss://127.0.0.1:{port}"},
+        data={"path": "guest.csv", "label_column": "y"},
+        node=FAST_NODE,
+    )
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("p2pboost: error: ")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_unreachable_peer_fails_fast_naming_it(
+    tmp_path: Path, cert_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()
+    config = _guest_only(tmp_path, cert_root / "guest", port)
+    t0 = time.monotonic()
+    assert main(["party", "--config", str(config)]) == 1
+    assert time.monotonic() - t0 < 15
+    line = _one_error_line(capsys)
+    assert "'host'" in line
+    assert f"wss://127.0.0.1:{port}" in line
+    assert "reconnect_timeout" in line
+
+
+def test_missing_certificate_names_the_file(
+    tmp_path: Path, cert_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    certs = tmp_path / "mycerts"
+    shutil.copytree(cert_root / "guest", certs)
+    (certs / "cert.pem").unlink()
+    config = _guest_only(tmp_path, certs, free_port())
+    assert main(["party", "--config", str(config)]) == 1
+    line = _one_error_line(capsys)
+    assert "certificate file not found" in line
+    assert str(certs / "cert.pem") in line
+
+
+def test_missing_certificate_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _guest_only(tmp_path, tmp_path / "nowhere", free_port())
+    assert main(["party", "--config", str(config)]) == 1
+    assert str(tmp_path / "nowhere") in _one_error_line(capsys)
+
+
+def test_certificate_of_another_party(
+    tmp_path: Path, cert_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _guest_only(tmp_path, cert_root / "host", free_port())
+    assert main(["party", "--config", str(config)]) == 1
+    line = _one_error_line(capsys)
+    assert "id is 'guest'" in line
+    assert "for party 'host'" in line
+
+
+def test_task_a_role_cannot_do(
+    tmp_path: Path, cert_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(
+        tmp_path / "server.toml",
+        {
+            "id": "server",
+            "role": "server",
+            "task": "psi",
+            "listen": "127.0.0.1:0",
+            "certs": str(cert_root / "guest"),
+        },
+        peers={"c1": "", "c2": ""},
+    )
+    assert main(["party", "--config", str(config)]) == 1
+    assert "a server has no 'psi' task (it can: train)" in _one_error_line(capsys)
+
+
+def test_psi_task_from_the_command_line(
+    tmp_path: Path, cert_root: Path, vertical: tuple[Path, Path]
+) -> None:
+    guest_toml, host_toml = party_configs(tmp_path, cert_root, port=free_port())
+    out, _, _ = _run_pair(
+        ["--quiet", "party", "--config", str(guest_toml), "--task", "psi"],
+        ["--quiet", "party", "--config", str(host_toml), "--task", "psi"],
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    assert (result["task"], result["rows"], result["common"]) == ("psi", 550, COMMON)
+    ids = [r["id"] for r in _read_csv(tmp_path / "out-guest" / "intersection.csv")]
+    assert ids == [f"p{i}" for i in range(19, 550)]  # the guest's order
+    assert not (tmp_path / "out-guest" / "model.json").exists()
+
+
+def test_homo_server_and_two_clients(tmp_path: Path) -> None:
+    from sklearn.datasets import load_breast_cancer
+
+    from p2pboost import certs
+
+    certs.init(tmp_path / "certs", ["server", "c1", "c2"])
+    data = load_breast_cancer()
+    header = "id,y," + ",".join(f"f{j}" for j in range(data.data.shape[1]))
+    port = free_port()
+    configs = {}
+    for k, client in enumerate(["c1", "c2"]):
+        rows = [
+            f"{i},{data.target[i]}," + ",".join(map(str, data.data[i])) for i in range(k, 569, 2)
+        ]
+        (tmp_path / f"{client}.csv").write_text("\n".join([header, *rows]) + "\n")
+        configs[client] = write_config(
+            tmp_path / f"{client}.toml",
+            {"id": client, "role": "client", "certs": f"certs/{client}", "workdir": client},
+            peers={"server": f"wss://127.0.0.1:{port}"},
+            data={"path": f"{client}.csv", "label_column": "y"},
+            train={"n_estimators": 3, "max_depth": 3},
+        )
+    server = write_config(
+        tmp_path / "server.toml",
+        {
+            "id": "server",
+            "role": "server",
+            "listen": f"127.0.0.1:{port}",
+            "certs": "certs/server",
+            "workdir": "server",
+        },
+        peers={"c1": "", "c2": ""},
+        train={"n_estimators": 3, "max_depth": 3},
+    )
+    procs = [start_cli("--quiet", "party", "--config", str(p)) for p in (server, *configs.values())]
+    results = [finish(p) for p in procs]
+    assert [code for code, _, _ in results] == [0, 0, 0], [err for _, _, err in results]
+    assert json.loads(results[0][1].strip().splitlines()[-1])["trees"] == 3
+
+    # prediction is local to a homo client: no server, no network
+    assert main(["--quiet", "predict", "--config", str(configs["c1"])]) == 0
+    rows = _read_csv(tmp_path / "c1" / "predictions.csv")
+    assert len(rows) == 285
+    assert all(0 < float(r["score"]) < 1 for r in rows)
+
+
+def test_sigterm_stops_a_waiting_party_cleanly(
+    tmp_path: Path, cert_root: Path, vertical: tuple[Path, Path]
+) -> None:
+    _, host_toml = party_configs(tmp_path, cert_root, port=free_port())
+    proc = start_cli("party", "--config", str(host_toml))
+    assert proc.stderr is not None
+    wait_for_line(proc, "PSI: matching 550 ids with guest")  # up, waiting for the guest
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=30)
+    assert code == 143
+    assert "p2pboost: host: stopped (SIGTERM)" in err
+    assert "Traceback" not in err

@@ -1,0 +1,166 @@
+"""``write_report`` plots, and the evaluation history that model files now carry."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pboost.exceptions import ConfigError, ModelError
+from p2pboost.gbdt.booster import Booster
+from p2pboost.model import GuestModel
+from p2pboost.report import write_report
+from tests._model_files import ModelFiles, breast, make_model_files
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> ModelFiles:
+    return make_model_files(tmp_path_factory.mktemp("report"))
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking the signature."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, path
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def assert_plot(path: Path) -> None:
+    width, height = png_size(path)
+    assert width >= 300
+    assert height >= 200
+    assert path.stat().st_size > 5_000  # axes, bars and text, not an empty canvas
+    from matplotlib.image import imread
+
+    pixels = imread(path)[:, :, :3]
+    drawn = (pixels < 0.9).any(axis=2).mean()  # share of pixels that are not (near) white
+    assert 0.01 < drawn < 0.9
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+
+def test_guest_report_has_importance_and_learning_curve(files: ModelFiles, tmp_path: Path) -> None:
+    out = tmp_path / "new" / "dir"  # created on demand
+    paths = write_report(files.guest, out)
+    assert [p.name for p in paths] == ["guest_importance.png", "guest_learning_curve.png"]
+    for path in paths:
+        assert path.parent == out
+        assert_plot(path)
+    # Two panels (gain and split count) make the importance plot wider than a host's.
+    host = write_report(files.host, tmp_path)
+    assert png_size(paths[0])[0] > png_size(host[0])[0]
+
+
+def test_host_report_has_no_learning_curve(files: ModelFiles, tmp_path: Path) -> None:
+    paths = write_report(files.host, tmp_path)
+    assert [p.name for p in paths] == ["host_importance.png"]
+    assert_plot(paths[0])
+
+
+def test_booster_report_with_best_round(files: ModelFiles, tmp_path: Path) -> None:
+    paths = write_report(files.booster, tmp_path, feature_names=[f"c{i}" for i in range(30)])
+    assert [p.name for p in paths] == ["booster_importance.png", "booster_learning_curve.png"]
+    for path in paths:
+        assert_plot(path)
+    # Two metrics (logloss and auc) give two panels side by side.
+    guest_curve = write_report(files.guest, tmp_path)[1]
+    assert png_size(paths[1])[0] > png_size(guest_curve)[0]
+
+
+def test_missing_matplotlib_is_a_config_error_saying_what_to_install(
+    files: ModelFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ConfigError, match=r"pip install 'p2pboost\[report\]'"):
+        write_report(files.guest, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_report_on_a_file_that_is_not_a_model(tmp_path: Path) -> None:
+    bad = tmp_path / "data.json"
+    bad.write_text(json.dumps({"rows": [1, 2, 3]}))
+    with pytest.raises(ModelError, match="not a p2pboost model"):
+        write_report(bad, tmp_path / "out")
+
+
+# -- history in model files -------------------------------------------------------------------
+
+
+def test_training_records_history_in_the_model(files: ModelFiles) -> None:
+    guest = files.guest_model
+    assert guest.history == files.guest_record  # what the callbacks saw, every round
+    assert len(guest.history["valid_0"]["logloss"]) == guest.n_rounds
+    booster = files.booster_model
+    assert booster.best_iteration is not None
+    valid = booster.history["valid"]["logloss"]
+    assert len(valid) == booster.n_rounds
+    assert valid[booster.best_iteration] == min(valid)
+
+
+def test_history_round_trips_and_keeps_the_fingerprint(files: ModelFiles, tmp_path: Path) -> None:
+    guest = GuestModel.load(files.guest)
+    assert guest.history == files.guest_model.history
+    assert guest.fingerprint == files.guest_model.fingerprint == files.host_model.fingerprint
+    booster = Booster.load(files.booster)
+    assert booster.history == files.booster_model.history
+    # An undefined round (NaN) survives as null in JSON and NaN again after loading.
+    guest.history["valid_0"]["auc"] = [math.nan, 0.5, 0.75, 1.0]
+    guest.save(tmp_path / "nan.json")
+    assert '"auc":[null,0.5,0.75,1.0]' in (tmp_path / "nan.json").read_text()
+    again = GuestModel.load(tmp_path / "nan.json")
+    assert math.isnan(again.history["valid_0"]["auc"][0])
+    assert again.history["valid_0"]["auc"][1:] == [0.5, 0.75, 1.0]
+
+
+def test_files_without_history_still_load_and_predict_alike(
+    files: ModelFiles, tmp_path: Path
+) -> None:
+    for path, cls in ((files.guest, GuestModel), (files.booster, Booster)):
+        doc = json.loads(path.read_text())
+        del doc["history"]  # as written before history existed
+        old = tmp_path / f"old_{path.name}"
+        old.write_text(json.dumps(doc))
+        model = cls.load(old)
+        assert model.history == {}
+        assert "history" not in model.to_dict()  # and it is not invented on save
+    X, _ = breast()
+    old_booster = Booster.load(tmp_path / "old_booster.json")
+    np.testing.assert_array_equal(old_booster.predict(X), files.booster_model.predict(X))
+    old_guest = GuestModel.load(tmp_path / "old_guest.json")
+    assert old_guest.fingerprint == files.guest_model.fingerprint
+    paths = write_report(tmp_path / "old_guest.json", tmp_path)
+    assert [p.name for p in paths] == ["old_guest_importance.png"]
+
+
+@pytest.mark.parametrize(
+    ("history", "problem"),
+    [
+        ([1, 2], "expected an object"),
+        ({"valid": [0.5]}, "metrics per set"),
+        ({"valid": {"auc": "0.5"}}, "at most"),
+        ({"valid": {"auc": [0.5] * 99}}, "at most"),
+        ({"valid": {"auc": [True]}}, "numbers or null"),
+        ({"": {"auc": [0.5]}}, "name"),
+    ],
+)
+def test_broken_history_is_a_model_error(
+    files: ModelFiles, tmp_path: Path, history: object, problem: str
+) -> None:
+    for path, cls in ((files.guest, GuestModel), (files.booster, Booster)):
+        doc = json.loads(path.read_text())
+        doc["history"] = history
+        bad = tmp_path / path.name
+        bad.write_text(json.dumps(doc))
+        with pytest.raises(ModelError, match=problem):
+            cls.load(bad)
