@@ -2,7 +2,7 @@
 
 ``python -m benchmarks inference [--dataset default_credit --trees 25 --depth 5 --hosts 1
 --key-bits 1024 --models DIR --save-models DIR --repeats 5 --clients 100 --requests 50
---max-batch 512 --max-wait-ms 1 --profile DIR --data-dir DIR]``
+--max-batch 512 --max-wait-ms 0 --profile DIR --data-dir DIR]``
 
 The guest holds ``NAME_hetero_guest.csv`` (``id``, ``y`` and its features); the columns of
 ``NAME_hetero_host.csv`` go to one host, or are split into ``--hosts`` contiguous blocks
@@ -137,7 +137,7 @@ class Load:
     warmup: int = 5
     sequential: int = 200
     max_batch: int = 512
-    max_wait: float = 0.001
+    max_wait: float = 0.0
     seed: int = 0
 
 
@@ -502,7 +502,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5, help="untimed requests per client")
     parser.add_argument("--sequential", type=int, default=200, help="one-at-a-time requests")
     parser.add_argument("--max-batch", type=int, default=512)
-    parser.add_argument("--max-wait-ms", type=float, default=1.0)
+    parser.add_argument("--max-wait-ms", type=float, default=0.0)
     parser.add_argument("--profile", default=None, help="write cProfile files here")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)

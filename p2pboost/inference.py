@@ -30,6 +30,8 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
 U8 = npt.NDArray[np.uint8]
+#: From this many rows on, the guest's decisions are computed feature by feature.
+GROUPED_ROWS = 1024
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -135,6 +137,29 @@ class FlatForest:
             self.host_node.append(node_idx[used])
             self.host_nodes.append(offsets[tree_idx[used]] + node_idx[used])
         self.n_nodes = int(sizes.sum())
+        # The walk's transition table: child[2 * node + go_left]; a leaf leads to itself, so
+        # every (tree, row) takes the same number of steps without an "is internal" test.
+        nodes = np.arange(self.n_nodes)
+        self._child = np.stack(
+            [np.where(self.internal, self.right, nodes), np.where(self.internal, self.left, nodes)],
+            axis=1,
+        ).reshape(-1)
+        # The guest's splits by feature, thresholds as ranks among that feature's thresholds:
+        # x <= t_k  <=>  (number of the feature's thresholds below x) <= k.
+        self._guest_groups: list[tuple[int, I64, F64, I64, B8]] = []
+        for feature in np.unique(self.guest_feature).tolist():
+            sel = np.flatnonzero(self.guest_feature == feature)
+            thresholds = np.unique(self.guest_threshold[sel])
+            rank = np.searchsorted(thresholds, self.guest_threshold[sel])
+            self._guest_groups.append(
+                (
+                    feature,
+                    self.guest_nodes[sel],
+                    thresholds,
+                    rank[:, None],
+                    self.guest_default_left[sel],
+                )
+            )
 
     def margin(self, X: F64, host_bits: Sequence[B8]) -> F64:
         """Raw scores ``(n, K)`` from the guest's rows and each host's ``go_left`` bits."""
@@ -144,24 +169,24 @@ class FlatForest:
         if len(host_bits) != len(self.host_nodes):
             raise InputError(f"need bits from {len(self.host_nodes)} hosts, got {len(host_bits)}")
         go_left = np.zeros((self.n_nodes, n), dtype=np.bool_)
-        values = X[:, self.guest_feature].T
-        with np.errstate(invalid="ignore"):
-            below = values <= self.guest_threshold[:, None]
-        go_left[self.guest_nodes] = np.where(
-            np.isnan(values), self.guest_default_left[:, None], below
-        )
+        if n >= GROUPED_ROWS:
+            self._guest_bits_by_feature(X, go_left)
+        else:
+            values = X[:, self.guest_feature].T
+            with np.errstate(invalid="ignore"):
+                below = values <= self.guest_threshold[:, None]
+            go_left[self.guest_nodes] = np.where(
+                np.isnan(values), self.guest_default_left[:, None], below
+            )
         for nodes, bits in zip(self.host_nodes, host_bits, strict=True):
             if bits.shape != (nodes.size, n):
                 raise InputError(f"host bits of shape {bits.shape}, expected {(nodes.size, n)}")
             go_left[nodes] = bits
+        flat = go_left.reshape(-1)  # go_left[node, row] == flat[node * n + row]
         node = np.repeat(self.roots[:, None], n, axis=1)  # (trees, rows)
         cols = np.arange(n)[None, :]
         for _ in range(self.max_depth):
-            inner = self.internal[node]
-            if not inner.any():
-                break
-            step = np.where(go_left[node, cols], self.left[node], self.right[node])
-            node = np.where(inner, step, node)
+            node = self._child[2 * node + flat[node * n + cols]]
         margin = np.tile(self.base_margin, (n, 1))
         for t, (values_t, out) in enumerate(zip(self.values, self.tree_output, strict=True)):
             leaf = node[t] - self.roots[t]
@@ -170,6 +195,18 @@ class FlatForest:
             else:
                 margin[:, out] += values_t[leaf, 0]
         return margin
+
+    def _guest_bits_by_feature(self, X: F64, go_left: B8) -> None:
+        """The guest's decisions, one ``searchsorted`` per feature instead of a
+        (splits x rows) float copy; missing values take each split's default."""
+        columns = np.ascontiguousarray(X.T)
+        for feature, nodes, thresholds, rank, default_left in self._guest_groups:
+            x = columns[feature]
+            bits = np.searchsorted(thresholds, x, side="left")[None, :] <= rank
+            missing = np.isnan(x)
+            if missing.any():
+                bits[:, missing] = default_left[:, None]
+            go_left[nodes] = bits
 
 
 def _cat(parts: list[npt.NDArray[np.generic]], dtype: type[np.generic]) -> npt.NDArray[Any]:

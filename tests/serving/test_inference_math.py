@@ -72,3 +72,18 @@ def test_pack_unpack_round_trip(n_splits: int, n_rows: int, rnd: object) -> None
         dirty = packed.copy()
         dirty[-1] |= 1  # the last padding bit
         assert not padding_is_clear(dirty, n_splits, n_rows)
+
+
+def test_large_batches_take_the_per_feature_path_and_stay_exact(trained: Trained) -> None:
+    from p2pboost.inference import GROUPED_ROWS
+
+    rows = np.resize(np.arange(trained.ids.size), GROUPED_ROWS + 37)  # NaNs included
+    forest = FlatForest(trained.guest)
+    bits = [
+        host_bits(HostSplits.of(trained.host(h)), trained.X[rows][:, HOST_COLS[h]])
+        for h in trained.guest.hosts
+    ]
+    assert np.isnan(trained.guest_X(rows)).any()
+    assert np.array_equal(
+        forest.margin(trained.guest_X(rows), bits), trained.reference_margin(rows)
+    )
