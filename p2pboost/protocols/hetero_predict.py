@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError, RemoteProtocolError
+from p2pboost.exceptions import InputError, ModelError, RemoteProtocolError
 from p2pboost.gbdt.binning import check_matrix
 from p2pboost.inference import HostSplits, host_bits, pack_bits, padding_is_clear, unpack_bits
 from p2pboost.model import GuestModel, HostDecisions, HostModel
@@ -86,7 +86,7 @@ async def host_predict(session: Session, model: HostModel, X: Any) -> None:
     if not isinstance(msg, dict) or msg.get("t") != "predict":
         raise RemoteProtocolError("expected a 'predict' request", peer=model.guest)
     if msg.get("fingerprint") != model.fingerprint:
-        raise InputError("the guest's model is from another training (fingerprints differ)")
+        raise ModelError("the guest's model is from another training (fingerprints differ)")
     if msg.get("n") != arr.shape[0]:
         raise InputError(f"the guest predicts {msg.get('n')!r} rows, this host has {arr.shape[0]}")
     splits = HostSplits.of(model)

@@ -282,3 +282,26 @@ async def test_concurrent_requests_may_repeat_ids_and_mix_kinds(
     assert isinstance(out[4], InputError)
     assert "must be an int or a str" in str(out[4])
     assert after == expected[0]
+
+
+async def test_batch_protocol_refuses_a_foreign_model_file(
+    memory_fabric: Fabric, trained: Trained
+) -> None:
+    from p2pboost.protocols.hetero_predict import guest_predict, host_predict
+
+    other = dataclasses.replace(trained.host("b"), fingerprint="e" * 64)
+    async with cluster(memory_fabric, ["a", "b", "c"], CONFIG) as c:
+
+        async def guest() -> object:
+            async with c["a"].session("p", peers=["b", "c"]) as s:
+                return await guest_predict(s, trained.guest, trained.guest_X(slice(0, 4)))
+
+        async def host(name: str, model: HostModel) -> None:
+            async with c[name].session("p", peers=["a"]) as s:
+                await host_predict(s, model, trained.X[:4, HOST_COLS[name]])
+
+        out = await asyncio.gather(
+            guest(), host("b", other), host("c", trained.host("c")), return_exceptions=True
+        )
+    assert isinstance(out[1], ModelError)
+    assert isinstance(out[0], Exception)  # the guest's session ends; it gets no margins
