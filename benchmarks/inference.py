@@ -144,6 +144,16 @@ class Load:
 # -- stage 1: training (each party in its own process) -----------------------------------------
 
 
+def _host_node(fed: str, name: str) -> Node:
+    """A host's node: listens on a free loopback port; the guest (first id) dials it."""
+    return Node(
+        name,
+        listen="wss://127.0.0.1:0",
+        peers={GUEST: None},
+        tls=TLSConfig.from_dir(Path(fed) / name),
+    )
+
+
 async def _train_host(
     conn: Connection, fed: str, name: str, X: F64, workers: int, out: str
 ) -> dict[str, Any]:
@@ -151,12 +161,7 @@ async def _train_host(
     from p2pboost.workers import process_pool
 
     with process_pool(workers) as pool:
-        async with Node(
-            name,
-            listen="wss://127.0.0.1:0",
-            peers={GUEST: None},
-            tls=TLSConfig.from_dir(Path(fed) / name),
-        ) as node:
+        async with _host_node(fed, name) as node:
             conn.send(("address", node.address))
             host = await HeteroHost(executor=pool, workers=workers).afit(node, GUEST, X)
     host.save(Path(out) / f"{name}.json")
@@ -299,12 +304,7 @@ async def _serve_host(
     model = HostModel.load(model_path)
     store = CountingStore(ArrayStore.from_csv(csv, "id", features=columns))
     work_s = _host_work_seconds(model, store.inner, repeats)
-    async with Node(
-        name,
-        listen="wss://127.0.0.1:0",
-        peers={GUEST: None},
-        tls=TLSConfig.from_dir(Path(fed) / name),
-    ) as node:
+    async with _host_node(fed, name) as node:
         conn.send(("address", node.address))
         await serve_host(node, model, store, sessions=1)
     return {"work_s": work_s, "batch_sizes": store.sizes, "batch_cpu": store.cpu}
