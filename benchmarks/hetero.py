@@ -21,7 +21,7 @@ What is timed, and what is not:
   pair is generated and the pools are started (warmed) *before* that, as a long-running
   party would have them, and reported on their own lines of the table.
 * ``phases``: per party, the wall seconds spent in each protocol phase (a
-  :class:`~p2pboost.protocols._hetero_common.Progress` that clocks every ``enter``). Wall
+  :class:`~p2pboost.hetero._common.Progress` that clocks every ``enter``). Wall
   time includes waiting for the other side, so a host's ``layer`` also holds the time the
   guest spends deciding. A host's clock starts when the guest's connection arrives.
 * ``floor_s_per_tree``: DESIGN.md section 2's cost model (encryptions, ciphertext
@@ -32,7 +32,7 @@ What is timed, and what is not:
 * ``bytes_per_tree``: bytes the guest's node sent and received (all hosts, framing included)
   during training, divided by the trees.
 * ``auc``: the federated model on the test rows through the one-round prediction protocol
-  (:mod:`p2pboost.protocols.hetero_predict`) over the same nodes; ``xgboost_auc``: xgboost
+  (:mod:`p2pboost.hetero.predict`) over the same nodes; ``xgboost_auc``: xgboost
   ``hist`` with the same trees, depth, bins, learning rate and lambda, one thread, trained
   on the joined training rows in this run.
 
@@ -72,9 +72,9 @@ from p2pboost import certs
 from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.metrics import auc
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import GuestModel
-from p2pboost.node import Node
-from p2pboost.protocols._hetero_common import GuestPhase, HostPhase, Progress
+from p2pboost.hetero._common import GuestPhase, HostPhase, Progress
+from p2pboost.hetero.model import GuestModel
+from p2pboost.net.node import Node
 from p2pboost.workers import default_workers, process_pool
 
 __all__ = ["PhaseClock", "main", "run_federation"]
@@ -134,8 +134,8 @@ async def _host(
     X_test: np.ndarray,
     workers: int,
 ) -> dict[str, Any]:
-    from p2pboost.protocols.hetero_predict import host_predict
-    from p2pboost.protocols.hetero_train import host_train
+    from p2pboost.hetero.predict import host_predict
+    from p2pboost.hetero.train import host_train
 
     pool = _warm_pool(workers)
     try:
@@ -175,8 +175,8 @@ async def _guest(
     workers: int,
 ) -> dict[str, Any]:
     from p2pboost.crypto.paillier import generate_keypair
-    from p2pboost.protocols.hetero_predict import guest_predict
-    from p2pboost.protocols.hetero_train import HeteroConfig, guest_train
+    from p2pboost.hetero.predict import guest_predict
+    from p2pboost.hetero.train import HeteroConfig, guest_train
 
     hosts = sorted(addresses)
     insecure = key_bits < 2048

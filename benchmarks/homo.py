@@ -39,7 +39,7 @@ from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.metrics import auc
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.node import Node, NodeConfig
+from p2pboost.net.node import Node, NodeConfig
 
 SERVER = "server"
 NODE_CONFIG = NodeConfig(heartbeat_interval=1.0, heartbeat_timeout=30.0)
@@ -67,7 +67,7 @@ def _load(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def _server_proc(
     conn: Connection, fed: str, clients: list[str], params: dict[str, Any], masking: bool
 ) -> None:
-    from p2pboost.homo import HomoServer
+    from p2pboost.homo.estimators import HomoServer
 
     async def main() -> dict[str, Any]:
         async with Node(
@@ -101,7 +101,7 @@ def _client_proc(
     params: dict[str, Any],
     masking: bool,
 ) -> None:
-    from p2pboost.homo import HomoClient
+    from p2pboost.homo.estimators import HomoClient
 
     X, y = _load(Path(path))
 

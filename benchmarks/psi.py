@@ -26,7 +26,7 @@ from benchmarks._common import emit_json, print_table
 from p2pboost import certs
 from p2pboost.certs import TLSConfig
 from p2pboost.crypto.psi import PsiKey, hash_ids
-from p2pboost.node import Node
+from p2pboost.net.node import Node
 from p2pboost.protocols.psi import PsiResult, psi_guest, psi_host
 from p2pboost.workers import process_pool
 

@@ -85,7 +85,7 @@ class _NodePair:
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> _NodePair:
-        from p2pboost.node import Node
+        from p2pboost.net.node import Node
 
         tls = self.tls
         b = Node(

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from p2pboost.app.config import PartyConfig, load_config
+from p2pboost.app.party import PartyResult, run_party
 from p2pboost.certs import TLSConfig
-from p2pboost.config import PartyConfig, load_config
-from p2pboost.endpoint import EndpointLimits, serve_endpoint, stream_scores
-from p2pboost.estimators import HeteroGuest, HeteroHost
 from p2pboost.exceptions import (
     CodecError,
     ConfigError,
@@ -23,14 +22,19 @@ from p2pboost.exceptions import (
     TransportError,
     UnknownIdError,
 )
-from p2pboost.feature_store import ArrayStore, CallbackStore, FeatureStore
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo import HomoClient, HomoServer
-from p2pboost.model import GuestModel, HostModel
-from p2pboost.node import (
+from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
+from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
+from p2pboost.hetero.feature_store import ArrayStore, CallbackStore, FeatureStore
+from p2pboost.hetero.model import GuestModel, HostModel
+from p2pboost.hetero.serving import GuestPredictor, Prediction, ServingStats, serve_host
+from p2pboost.hetero.train import HeteroConfig
+from p2pboost.homo.estimators import HomoClient, HomoServer
+from p2pboost.homo.train import ClientIdentity, HomoConfig
+from p2pboost.net.node import (
     Channel,
     Node,
     NodeConfig,
@@ -40,10 +44,6 @@ from p2pboost.node import (
     SessionState,
     StreamWriter,
 )
-from p2pboost.party import PartyResult, run_party
-from p2pboost.protocols.hetero_train import HeteroConfig
-from p2pboost.protocols.homo_train import ClientIdentity, HomoConfig
-from p2pboost.serving import GuestPredictor, Prediction, ServingStats, serve_host
 
 __version__ = "0.1.0.dev0"
 

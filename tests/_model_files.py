@@ -20,7 +20,7 @@ from p2pboost.crypto.paillier import generate_keypair
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping, RecordEvaluation
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import GuestModel, HostModel
+from p2pboost.hetero.model import GuestModel, HostModel
 from tests.hetero.conftest import TRAINING, federate
 from tests.node.conftest import MemoryFabric, cluster
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from p2pboost import certs
-from p2pboost.cli import main
+from p2pboost.app.cli import main
 from p2pboost.exceptions import ConfigError, InputError
 from transports.base import Connection
 from transports.websocket import WebSocketTransport

@@ -56,7 +56,7 @@ def test_python_api_page_lists_every_export() -> None:
 
 
 def test_config_page_lists_every_key() -> None:
-    from p2pboost import config
+    from p2pboost.app import config
 
     keys = {
         *config._TOP,
@@ -98,7 +98,7 @@ def test_python_snippets_compile_and_import_real_names(code: str) -> None:
 def test_cli_page_lists_every_command_and_option() -> None:
     import click
 
-    from p2pboost.cli import cli
+    from p2pboost.app.cli import cli
 
     page = (ROOT / "docs" / "reference" / "cli.md").read_text(encoding="utf-8")
     missing: list[str] = []

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from p2pboost.cli import main
-from p2pboost.model_info import describe
+from p2pboost.app.cli import main
+from p2pboost.app.model_info import describe
 from tests.cli.conftest import finish, free_port, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ class Example:
         args = self._take(command)
         assert args[0] == "p2pboost", command
         return subprocess.Popen(
-            [sys.executable, "-m", "p2pboost.cli", *args[1:]],
+            [sys.executable, "-m", "p2pboost.app.cli", *args[1:]],
             cwd=self.dir,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -279,7 +279,7 @@ def test_homo(
 )
 def test_shipped_configs_are_valid_and_secure(path: Path) -> None:
     """As shipped (before the test's fast rewrite): valid, 2048-bit keys, no insecure opt-in."""
-    from p2pboost.config import load_config
+    from p2pboost.app.config import load_config
 
     config = load_config(path)
     assert config.train.key_bits >= 2048

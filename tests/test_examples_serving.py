@@ -155,7 +155,7 @@ def test_embedding_service_serves_the_batch_scores(work: Work, tmp_path: Path) -
 
 def test_streaming_client_against_p2pboost_serve(work: Work, tmp_path: Path) -> None:
     host_log, guest_log = tmp_path / "host.log", tmp_path / "guest.log"
-    serve = ["-m", "p2pboost.cli", "--quiet", "serve", "--config"]
+    serve = ["-m", "p2pboost.app.cli", "--quiet", "serve", "--config"]
     with started([*serve, "host.toml"], host_log, cwd=work.path):
         wait_listening(work.host_port, host_log)
         with started([*serve, "guest.toml"], guest_log, cwd=work.path):

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from p2pboost.app.model_info import describe, format_description, load_model
 from p2pboost.exceptions import InputError, ModelError
-from p2pboost.model_info import describe, format_description, load_model
 from tests._model_files import GUEST_COLUMNS, HETERO_PARAMS, ModelFiles, make_model_files
 
 

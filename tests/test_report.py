@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from p2pboost.app.report import write_report
 from p2pboost.exceptions import ConfigError, ModelError
 from p2pboost.gbdt.booster import Booster
-from p2pboost.model import GuestModel
-from p2pboost.report import write_report
+from p2pboost.hetero.model import GuestModel
 from tests._model_files import ModelFiles, breast, make_model_files
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

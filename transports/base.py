@@ -1,7 +1,7 @@
 """The one small interface every transport implements: authenticated, ordered byte messages.
 
 A transport moves whole byte messages between two authenticated parties and nothing else. It
-knows nothing of sessions, channels, msgpack or protocols (those live in :mod:`p2pboost.node`
+knows nothing of sessions, channels, msgpack or protocols (those live in :mod:`p2pboost.net.node`
 and :mod:`p2pboost.codec`). That keeps transports swappable (WebSocket + mutual TLS in
 production, in-memory with fault injection in unit tests) and lets one conformance suite
 (``tests/transports/``) check every implementation against the same contract:

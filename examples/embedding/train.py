@@ -28,10 +28,10 @@ import numpy as np
 from sklearn.datasets import load_breast_cancer
 
 from p2pboost import certs
-from p2pboost.estimators import HeteroGuest, HeteroHost
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.node import Node
-from p2pboost.protocols.hetero_train import HeteroConfig
+from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
+from p2pboost.hetero.train import HeteroConfig
+from p2pboost.net.node import Node
 
 GUEST_FEATURES = 10
 TRAIN_ROWS = 400

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from p2pboost.certs import TLSConfig
-from p2pboost.endpoint import stream_scores
 from p2pboost.exceptions import P2PBoostError
+from p2pboost.hetero.endpoint import stream_scores
 
 
 def read_requests(

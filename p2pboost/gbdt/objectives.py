@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
 
-if TYPE_CHECKING:  # params validates objective names with this module: no import cycle
-    from p2pboost.gbdt.params import BoostParams
-
 __all__ = [
     "Objective",
+    "ObjectiveSettings",
     "available_objectives",
     "canonical_objective",
     "get_objective",
@@ -325,7 +323,26 @@ class Tweedie(Objective):
         return np.exp(margin)
 
 
-_Factory = Callable[["BoostParams"], Objective]
+class ObjectiveSettings(Protocol):
+    """What an objective reads of :class:`~p2pboost.gbdt.params.BoostParams`.
+
+    A structural type, so that this module does not import ``params`` (which validates
+    objective names with :func:`canonical_objective`): the core has no import cycle.
+    """
+
+    @property
+    def objective(self) -> str: ...
+    @property
+    def num_class(self) -> int: ...
+    @property
+    def huber_delta(self) -> float: ...
+    @property
+    def fair_c(self) -> float: ...
+    @property
+    def tweedie_variance_power(self) -> float: ...
+
+
+_Factory = Callable[[ObjectiveSettings], Objective]
 _REGISTRY: dict[str, _Factory] = {
     Logistic.name: lambda p: Logistic(),
     Softmax.name: lambda p: Softmax(p.num_class),
@@ -369,7 +386,7 @@ def canonical_objective(name: str) -> str:
     return key
 
 
-def get_objective(params: BoostParams) -> Objective:
+def get_objective(params: ObjectiveSettings) -> Objective:
     """The objective named by ``params.objective``, configured from ``params``."""
     return _REGISTRY[canonical_objective(params.objective)](params)
 

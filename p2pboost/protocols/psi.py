@@ -47,7 +47,7 @@ from p2pboost.crypto.psi import (
     split_blob,
 )
 from p2pboost.exceptions import InputError, RemoteProtocolError
-from p2pboost.node import Channel, Session
+from p2pboost.net.node import Channel, Session
 from p2pboost.protocols._tasks import gather_or_cancel
 from p2pboost.workers import process_pool
 

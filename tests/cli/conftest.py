@@ -149,9 +149,9 @@ def party_configs(
 
 
 def start_cli(*args: str, cwd: Path = ROOT) -> subprocess.Popen[str]:
-    """``python -m p2pboost.cli ARGS`` as its own process (a party on its own machine)."""
+    """``python -m p2pboost.app.cli ARGS`` as its own process (a party on its own machine)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "p2pboost.cli", *args],
+        [sys.executable, "-m", "p2pboost.app.cli", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from p2pboost.cli import main
-from p2pboost.config import PartyConfig, Role, Task, load_config
+from p2pboost.app.cli import main
+from p2pboost.app.config import PartyConfig, Role, Task, load_config
 from p2pboost.exceptions import ConfigError
 from tests.cli.conftest import write_config
 

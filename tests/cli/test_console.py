@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from p2pboost._console import BarReporter, Console, JsonFormatter, TextFormatter, unconfigure
+from p2pboost.app._console import BarReporter, Console, JsonFormatter, TextFormatter, unconfigure
 
 
 def _record(**extra: object) -> logging.LogRecord:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from p2pboost.cli import main
+from p2pboost.app.cli import main
 from tests.cli.conftest import ROOT, write_vertical_csvs
 
 SMALL = ["--trees", "2", "--depth", "2"]
@@ -107,7 +107,7 @@ def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_console_script_help_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "p2pboost.cli", "--help"],
+        [sys.executable, "-m", "p2pboost.app.cli", "--help"],
         capture_output=True,
         text=True,
         check=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from p2pboost.cli import main
+from p2pboost.app.cli import main
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
 

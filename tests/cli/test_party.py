@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from p2pboost.cli import main
+from p2pboost.app.cli import main
 from tests.cli.conftest import (
     COMMON,
     FAST_NODE,
@@ -114,7 +114,7 @@ def _serve_and_ask(
     """Start host and guest ``serve``; send requests (ids only, and ids with features) as an
     application with its own certificate; SIGTERM both; the replies by id."""
     from p2pboost.certs import TLSConfig
-    from p2pboost.endpoint import stream_scores
+    from p2pboost.hetero.endpoint import stream_scores
 
     rows = {r["id"]: r for r in _read_csv(guest_csv)}
     requests: list[dict[str, Any]] = [{"id": "p0"}, {"id": "p19"}, {"id": "p20"}]

@@ -21,9 +21,9 @@ from p2pboost.crypto.paillier import PrivateKey, PublicKey, generate_keypair
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.tree import Tree
-from p2pboost.model import GuestModel, HostModel, joined_trees
-from p2pboost.protocols.hetero_predict import guest_predict, host_predict
-from p2pboost.protocols.hetero_train import HeteroConfig, Progress, guest_train, host_train
+from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from p2pboost.hetero.predict import guest_predict, host_predict
+from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
 from p2pboost.workers import process_pool
 from tests.node.conftest import FAST, Cluster
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from p2pboost.estimators import HeteroGuest, HeteroHost
 from p2pboost.exceptions import InputError, LocalProtocolError, NotFittedError
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import joined_trees
-from p2pboost.node import Node
+from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
+from p2pboost.hetero.model import joined_trees
+from p2pboost.net.node import Node
 from tests.hetero.conftest import CONFIG, TRAINING, assert_same_trees
 from tests.node.conftest import MemoryFabric, WebSocketFabric, cluster
 from transports.memory import MemoryNetwork, MemoryTransport
@@ -51,7 +51,7 @@ def test_facade_checks_its_inputs() -> None:
         _ = HeteroGuest().model_
     with pytest.raises(NotFittedError):
         _ = HeteroHost().model_
-    from p2pboost.estimators import _check_ids
+    from p2pboost.hetero.estimators import _check_ids
 
     with pytest.raises(InputError, match="unique"):
         _check_ids([1, 1, 2], 3)

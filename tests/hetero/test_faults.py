@@ -12,7 +12,7 @@ import numpy as np
 from p2pboost.exceptions import PeerDisconnected
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.protocols.hetero_train import (
+from p2pboost.hetero.train import (
     GuestPhase,
     Progress,
     guest_train,

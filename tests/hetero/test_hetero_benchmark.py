@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import hetero
-from p2pboost.protocols._hetero_common import GuestPhase
+from p2pboost.hetero._common import GuestPhase
 
 
 def _write(path: Path, header: list[str], rows: np.ndarray) -> None:

@@ -10,7 +10,7 @@ from p2pboost.crypto.histogram import build_histogram
 from p2pboost.crypto.packing import PackingSpec, pack
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.split import candidate_mask
-from p2pboost.protocols._hetero_kernels import candidate_sums, child_histograms
+from p2pboost.hetero._kernels import candidate_sums, child_histograms
 from tests.hetero.conftest import Keys
 
 

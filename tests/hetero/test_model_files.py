@@ -15,7 +15,7 @@ import pytest
 
 from p2pboost.exceptions import ModelError
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import GuestModel, HostModel
+from p2pboost.hetero.model import GuestModel, HostModel
 from tests.hetero.conftest import TRAINING, Keys, federate, predict
 from tests.node.conftest import MemoryFabric, cluster
 
@@ -26,9 +26,9 @@ _PREDICT = textwrap.dedent(
     """
     import asyncio, json, sys
     import numpy as np
-    from p2pboost.model import GuestModel, HostModel
-    from p2pboost.node import Node
-    from p2pboost.protocols.hetero_predict import guest_predict, host_predict
+    from p2pboost.hetero.model import GuestModel, HostModel
+    from p2pboost.net.node import Node
+    from p2pboost.hetero.predict import guest_predict, host_predict
     from transports.memory import MemoryNetwork, MemoryTransport
 
     folder = sys.argv[1]

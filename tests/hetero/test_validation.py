@@ -13,7 +13,7 @@ from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.protocols.hetero_train import guest_train, host_train
+from p2pboost.hetero.train import guest_train, host_train
 from tests.hetero.conftest import CONFIG, TRAINING, Keys
 from tests.node.conftest import MemoryFabric, cluster
 

@@ -14,8 +14,7 @@ import pytest
 
 from p2pboost import certs
 from p2pboost.gbdt.booster import Booster
-from p2pboost.node import Node
-from p2pboost.protocols.homo_train import (
+from p2pboost.homo.train import (
     ClientIdentity,
     HomoConfig,
     HomoPhase,
@@ -23,6 +22,7 @@ from p2pboost.protocols.homo_train import (
     client_train,
     server_train,
 )
+from p2pboost.net.node import Node
 from tests.node.conftest import FAST, wait_until
 from transports.memory import MemoryNetwork, MemoryTransport
 

@@ -10,7 +10,7 @@ import pytest
 
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.protocols.homo_train import ClientIdentity, HomoConfig, HomoPhase
+from p2pboost.homo.train import ClientIdentity, HomoConfig, HomoPhase
 from tests.homo.conftest import run_homo
 
 PARAMS = BoostParams(n_estimators=2, max_depth=2, max_bin=8)

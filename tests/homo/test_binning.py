@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from p2pboost.gbdt.binning import BinMapper
-from p2pboost.protocols._homo_binning import EdgeSearch, child_counts, float_keys, key_floats
+from p2pboost.homo._binning import EdgeSearch, child_counts, float_keys, key_floats
 
 
 def _federated_edges(parts: list[np.ndarray], max_bin: int) -> tuple[list[np.ndarray], int]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import RemoteProtocolError
-from p2pboost.protocols.homo_train import ClientIdentity, HomoConfig, _Client
+from p2pboost.homo.train import ClientIdentity, HomoConfig, _Client
 
 IDS = ["c1", "c2", "c3"]
 CONFIG = HomoConfig(threshold=2)

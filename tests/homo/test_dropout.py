@@ -8,7 +8,7 @@ import numpy as np
 
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.protocols.homo_train import HomoConfig, HomoResult
+from p2pboost.homo.train import HomoConfig, HomoResult
 from tests.homo.conftest import Crash, Run, crash_at, run_homo, same_trees
 
 PARAMS = BoostParams(n_estimators=3, max_depth=3, max_bin=8)

@@ -12,8 +12,8 @@ from p2pboost.certs import TLSConfig
 from p2pboost.exceptions import NotFittedError, RemoteProtocolError
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo import HomoClient, HomoServer
-from p2pboost.node import Node
+from p2pboost.homo.estimators import HomoClient, HomoServer
+from p2pboost.net.node import Node
 from tests.homo.conftest import SERVER, TRAINING, bundled, same_trees
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.protocols.homo_train import HomoConfig, HomoResult
+from p2pboost.homo.train import HomoConfig, HomoResult
 from tests.homo.conftest import run_homo
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from p2pboost import certs
-from p2pboost._wire import FLAG_END, data_header, encode_name
 from p2pboost.certs import TLSConfig
-from p2pboost.node import Node, NodeConfig
+from p2pboost.net._frames import FLAG_END, data_header, encode_name
+from p2pboost.net.node import Node, NodeConfig
 from tests.node._faults import FaultyTransport
 from transports.base import Transport
 from transports.memory import MemoryNetwork, MemoryTransport

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import ConfigError, InputError, LocalProtocolError, SessionClosed
-from p2pboost.node import Node, NodeConfig, Session
+from p2pboost.net.node import Node, NodeConfig, Session
 from tests.node.conftest import Fabric, cluster
 from transports.memory import MemoryNetwork, MemoryTransport
 

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from p2pboost._wire import FLAG_END, FLAG_EOS, FLAG_RAW
 from p2pboost.exceptions import PeerDisconnected, RemoteProtocolError, SessionClosed
-from p2pboost.node import Node, SessionState
+from p2pboost.net._frames import FLAG_END, FLAG_EOS, FLAG_RAW
+from p2pboost.net.node import Node, SessionState
 from tests.node.conftest import FAST, Fabric, cluster, inject_data, wait_until
 
 

@@ -14,7 +14,7 @@ from p2pboost.exceptions import (
     SessionClosed,
     TransportError,
 )
-from p2pboost.node import Node, SessionState
+from p2pboost.net.node import Node, SessionState
 from tests.node._faults import FaultyTransport
 from tests.node.conftest import FAST, Fabric, MemoryFabric, cluster, wait_until
 from transports.base import Transport

@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from p2pboost import codec
-from p2pboost._wire import (
+from p2pboost.exceptions import TransportError
+from p2pboost.net._frames import (
     FLAG_END,
     FLAG_RAW,
     Data,
@@ -27,8 +28,7 @@ from p2pboost._wire import (
     parse_hello,
     parse_message,
 )
-from p2pboost.exceptions import TransportError
-from p2pboost.node import Node
+from p2pboost.net.node import Node
 from tests.node.conftest import FAST, wait_until
 from transports.base import Connection
 from transports.memory import MemoryNetwork, MemoryTransport

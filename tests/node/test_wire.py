@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from p2pboost._wire import (
+from p2pboost.net._frames import (
     FLAG_END,
     FLAG_EOS,
     Abort,

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from p2pboost.crypto.paillier import generate_keypair
-from p2pboost.feature_store import ArrayStore
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import GuestModel, HostModel
+from p2pboost.hetero.feature_store import ArrayStore
+from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.workers import process_pool
 from tests.hetero.conftest import TRAINING, Federated, federate
 from tests.node.conftest import (  # noqa: F401 (fixtures used by the serving tests)

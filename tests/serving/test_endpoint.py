@@ -24,10 +24,10 @@ from websockets.exceptions import ConnectionClosedError, InvalidHandshake, Inval
 
 from p2pboost import certs
 from p2pboost.certs import TLSConfig
-from p2pboost.endpoint import EndpointLimits, serve_endpoint, stream_scores
 from p2pboost.exceptions import ConfigError
-from p2pboost.feature_store import ArrayStore
-from p2pboost.serving import GuestPredictor
+from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
+from p2pboost.hetero.feature_store import ArrayStore
+from p2pboost.hetero.serving import GuestPredictor
 from tests.node.conftest import Fabric, cluster
 from tests.serving.conftest import Trained
 from tests.serving.test_serving import CONFIG, serving

@@ -6,7 +6,7 @@ stderr, ``p2pboost: error: ...`` (with ``--log-format json``, one JSON record at
 instead), and exit status 1, never a traceback; usage errors are click's, with status 2
 (raised as ``SystemExit`` by :func:`main`, as argparse does). Results go to stdout, the last
 line one JSON object where a command has a result (``demo``, ``party``, ``predict``);
-progress and logs go to stderr (see :mod:`p2pboost._console`). What only one command needs
+progress and logs go to stderr (see :mod:`p2pboost.app._console`). What only one command needs
 (matplotlib for ``report``, the serving stack) is imported inside that command.
 """
 
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from p2pboost import __version__
-from p2pboost._console import Console, unconfigure
-from p2pboost.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
+from p2pboost.app._console import Console, unconfigure
+from p2pboost.app.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
 from p2pboost.exceptions import ConfigError, P2PBoostError
 
 if TYPE_CHECKING:
-    from p2pboost.party import PartyResult
+    from p2pboost.app.party import PartyResult
 
 __all__ = ["cli", "main"]
 
@@ -191,7 +191,7 @@ def demo(
     id_column: str,
     label_column: str,
 ) -> int:
-    from p2pboost.demo import csv_vertical, run_demo
+    from p2pboost.app.demo import csv_vertical, run_demo
 
     if trees < 1 or depth < 1:
         raise ConfigError("--trees and --depth must be at least 1")
@@ -205,7 +205,7 @@ def demo(
     if guest_csv is not None and host_csv is not None:
         data = csv_vertical(guest_csv, host_csv, id_column=id_column, label_column=label_column)
     console = _console()
-    log = logging.getLogger("p2pboost.demo")
+    log = logging.getLogger("p2pboost.app.demo")
     result = run_demo(
         mode,
         trees=trees,
@@ -232,13 +232,13 @@ _CONFIG = click.option(
     "config_path",
     required=True,
     type=_FILE,
-    help="This party's TOML file (see p2pboost.config).",
+    help="This party's TOML file (see p2pboost.app.config).",
 )
 
 
 def _run_party(config_path: Path, task: str | None) -> int:
-    from p2pboost.config import load_config
-    from p2pboost.party import run_party
+    from p2pboost.app.config import load_config
+    from p2pboost.app.party import run_party
 
     config = load_config(config_path).with_task(task)
     reporter = _console().reporter(config.id)
@@ -304,7 +304,7 @@ def serve(config_path: Path) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 def inspect_model(model: Path, as_json: bool) -> int:
     """What a model file holds (this party's view only)."""
-    from p2pboost.model_info import describe, format_description
+    from p2pboost.app.model_info import describe, format_description
 
     description = describe(model)
     click.echo(json.dumps(description) if as_json else format_description(description))
@@ -316,7 +316,7 @@ def inspect_model(model: Path, as_json: bool) -> int:
 @click.option("--out", type=_DIR, default=Path("."), show_default=True, help="Output directory.")
 def report(model: Path, out: Path) -> int:
     """Learning-curve and feature-importance plots (PNG) of this party's model."""
-    from p2pboost.report import write_report
+    from p2pboost.app.report import write_report
 
     for path in write_report(model, out):
         click.echo(str(path))

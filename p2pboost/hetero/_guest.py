@@ -6,7 +6,7 @@ the hosts' candidates: it decrypts each package as it arrives, scores it with th
 :func:`~p2pboost.gbdt.split.split_gains` and validity rules, and applies the core's
 tie-break across parties. Children, leaf weights and positions are made exactly as the
 core's ``apply_splits``/``partition`` make them. The protocol and its messages are described
-in :mod:`p2pboost.protocols.hetero_train`.
+in :mod:`p2pboost.hetero.train`.
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.split import MIN_GAIN, LayerSplits, candidate_mask, leaf_weight, split_gains
 from p2pboost.gbdt.tree import Tree
-from p2pboost.model import GUEST, GuestTree, add_tree, walk
-from p2pboost.node import Channel
-from p2pboost.protocols._hetero_common import (
+from p2pboost.hetero._common import (
     B8,
     F64,
     I64,
@@ -62,6 +60,8 @@ from p2pboost.protocols._hetero_common import (
     packing_spec,
     unpack_bitmap,
 )
+from p2pboost.hetero.model import GUEST, GuestTree, add_tree, walk
+from p2pboost.net.node import Channel
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = [

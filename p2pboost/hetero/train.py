@@ -71,9 +71,7 @@ from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MAX_BIN_LIMIT, BoostParams, MultiStrategy
 from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
-from p2pboost.model import GuestModel, GuestTree, HostModel
-from p2pboost.node import Session
-from p2pboost.protocols._hetero_common import (
+from p2pboost.hetero._common import (
     I64,
     MAX_FEATURES,
     MAX_ROWS,
@@ -87,13 +85,15 @@ from p2pboost.protocols._hetero_common import (
     list_field,
     own_executor,
 )
-from p2pboost.protocols._hetero_guest import (
+from p2pboost.hetero._guest import (
     GuestTrainer,
     HostLink,
     model_fingerprint,
     prediction,
 )
-from p2pboost.protocols._hetero_host import Host
+from p2pboost.hetero._host import Host
+from p2pboost.hetero.model import GuestModel, GuestTree, HostModel
+from p2pboost.net.node import Session
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = [

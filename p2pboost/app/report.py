@@ -1,6 +1,6 @@
 """Plots of one party's model (``p2pboost report``): feature importance and learning curve.
 
-Each party draws only what its own file holds (see :mod:`p2pboost.model_info`): the guest and
+Each party draws only what its own file holds (see :mod:`p2pboost.app.model_info`): the guest and
 a complete booster plot gain and split counts of their own features, a host only its split
 counts (gains are the guest's secret); the learning curve needs the evaluation history that
 training stores in the guest's (or booster's) file, so hosts and older files get no curve.
@@ -21,10 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from p2pboost.exceptions import ConfigError, InputError
-from p2pboost.gbdt.history import History
-from p2pboost.model import HostModel
-from p2pboost.model_info import (
+from p2pboost.app.model_info import (
     AnyModel,
     Importance,
     ModelKind,
@@ -34,6 +31,9 @@ from p2pboost.model_info import (
     kind_of,
     load_model,
 )
+from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.gbdt.history import History
+from p2pboost.hetero.model import HostModel
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

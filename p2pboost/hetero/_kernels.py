@@ -2,7 +2,7 @@
 
 Everything here is synchronous and picklable (module-level functions on numpy arrays, gmpy2
 integers and :class:`~p2pboost.crypto.histogram.EncryptedHistogram` values), so
-:mod:`p2pboost.protocols.hetero_train` can hand it to worker processes and keep the event loop
+:mod:`p2pboost.hetero.train` can hand it to worker processes and keep the event loop
 free. A host splits its features into groups, one task per group, so the cores share a layer.
 
 Candidate enumeration (:func:`candidate_sums`) follows the plaintext core's split rule exactly

@@ -24,9 +24,15 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError, RemoteProtocolError
 from p2pboost.gbdt.binning import check_matrix
-from p2pboost.inference import HostSplits, host_bits, pack_bits, padding_is_clear, unpack_bits
-from p2pboost.model import GuestModel, HostDecisions, HostModel
-from p2pboost.node import Session
+from p2pboost.hetero.inference import (
+    HostSplits,
+    host_bits,
+    pack_bits,
+    padding_is_clear,
+    unpack_bits,
+)
+from p2pboost.hetero.model import GuestModel, HostDecisions, HostModel
+from p2pboost.net.node import Session
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = ["guest_predict", "host_predict"]

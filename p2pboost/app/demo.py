@@ -17,7 +17,7 @@ runs on this machine, the rows are matched by id here; ``p2pboost party`` matche
 private set intersection, as separate organisations must.
 
 The federated modes are real runs, not simulations: every party is a separate process
-(``spawn``) with its own event loop and :class:`~p2pboost.node.Node`, talking over WebSockets
+(``spawn``) with its own event loop and :class:`~p2pboost.net.node.Node`, talking over WebSockets
 with mutual TLS on 127.0.0.1, with a CA and certificates made for the run in a temporary
 directory (deleted afterwards). The party whose id sorts first dials (guest -> host,
 c1/c2 -> server), so the host or the server listens on a free port and reports its address.
@@ -84,7 +84,7 @@ TreeProgress = Callable[[str, int, int, str], None]
 MODES = ("hetero", "homo", "plain")
 DEFAULT_MODE = "hetero"
 #: Paillier key size of the demo. Real deployments default to 2048 bits
-#: (:class:`~p2pboost.protocols.hetero_train.HeteroConfig`); the demo trades that for speed.
+#: (:class:`~p2pboost.hetero.train.HeteroConfig`); the demo trades that for speed.
 DEFAULT_KEY_BITS = 1024
 SECURE_KEY_BITS = 2048
 #: Seconds before every party is killed and the demo fails with DeadlineExceeded.
@@ -239,8 +239,8 @@ def csv_vertical(
     The demo runs every party on this machine, so it matches the ids here, in the open;
     ``p2pboost party`` matches them with private set intersection instead.
     """
-    from p2pboost.config import DataConfig
-    from p2pboost.party import load_table
+    from p2pboost.app.config import DataConfig
+    from p2pboost.app.party import load_table
 
     guest = load_table(DataConfig(Path(guest_csv), id_column, label_column), require_label=True)
     host = load_table(DataConfig(Path(host_csv), id_column), require_label=False)
@@ -579,7 +579,7 @@ def _exit_with_parent(parent: int) -> None:
 
 async def _party(job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
     from p2pboost.certs import TLSConfig
-    from p2pboost.node import Node
+    from p2pboost.net.node import Node
 
     peers = {p: (a or None) for p, a in job.peers.items()}
     listen = "wss://127.0.0.1:0" if job.listen else None
@@ -592,9 +592,9 @@ async def _party(job: _Job, send: Callable[[str, Any], None]) -> dict[str, float
 
 
 async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
-    from p2pboost.estimators import HeteroGuest
     from p2pboost.gbdt.callbacks import CallbackEnv
-    from p2pboost.protocols.hetero_train import HeteroConfig
+    from p2pboost.hetero.estimators import HeteroGuest
+    from p2pboost.hetero.train import HeteroConfig
 
     n = job.params.n_estimators
     send("progress", f"training {n} trees ({job.key_bits}-bit Paillier keys)...")
@@ -621,7 +621,7 @@ async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict
 
 
 async def _host(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
-    from p2pboost.estimators import HeteroHost
+    from p2pboost.hetero.estimators import HeteroHost
 
     host = await HeteroHost().afit(node, "guest", job.X, eval_set=[job.X_test])
     send("progress", "trained; serving the guest's test predictions")
@@ -630,7 +630,7 @@ async def _host(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[
 
 
 async def _server(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
-    from p2pboost.homo import HomoServer
+    from p2pboost.homo.estimators import HomoServer
 
     clients = sorted(job.peers)
     send("progress", f"training {job.params.n_estimators} trees with {', '.join(clients)}...")
@@ -640,7 +640,7 @@ async def _server(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dic
 
 
 async def _client(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
-    from p2pboost.homo import HomoClient
+    from p2pboost.homo.estimators import HomoClient
 
     client = await HomoClient(job.params, identity=job.cert_dir).afit(node, "server", job.X, job.y)
     value = _auc(job.y_test, client.predict_proba(job.X_test))

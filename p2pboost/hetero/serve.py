@@ -51,10 +51,16 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
     SessionClosed,
 )
-from p2pboost.feature_store import FeatureStore, normalise_ids
-from p2pboost.inference import HostSplits, host_bits, pack_bits, padding_is_clear, unpack_bits
-from p2pboost.model import HostModel
-from p2pboost.node import Channel, Node, Session
+from p2pboost.hetero.feature_store import FeatureStore, normalise_ids
+from p2pboost.hetero.inference import (
+    HostSplits,
+    host_bits,
+    pack_bits,
+    padding_is_clear,
+    unpack_bits,
+)
+from p2pboost.hetero.model import HostModel
+from p2pboost.net.node import Channel, Node, Session
 from p2pboost.protocols.psi import psi_guest, psi_host
 
 __all__ = [
@@ -67,7 +73,7 @@ __all__ = [
     "serve_host",
 ]
 
-logger = logging.getLogger("p2pboost.serving")
+logger = logging.getLogger("p2pboost.hetero.serving")
 
 PROTOCOL_VERSION = 1
 CHANNEL = "serve"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 if TYPE_CHECKING:
-    from p2pboost.party import Reporter
+    from p2pboost.app.party import Reporter
 
 __all__ = ["BarReporter", "Console", "JsonFormatter", "TextFormatter", "unconfigure"]
 
@@ -139,8 +139,8 @@ class Console:
         return on_tree
 
     def reporter(self, name: str) -> Reporter:
-        """A :class:`~p2pboost.party.Reporter`: bars for people, log records otherwise."""
-        from p2pboost.party import LogReporter
+        """A :class:`~p2pboost.app.party.Reporter`: bars for people, log records otherwise."""
+        from p2pboost.app.party import LogReporter
 
         log = logging.getLogger(f"{LOGGER}.{name}")
         return BarReporter(log, sys.stderr) if self.bars else LogReporter(log)

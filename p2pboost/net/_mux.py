@@ -9,7 +9,7 @@ announces how far the sender may go (cumulative ``allowed``), and raises it as t
 consumes messages. So a slow consumer stalls only its own producer, and what a peer can make us
 hold is bounded by the window per channel (plus, on a channel where the application waits for
 a message larger than the window, that one message, at most ``max_message_bytes``).
-Each frame costs its payload plus :data:`~p2pboost._wire.FRAME_OVERHEAD` credit, so floods of
+Each frame costs its payload plus :data:`~p2pboost.net._frames.FRAME_OVERHEAD` credit, so floods of
 tiny frames are bounded too. A peer that exceeds its credit breaks the protocol: the session
 ends with :class:`~p2pboost.exceptions.RemoteProtocolError`.
 """
@@ -25,7 +25,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from p2pboost import codec
-from p2pboost._wire import (
+from p2pboost.exceptions import (
+    CodecError,
+    InputError,
+    LocalProtocolError,
+    P2PBoostError,
+    RemoteProtocolError,
+    SessionClosed,
+)
+from p2pboost.net._frames import (
     FLAG_END,
     FLAG_EOS,
     FLAG_RAW,
@@ -38,22 +46,14 @@ from p2pboost._wire import (
     datax_header,
     encode_name,
 )
-from p2pboost.exceptions import (
-    CodecError,
-    InputError,
-    LocalProtocolError,
-    P2PBoostError,
-    RemoteProtocolError,
-    SessionClosed,
-)
 
 if TYPE_CHECKING:
-    from p2pboost._link import Link
-    from p2pboost.node import Node
+    from p2pboost.net._link import Link
+    from p2pboost.net.node import Node
 
 __all__ = ["Channel", "Session", "SessionState", "StreamWriter"]
 
-logger = logging.getLogger("p2pboost.node")
+logger = logging.getLogger("p2pboost.net.node")
 
 #: Payloads below this size are copied out of a coalesced transport message (see _on_data).
 _PIN_LIMIT = 64 * 1024

@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.node import NodeConfig
+from p2pboost.net.node import NodeConfig
 
 __all__ = [
     "SECURE_KEY_BITS",
@@ -144,7 +144,7 @@ _NODE_DEFAULTS = NodeConfig()
 
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
-    """The node timeouts a deployment tunes (see :class:`~p2pboost.node.NodeConfig`).
+    """The node timeouts a deployment tunes (see :class:`~p2pboost.net.node.NodeConfig`).
 
     ``reconnect_timeout`` also bounds how long a party waits for a peer that never answers:
     a wrong address fails after this long, naming the peer.

@@ -1,7 +1,8 @@
 """One party of a federation, run from its config file (``p2pboost party``).
 
-Each organisation runs this on its own machine with its own :class:`~p2pboost.config.PartyConfig`:
-the node (mutual TLS with the certificate in ``certs``), its CSV, and one task:
+Each organisation runs this on its own machine with its own
+:class:`~p2pboost.app.config.PartyConfig`: the node (mutual TLS with the certificate in
+``certs``), its CSV, and one task:
 
 * ``psi``: private set intersection of the ids; every party writes the common ids to
   ``workdir/intersection.csv`` (each learns the intersection and the others' set sizes).
@@ -34,15 +35,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.config import DataConfig, PartyConfig, Role, Task
+from p2pboost.app.config import DataConfig, PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
-from p2pboost.feature_store import parse_floats, parse_ids, read_csv_columns
 from p2pboost.gbdt.callbacks import CallbackEnv
-from p2pboost.node import Node
+from p2pboost.hetero.feature_store import parse_floats, parse_ids, read_csv_columns
+from p2pboost.net.node import Node
 
 if TYPE_CHECKING:
-    from p2pboost.feature_store import ArrayStore, FeatureStore
-    from p2pboost.serving import GuestPredictor
+    from p2pboost.hetero.feature_store import ArrayStore, FeatureStore
+    from p2pboost.hetero.serving import GuestPredictor
 
 __all__ = [
     "LogReporter",
@@ -55,9 +56,10 @@ __all__ = [
 ]
 
 F64 = npt.NDArray[np.float64]
-logger = logging.getLogger("p2pboost.party")
+logger = logging.getLogger("p2pboost.app.party")
 
-#: The estimators' session names (:mod:`p2pboost.estimators`, :mod:`p2pboost.homo`).
+#: The estimators' session names (:mod:`p2pboost.hetero.estimators`,
+#: :mod:`p2pboost.homo.estimators`).
 HETERO_SESSION = "p2pboost-hetero"
 HOMO_SESSION = "p2pboost-homo"
 SERVE_PREFIX = "p2pboost-serve"
@@ -322,8 +324,8 @@ async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Pat
 
 
 async def _train_guest(run: _Run, node: Node) -> PartyResult:
-    from p2pboost.estimators import HeteroGuest
-    from p2pboost.protocols.hetero_train import HeteroConfig
+    from p2pboost.hetero.estimators import HeteroGuest
+    from p2pboost.hetero.train import HeteroConfig
 
     table, outputs = await _aligned(run, node, run.table(require_label=True))
     assert table.y is not None  # require_label
@@ -354,7 +356,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
 
 
 async def _train_host(run: _Run, node: Node) -> PartyResult:
-    from p2pboost.estimators import HeteroHost
+    from p2pboost.hetero.estimators import HeteroHost
 
     table, outputs = await _aligned(run, node, run.table(require_label=False))
     run.reporter.info(f"training with {run.peer} on {table.ids.size} rows...")
@@ -373,7 +375,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
 
 
 async def _train_server(run: _Run, node: Node) -> PartyResult:
-    from p2pboost.homo import HomoServer
+    from p2pboost.homo.estimators import HomoServer
 
     clients = list(run.config.peers)
     n = run.config.train.params.n_estimators
@@ -387,7 +389,7 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
 
 
 async def _train_client(run: _Run, node: Node) -> PartyResult:
-    from p2pboost.homo import HomoClient
+    from p2pboost.homo.estimators import HomoClient
 
     table = run.table(require_label=True)
     run.reporter.info(f"training with {run.peer} on {table.ids.size} local rows...")
@@ -405,8 +407,8 @@ def _guest_predictor(
     run: _Run, node: Node, guest_store: FeatureStore | None = None
 ) -> GuestPredictor:
     """The serving layer's predictor for this guest's model, tuned by ``[serve]``."""
-    from p2pboost.model import GuestModel
-    from p2pboost.serving import GuestPredictor
+    from p2pboost.hetero.model import GuestModel
+    from p2pboost.hetero.serving import GuestPredictor
 
     serve = run.config.serve
     return GuestPredictor(
@@ -453,7 +455,7 @@ def _scored(run: _Run, table: Table, scores: F64, seconds: float) -> PartyResult
 
 def _store(run: _Run) -> ArrayStore:
     """This party's features by id, from ``predict.path`` (default ``data.path``)."""
-    from p2pboost.feature_store import ArrayStore
+    from p2pboost.hetero.feature_store import ArrayStore
 
     data = run.config.data
     if data is None:
@@ -465,8 +467,8 @@ def _store(run: _Run) -> ArrayStore:
 
 async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
     """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
-    from p2pboost.model import HostModel
-    from p2pboost.serving import serve_host
+    from p2pboost.hetero.model import HostModel
+    from p2pboost.hetero.serving import serve_host
 
     model = HostModel.load(run.config.model_path)
     store = _store(run)
@@ -501,7 +503,7 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
     (clients need a certificate from the federation's CA; the hosts' are refused). Requests
     may carry only an id: the guest's own features are then looked up in its CSV."""
     from p2pboost.certs import TLSConfig
-    from p2pboost.endpoint import serve_endpoint
+    from p2pboost.hetero.endpoint import serve_endpoint
 
     listen = run.config.serve.listen
     store = _store(run)

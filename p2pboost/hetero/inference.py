@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
-from p2pboost.model import GUEST, GuestModel, HostModel
+from p2pboost.hetero.model import GUEST, GuestModel, HostModel
 
 __all__ = ["FlatForest", "HostSplits", "host_bits", "pack_bits", "unpack_bits"]
 

@@ -18,7 +18,7 @@ Every aggregate the server needs is a *sum* over the clients, computed by secure
 (:mod:`p2pboost.crypto.secagg`) on fixed-point integers mod 2**64:
 
 1. ``stats``: rows and label counts (the base margin), rows per feature; ``bins``: counts per
-   key range for federated binning (:mod:`p2pboost.protocols._homo_binning`);
+   key range for federated binning (:mod:`p2pboost.homo._binning`);
 2. per tree, ``grid``: a one-hot of each client's largest ``|g|``/``|h|`` binary exponent (the
    union's fixed-point grid is the core's, so sums are exact); ``hist``: gradient histograms
    of the root, then of the smaller child of every split (siblings by subtraction);
@@ -98,8 +98,8 @@ from p2pboost.gbdt.params import BoostParams, MultiStrategy
 from p2pboost.gbdt.sampling import column_sample
 from p2pboost.gbdt.split import MIN_GAIN, candidate_mask, find_best_splits, leaf_weight
 from p2pboost.gbdt.tree import Tree, TreeBuilder
-from p2pboost.node import Channel, Session
-from p2pboost.protocols._homo_binning import EdgeSearch, Query, child_counts, float_keys
+from p2pboost.homo._binning import EdgeSearch, Query, child_counts, float_keys
+from p2pboost.net.node import Channel, Session
 
 __all__ = [
     "CHANNEL",
@@ -111,7 +111,7 @@ __all__ = [
     "server_train",
 ]
 
-logger = logging.getLogger("p2pboost.homo")
+logger = logging.getLogger("p2pboost.homo.estimators")
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]

@@ -11,7 +11,7 @@
 The node owns I/O and time: it dials or accepts one connection per peer (the party whose id
 sorts first dials, the other accepts), re-dials with capped, jittered exponential back-off,
 sends heart-beats and drops a silent connection, and resends whatever the peer had not
-acknowledged once a new connection is up (see :mod:`p2pboost._link`). A peer that stays away
+acknowledged once a new connection is up (see :mod:`p2pboost.net._link`). A peer that stays away
 longer than ``reconnect_timeout`` ends the sessions it is in with
 :class:`~p2pboost.exceptions.PeerDisconnected`; every other session goes on.
 
@@ -38,9 +38,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from p2pboost._link import Link, LinkSettings
-from p2pboost._session import Channel, Session, SessionState, StreamWriter
-from p2pboost._wire import Abort, Close, Credit, Data, Frame, abort_frame, encode_name
 from p2pboost.codec import DEFAULT_LIMITS, Limits
 from p2pboost.exceptions import (
     ConfigError,
@@ -50,6 +47,9 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
     SessionClosed,
 )
+from p2pboost.net._frames import Abort, Close, Credit, Data, Frame, abort_frame, encode_name
+from p2pboost.net._link import Link, LinkSettings
+from p2pboost.net._mux import Channel, Session, SessionState, StreamWriter
 from transports.base import Connection, Listener, Transport
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ __all__ = [
     "StreamWriter",
 ]
 
-logger = logging.getLogger("p2pboost.node")
+logger = logging.getLogger("p2pboost.net.node")
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -5,7 +5,7 @@ and stays in the *resend buffer* until the peer acknowledges it; when a connecti
 new one comes up, the two HELLOs say which frames each side already holds, and the writer
 resumes right after those. So a drop mid-stream loses nothing and delivers nothing twice.
 
-Flow control (per channel, in :mod:`p2pboost._session`) bounds what enters the buffer, so the
+Flow control (per channel, in :mod:`p2pboost.net._mux`) bounds what enters the buffer, so the
 buffer is bounded too. Acks ride on every outgoing message; a stand-alone (empty) message is
 sent only when half a window is unacked or ``ack_delay`` passed, or as a heart-beat after
 ``heartbeat_interval`` of silence.
@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from p2pboost._wire import (
+from p2pboost.exceptions import TransportError
+from p2pboost.net._frames import (
     Data,
     Frame,
     Hello,
@@ -35,12 +36,11 @@ from p2pboost._wire import (
     parse_hello,
     parse_message,
 )
-from p2pboost.exceptions import TransportError
 from transports.base import Connection, Transport
 
 __all__ = ["Link", "LinkOwner", "LinkSettings"]
 
-logger = logging.getLogger("p2pboost.node")
+logger = logging.getLogger("p2pboost.net.node")
 
 
 @dataclass(frozen=True, slots=True)

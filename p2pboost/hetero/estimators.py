@@ -34,17 +34,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost._blocking import run_with_node
 from p2pboost.exceptions import InputError, NotFittedError
-from p2pboost.feature_store import FeatureStore
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import GuestModel, HostModel
-from p2pboost.node import Node
-from p2pboost.protocols.hetero_predict import guest_predict, host_predict
-from p2pboost.protocols.hetero_train import HeteroConfig, guest_train, host_train
+from p2pboost.hetero.feature_store import FeatureStore
+from p2pboost.hetero.model import GuestModel, HostModel
+from p2pboost.hetero.predict import guest_predict, host_predict
+from p2pboost.hetero.serving import GuestPredictor, serve_host
+from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
+from p2pboost.net.node import Node
+from p2pboost.protocols._blocking import run_with_node
 from p2pboost.protocols.psi import psi_guest, psi_host
-from p2pboost.serving import GuestPredictor, serve_host
 
 __all__ = ["HeteroGuest", "HeteroHost"]
 
@@ -178,7 +178,8 @@ class HeteroGuest:
         """An online/batch inference service over ``node`` (running): hosts find rows by id.
 
         ``async with guest.predictor(node) as p: await p.predict(id, x)``; keyword arguments
-        go to :class:`~p2pboost.serving.GuestPredictor` (``max_batch``, ``host_timeout``, ...).
+        go to :class:`~p2pboost.hetero.serving.GuestPredictor` (``max_batch``,
+        ``host_timeout``, ...).
         """
         return GuestPredictor(node, self.model_, **kwargs)
 
@@ -267,8 +268,9 @@ class HeteroHost:
     async def aserve(
         self, node: Node, store: FeatureStore, *, sessions: int | None = None, **kwargs: Any
     ) -> None:
-        """Answer the guest's inference sessions (a :class:`~p2pboost.serving.GuestPredictor`)
-        with rows looked up by id in ``store``; returns after ``sessions`` ended (None: never).
+        """Answer the guest's inference sessions (a
+        :class:`~p2pboost.hetero.serving.GuestPredictor`) with rows looked up by id in ``store``;
+        returns after ``sessions`` ended (None: never).
         """
         await serve_host(node, self.model_, store, sessions=sessions, **kwargs)
 

@@ -1,7 +1,7 @@
 """The guest's endpoint for external clients: scores over a WebSocket (``p2pboost serve``).
 
 A bank's or a hospital's own applications ask the guest for scores; the guest asks the hosts
-(one round trip per micro-batch, :mod:`p2pboost.serving`). This module is the door those
+(one round trip per micro-batch, :mod:`p2pboost.hetero.serving`). This module is the door those
 applications knock on::
 
     async with GuestPredictor(node, GuestModel.load("guest.json")) as predictor:
@@ -82,8 +82,8 @@ from p2pboost.exceptions import (
     P2PBoostError,
     TransportError,
 )
-from p2pboost.protocols.hetero_serve import MAX_ID_CHARS
-from p2pboost.serving import GuestPredictor
+from p2pboost.hetero.serve import MAX_ID_CHARS
+from p2pboost.hetero.serving import GuestPredictor
 from transports.websocket import describe_tls_error
 
 __all__ = [
@@ -94,7 +94,7 @@ __all__ = [
     "stream_scores",
 ]
 
-logger = logging.getLogger("p2pboost.endpoint")
+logger = logging.getLogger("p2pboost.hetero.endpoint")
 
 #: Where ``p2pboost serve`` listens unless the config says otherwise.
 DEFAULT_LISTEN = "127.0.0.1:8765"

@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from p2pboost.exceptions import LocalProtocolError
-from p2pboost.node import Node
+from p2pboost.net.node import Node
 
 __all__ = ["run_with_node"]
 

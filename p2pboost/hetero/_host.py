@@ -4,7 +4,7 @@
 histogram chunk by chunk as ciphertexts arrive, then per layer builds the smaller child of each
 split and derives the sibling by subtraction, and streams each node's shuffled, compressed
 candidates as soon as they are ready. Ciphertext work runs in the process pool, one task per
-group of features (:mod:`p2pboost.protocols._hetero_kernels`). The id -> (feature, bin,
+group of features (:mod:`p2pboost.hetero._kernels`). The id -> (feature, bin,
 direction) lookups and the thresholds never leave this module.
 """
 
@@ -35,9 +35,7 @@ from p2pboost.exceptions import (
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid
 from p2pboost.gbdt.split import candidate_mask
-from p2pboost.model import HostSplit
-from p2pboost.node import Channel
-from p2pboost.protocols._hetero_common import (
+from p2pboost.hetero._common import (
     B8,
     I64,
     HostPhase,
@@ -50,12 +48,14 @@ from p2pboost.protocols._hetero_common import (
     packing_spec,
     unpack_bitmap,
 )
-from p2pboost.protocols._hetero_kernels import (
+from p2pboost.hetero._kernels import (
     Candidates,
     candidate_sums,
     child_histograms,
     chunk_histogram,
 )
+from p2pboost.hetero.model import HostSplit
+from p2pboost.net.node import Channel
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = ["Host"]

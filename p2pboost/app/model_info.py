@@ -7,7 +7,7 @@ secrets, and this module says which ones, explicitly, next to the figures users 
 
 :func:`describe` returns a JSON-ready dict (``p2pboost inspect --json``);
 :func:`format_description` turns it into text for people. :func:`load_model` reads any of the
-three file kinds; :mod:`p2pboost.report` draws its plots from the same functions.
+three file kinds; :mod:`p2pboost.app.report` draws its plots from the same functions.
 
 Model files store no column names, so features are named ``f0, f1, ...`` in the order of the
 party's own columns, unless ``feature_names`` is given.
@@ -32,7 +32,7 @@ from p2pboost.gbdt import booster as gbdt_booster
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.history import History, history_to_json
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.model import GUEST, GUEST_FORMAT, HOST_FORMAT, GuestModel, HostModel
+from p2pboost.hetero.model import GUEST, GUEST_FORMAT, HOST_FORMAT, GuestModel, HostModel
 
 __all__ = [
     "AnyModel",

@@ -1,7 +1,7 @@
 """The facade for horizontal (homo) SecureBoost: a server and any number of clients.
 
 Clients hold rows with the same features and their own labels; the server holds nothing and
-learns only securely aggregated sums (see :mod:`p2pboost.protocols.homo_train`). Every client
+learns only securely aggregated sums (see :mod:`p2pboost.homo.train`). Every client
 ends with the same model and predicts locally::
 
     async with Node("server", listen="wss://0.0.0.0:8443", peers={"bank1": None, ...},
@@ -32,12 +32,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost._blocking import run_with_node
 from p2pboost.exceptions import NotFittedError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.node import Node
-from p2pboost.protocols.homo_train import (
+from p2pboost.homo.train import (
     ClientIdentity,
     HomoConfig,
     HomoResult,
@@ -45,6 +43,8 @@ from p2pboost.protocols.homo_train import (
     client_train,
     server_train,
 )
+from p2pboost.net.node import Node
+from p2pboost.protocols._blocking import run_with_node
 
 __all__ = ["DEFAULT_SESSION", "HomoClient", "HomoServer"]
 
