@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,14 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
-from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop, RecordEvaluation
-from p2pboost.gbdt.fixedpoint import choose_grid, quantize
-from p2pboost.gbdt.grower import ThresholdFn, TreeGrower
-from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
+from p2pboost.gbdt.callbacks import Callback
+from p2pboost.gbdt.grower import TreeGrower
+from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import Objective, get_objective
-from p2pboost.gbdt.params import BoostParams, MultiStrategy
-from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.rounds import EvalData, Margins, RoundLoop, add_tree, refit_leaves
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 
@@ -40,6 +38,7 @@ __all__ = [
     "Booster",
     "EvalData",
     "bin_eval_sets",
+    "initial_margin",
     "refit_leaves",
     "train",
 ]
@@ -112,21 +111,22 @@ class Booster:
         arr = check_matrix(X, n_features=self.n_features)
         margin = np.tile(self.base_margin, (arr.shape[0], 1))
         for tree, out in self._used_trees(n_rounds):
-            self._add(margin, tree.predict_raw(arr), out)
+            add_tree(margin, tree.predict_raw(arr), out)
         return margin
 
     def predict_margin_binned(self, data: BinnedData, n_rounds: int | None = None) -> F64:
         """As :meth:`predict_margin` for data already binned by this model's mapper."""
         margin = np.tile(self.base_margin, (data.n_rows, 1))
         for tree, out in self._used_trees(n_rounds):
-            self._add(margin, tree.predict_binned(data), out)
+            add_tree(margin, tree.predict_binned(data), out)
         return margin
 
     def predict(self, X: Any, n_rounds: int | None = None, output_margin: bool = False) -> F64:
         """Predictions: probabilities (binary ``(n,)``, multi-class ``(n, K)``) or values."""
         margin = self.predict_margin(X, n_rounds)
-        out = margin if output_margin else self.objective.transform(margin)
-        return out[:, 0] if out.shape[1] == 1 else out
+        if output_margin:
+            return margin[:, 0] if margin.shape[1] == 1 else margin
+        return self.objective.prediction(margin)
 
     def feature_importance(self, kind: str = "gain") -> F64:
         """Per-feature total split gain (``"gain"``) or number of splits (``"split"``)."""
@@ -146,14 +146,6 @@ class Booster:
             raise InputError(f"n_rounds must be in [0, {self.n_rounds}], got {n_rounds}")
         used = n_rounds * self.trees_per_round
         return list(zip(self.trees[:used], self.tree_output[:used], strict=True))
-
-    @staticmethod
-    def _add(margin: F64, values: F64, out: int) -> None:
-        """Add tree outputs ``values`` ``(n, 1 or K)`` to output ``out`` (-1: all outputs)."""
-        if out < 0:
-            margin += values
-        else:
-            margin[:, out] += values[:, 0]
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -250,7 +242,8 @@ def train(
 
     ``eval_sets`` are ``(X, y)`` pairs evaluated after every round with ``eval_metrics``
     (default: the objective's metric); ``callbacks`` see the results and may stop training
-    (e.g. :class:`~p2pboost.gbdt.callbacks.EarlyStopping`).
+    (e.g. :class:`~p2pboost.gbdt.callbacks.EarlyStopping`). The rounds run through
+    :class:`~p2pboost.gbdt.rounds.RoundLoop`, which the federated boosters drive too.
     """
     params = params.validate()
     objective = get_objective(params)
@@ -262,68 +255,55 @@ def train(
 
     mapper = BinMapper(params.max_bin).fit(X_arr)
     data = mapper.transform(X_arr)
-    base = (
-        objective.init_margin(y_arr)
-        if params.base_score is None
-        else objective.margin_from_score(params.base_score)
+    base = initial_margin(objective, params, y_arr)
+    evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
+    loop = RoundLoop(params, data.n_features, objective.n_outputs, callbacks)
+    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
+    builder = make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1)
+    candidates = candidate_mask(mapper.n_bins, params.max_bin)
+    for _ in loop:
+        for task in loop.tasks(margins):
+            grower = TreeGrower(
+                data,
+                builder,
+                params,
+                task.grad,
+                task.hess,
+                task.sample,
+                candidates & task.features[:, None, None],
+                mapper.thresholds,
+            )
+            tree = grower.grow()
+            eval_leaves = [tree.leaves_binned(ev.data) for ev in evals]
+            loop.add_tree(margins.update(task, tree, grower.positions, eval_leaves), task.out)
+        loop.end_round(margins.evaluation())
+    return Booster(
+        params,
+        mapper,
+        base,
+        loop.trees,
+        loop.tree_output,
+        loop.trees_per_round,
+        loop.best_iteration,
+        loop.history,
     )
-    vector_leaves = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
-    k_out = objective.n_outputs
-    booster = Booster(params, mapper, base, [], [], 1 if vector_leaves else k_out)
-    evals = bin_eval_sets(objective, mapper, base, eval_sets, eval_names)
-    state = _Round(
-        params=params,
-        objective=objective,
-        data=data,
-        y=y_arr,
-        margin=np.tile(base, (data.n_rows, 1)),
-        rng=np.random.default_rng(params.seed),
-        builder=make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1),
-        candidates=candidate_mask(mapper.n_bins, params.max_bin),
-        thresholds=mapper.thresholds,
-    )
-    record = RecordEvaluation(booster.history)
-    for it in range(params.n_estimators):
-        for tree, out in state.grow_round(booster.trees_per_round):
-            booster.trees.append(tree)
-            booster.tree_output.append(out)
-            for ev in evals:
-                Booster._add(ev.margin, tree.predict_binned(ev.data), out)
-        evaluation = {
-            ev.name: {m.name: m(ev.y, _prediction(objective, ev.margin)) for m in metrics}
-            for ev in evals
-        }
-        env = CallbackEnv(iteration=it, n_estimators=params.n_estimators, evaluation=evaluation)
-        record(env)
-        try:
-            for cb in callbacks:
-                cb(env)
-        except EarlyStop as stop:
-            booster.best_iteration = stop.best_iteration
-            break
-    return booster
 
 
-@dataclass
-class EvalData:
-    name: str
-    data: BinnedData
-    y: F64
-    margin: F64
+def initial_margin(objective: Objective, params: BoostParams, y: F64) -> F64:
+    """The base margin ``(K,)``: from ``params.base_score`` if set, else from the labels."""
+    if params.base_score is not None:
+        return objective.margin_from_score(params.base_score)
+    return objective.init_margin(y)
 
 
 def bin_eval_sets(
     objective: Objective,
     mapper: BinMapper,
-    base: F64 | None,
     eval_sets: Sequence[EvalSet],
     eval_names: Sequence[str] | None,
 ) -> list[EvalData]:
-    """Check and bin the evaluation sets once; their margins are updated tree by tree.
-
-    Margins start at ``base``; with ``base=None`` they are left empty for the caller to set
-    (the federated guest learns its base margin later).
-    """
+    """Check and bin the evaluation sets once (their margins are set by
+    :class:`~p2pboost.gbdt.rounds.Margins`)."""
     names = list(eval_names) if eval_names is not None else []
     if eval_names is None:
         names = [f"valid_{i}" for i in range(len(eval_sets))]
@@ -335,91 +315,5 @@ def bin_eval_sets(
         arr = check_matrix(Xv, name=f"eval set {name!r}", n_features=mapper.n_features)
         if arr.shape[0] != yv_arr.size:
             raise InputError(f"eval set {name!r}: rows and labels differ in number")
-        margin = np.empty((0, 0)) if base is None else np.tile(base, (yv_arr.size, 1))
-        out.append(EvalData(name, mapper.transform(arr), yv_arr, margin))
+        out.append(EvalData(name, mapper.transform(arr), yv_arr, np.empty((0, 0))))
     return out
-
-
-@dataclass
-class _Round:
-    """What one boosting round needs; :meth:`grow_round` adds its trees to ``margin``."""
-
-    params: BoostParams
-    objective: Objective
-    data: BinnedData
-    y: F64
-    margin: F64
-    rng: np.random.Generator
-    builder: HistogramBuilder
-    candidates: npt.NDArray[np.bool_]
-    thresholds: ThresholdFn
-
-    def grow_round(self, trees_per_round: int) -> list[tuple[Tree, int]]:
-        """Sample, then grow one tree (or one per output) on this round's gradients.
-
-        Returns ``(tree, output)`` pairs, ``output`` -1 for trees covering every output.
-        """
-        params, data = self.params, self.data
-        grad, hess = self.objective.grad_hess(self.y, self.margin)
-        sample: npt.NDArray[np.int64] | None
-        if params.goss:
-            sample, scale = goss_sample(self.rng, grad, params.top_rate, params.other_rate)
-            grad, hess = grad * scale[:, None], hess * scale[:, None]
-        else:
-            sample = row_sample(self.rng, data.n_rows, params.subsample)
-        features = column_sample(self.rng, data.n_features, params.colsample_bytree)
-        candidates = self.candidates & features[:, None, None]
-        outputs = [-1] if trees_per_round == 1 else list(range(trees_per_round))
-        grown = []
-        for out in outputs:
-            g = grad if out < 0 else grad[:, out : out + 1]
-            h = hess if out < 0 else hess[:, out : out + 1]
-            gq, hq = _on_grid(g, h, sample)
-            grower = TreeGrower(
-                data, self.builder, params, gq, hq, sample, candidates, self.thresholds
-            )
-            tree = grower.grow()
-            if self.margin.shape[1] == 1:
-                tree = refit_leaves(
-                    self.objective,
-                    tree,
-                    self.y,
-                    self.margin,
-                    grower.positions,
-                    sample,
-                    params.learning_rate,
-                )
-            Booster._add(self.margin, tree.value[grower.positions], out)
-            grown.append((tree, out))
-        return grown
-
-
-def _on_grid(g: F64, h: F64, sample: npt.NDArray[np.int64] | None) -> tuple[F64, F64]:
-    """Quantize g and h on grids chosen from the rows this tree uses (see fixedpoint)."""
-    n = g.shape[0] if sample is None else sample.size
-    g_used = g if sample is None else g[sample]
-    h_used = h if sample is None else h[sample]
-    return quantize(g, choose_grid(g_used, n)), quantize(h, choose_grid(h_used, n))
-
-
-def refit_leaves(
-    objective: Objective,
-    tree: Tree,
-    y: F64,
-    margin: F64,
-    positions: npt.NDArray[np.int64],
-    sample: npt.NDArray[np.int64] | None,
-    learning_rate: float,
-) -> Tree:
-    """Replace the leaf values if the objective refits them (L1: median residual per leaf)."""
-    rows = slice(None) if sample is None else sample
-    values = objective.refit_leaves(y[rows], margin[rows], positions[rows], tree.n_nodes)
-    if values is None:
-        return tree
-    new = np.where(tree.is_leaf, learning_rate * values, tree.value[:, 0])
-    return replace(tree, value=new[:, None])
-
-
-def _prediction(objective: Objective, margin: F64) -> F64:
-    out = objective.transform(margin)
-    return out[:, 0] if out.shape[1] == 1 else out

@@ -1,22 +1,32 @@
-"""Layer-wise (depth-wise) tree growth, as separate steps a federated protocol can drive.
+"""Layer-wise (depth-wise) tree growth, as a schedule of steps every grower shares.
 
-One layer is four steps, each a method with plain-array inputs and outputs:
+One layer is four steps. :meth:`HistogramGrower.schedule` is the one place that orders them;
+it *yields* each step that needs the outside world and takes the answer back (a sans-I/O
+generator, as h11 does for HTTP), so the plaintext core, the vertical guest and the
+horizontal server grow trees with the same code and differ only in how they answer:
 
-1. :meth:`TreeGrower.find_splits` - best split of every frontier node from its histogram
-   (pure math, :func:`~p2pboost.gbdt.split.find_best_splits`);
-2. :meth:`TreeGrower.apply_splits` - accept splits whose gain beats ``gamma``, create children;
-3. :meth:`TreeGrower.partition` - move rows of split nodes to their children (in a federation
-   only the feature's owner can do this; it returns the left set);
-4. :meth:`TreeGrower.child_histograms` - build the *smaller* child of each split directly and
-   derive its sibling as ``parent - child`` (exact on the fixed-point grid).
+1. :class:`ChooseSplits` - the best split of every frontier node. **The split-choice hook**:
+   the core answers with :meth:`HistogramGrower.find_splits` on its own histograms; the
+   vertical guest merges its own best with the hosts' decrypted candidates (and the owners'
+   answers) into one :class:`~p2pboost.gbdt.split.LayerSplits` with an owner per node.
+2. :meth:`HistogramGrower.apply_splits` (not a hook: always the core's) - accept splits whose
+   gain beats ``gamma``, create both children with their leaf weights.
+3. :class:`Partition` - move rows of split nodes to their children (in a federation only a
+   feature's owner can; it returns the left set).
+4. :class:`ChildHistograms` - the next frontier: the *smaller* child of each split built
+   directly and its sibling derived as ``parent - child`` (exact on the fixed-point grid), by
+   :meth:`HistogramGrower.next_frontier`.
 
-:meth:`TreeGrower.grow` runs them in order. Rows are tracked by ``positions`` (the node id of
-every row, sampled or not), so at the end ``positions`` gives every training row's leaf.
+:class:`HistogramGrower` needs no rows (the horizontal server has none: its histograms are
+securely aggregated sums). :class:`TreeGrower` adds a party's own rows and answers every step
+locally (:meth:`TreeGrower.grow`); ``positions`` then gives every training row's leaf.
+Because nothing else creates nodes or orders the steps, a federated tree equals the core's by
+construction whenever the answers (sums and choices) are the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +36,25 @@ import numpy.typing as npt
 from p2pboost.gbdt.binning import BinnedData
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.split import MIN_GAIN, LayerSplits, find_best_splits, leaf_weight
-from p2pboost.gbdt.tree import Tree, TreeBuilder
+from p2pboost.gbdt.split import LayerSplits, accepted, find_best_splits, leaf_weight
+from p2pboost.gbdt.tree import LOCAL, Tree, TreeBuilder
 
-__all__ = ["Frontier", "LayerPlan", "TreeGrower", "combine_children", "partition_rows"]
+__all__ = [
+    "ChildHistograms",
+    "ChooseSplits",
+    "Frontier",
+    "GrowStep",
+    "HistogramGrower",
+    "LayerPlan",
+    "Partition",
+    "Schedule",
+    "TreeGrower",
+    "combine_children",
+    "drive",
+    "drive_async",
+    "interleave",
+    "partition_rows",
+]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -55,7 +80,8 @@ class LayerPlan:
     """Accepted splits of a layer: ``nodes[i]`` splits into ``left[i]`` and ``right[i]``.
 
     ``parent_index[i]`` is the node's position in the frontier; ``*_grad``/``*_hess`` are the
-    children's totals.
+    children's totals; ``owner[i]`` whose feature the split uses (:data:`LOCAL`: ours, with
+    ``feature``/``threshold_bin`` set; another party's: both -1).
     """
 
     nodes: I64
@@ -69,6 +95,201 @@ class LayerPlan:
     left_hess: F64
     right_grad: F64
     right_hess: F64
+    owner: I64
+
+    @property
+    def local(self) -> B8:
+        """Which splits use our own features (we can partition their rows ourselves)."""
+        return np.asarray(self.owner == LOCAL)
+
+
+# -- the steps a schedule yields ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChooseSplits:
+    """Answer with the :class:`LayerSplits` of ``frontier`` (the split-choice hook)."""
+
+    frontier: Frontier
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Partition:
+    """Move the rows of ``plan``'s nodes to their children; answer ``None``.
+
+    ``grow`` says whether another layer follows (a federation tells its peers).
+    """
+
+    frontier: Frontier
+    plan: LayerPlan
+    grow: bool
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChildHistograms:
+    """Answer with the next :class:`Frontier` (see :meth:`HistogramGrower.next_frontier`)."""
+
+    frontier: Frontier
+    plan: LayerPlan
+
+
+GrowStep = ChooseSplits | Partition | ChildHistograms
+#: A tree's growth: yields steps, takes their answers, returns the finished tree.
+Schedule = Generator[GrowStep, Any, Tree]
+
+
+def drive(schedule: Schedule, answer: Callable[[GrowStep], Any]) -> Tree:
+    """Run ``schedule`` to the end, answering each step with ``answer(step)``."""
+    try:
+        step = next(schedule)
+        while True:
+            step = schedule.send(answer(step))
+    except StopIteration as done:
+        tree: Tree = done.value
+        return tree
+
+
+async def drive_async(schedule: Schedule, answer: Callable[[GrowStep], Awaitable[Any]]) -> Tree:
+    """:func:`drive` for answers that talk to peers (``await answer(step)``)."""
+    try:
+        step = next(schedule)
+        while True:
+            step = schedule.send(await answer(step))
+    except StopIteration as done:
+        tree: Tree = done.value
+        return tree
+
+
+# -- growth from histograms ----------------------------------------------------------------------
+
+
+class HistogramGrower:
+    """Grows one tree from histograms someone supplies (see the module docstring).
+
+    ``candidates`` ``(F, max_bin, 2)`` masks allowed split candidates (see
+    :func:`~p2pboost.gbdt.split.candidate_mask`); ``thresholds(features, bins)`` gives the raw
+    thresholds stored in the tree for local splits.
+    """
+
+    def __init__(
+        self, params: BoostParams, n_outputs: int, candidates: B8, thresholds: ThresholdFn
+    ) -> None:
+        self.params = params
+        self.candidates = candidates
+        self.thresholds = thresholds
+        self.tree = TreeBuilder(n_outputs=n_outputs)
+
+    def start(self, hist: Histogram, grad: F64, hess: F64, count: I64) -> Frontier:
+        """Create the root from its histogram and totals ``(1, K)``; the first frontier."""
+        nodes = self._new_nodes(grad, hess)
+        return Frontier(nodes, hist, grad, hess, np.asarray(count, dtype=np.int64), depth=0)
+
+    def schedule(self, root: Frontier) -> Schedule:
+        """The layers of one tree from ``root`` (see the module docstring)."""
+        frontier = root
+        max_depth = self.params.max_depth
+        while frontier.depth < max_depth:
+            splits = yield ChooseSplits(frontier)
+            plan = self.apply_splits(frontier, splits)
+            grow = plan.nodes.size > 0 and frontier.depth + 1 < max_depth
+            yield Partition(frontier, plan, grow)
+            if not grow:
+                break  # no split, or the children are leaves: no histograms needed
+            frontier = yield ChildHistograms(frontier, plan)
+        return self.finish()
+
+    def find_splits(self, frontier: Frontier) -> LayerSplits:
+        """The core's best candidate split of every frontier node (row counts are used, as
+        by the core's builders, only for ``min_samples_leaf > 1``)."""
+        use_counts = self.params.min_samples_leaf > 1 and frontier.hist.count is not None
+        hist = (
+            frontier.hist if use_counts else Histogram(frontier.hist.grad, frontier.hist.hess, None)
+        )
+        return find_best_splits(
+            hist,
+            frontier.grad,
+            frontier.hess,
+            frontier.count if use_counts else None,
+            self.candidates,
+            self.params,
+        )
+
+    def apply_splits(self, frontier: Frontier, splits: LayerSplits) -> LayerPlan:
+        """Accept splits better than ``gamma``; create both children of each accepted node."""
+        accept = accepted(splits.gain, self.params)
+        lg, lh = splits.left_grad[accept], splits.left_hess[accept]
+        rg, rh = frontier.grad[accept] - lg, frontier.hess[accept] - lh
+        children = self._new_nodes(interleave(lg, rg), interleave(lh, rh))
+        left, right = children[0::2], children[1::2]
+        if accept.size:
+            self.tree.depth = max(self.tree.depth, frontier.depth + 1)
+        feature, threshold = splits.feature[accept], splits.threshold[accept]
+        owner = (
+            np.full(accept.size, LOCAL, dtype=np.int64)
+            if splits.owner is None
+            else splits.owner[accept].astype(np.int64)
+        )
+        local = owner == LOCAL
+        raw = np.full(accept.size, np.nan)
+        if local.any():
+            raw[local] = self.thresholds(feature[local], threshold[local])
+        self.tree.set_splits(
+            frontier.nodes[accept],
+            np.where(local, feature, -1),
+            np.where(local, threshold, -1),
+            raw,
+            splits.default_left[accept] & local,
+            splits.gain[accept],
+            left,
+            right,
+            owner,
+        )
+        return LayerPlan(
+            nodes=frontier.nodes[accept],
+            parent_index=accept,
+            feature=np.where(local, feature, -1),
+            threshold_bin=np.where(local, threshold, -1),
+            default_left=splits.default_left[accept] & local,
+            left=left,
+            right=right,
+            left_grad=lg,
+            left_hess=lh,
+            right_grad=rg,
+            right_hess=rh,
+            owner=owner,
+        )
+
+    def next_frontier(
+        self, frontier: Frontier, plan: LayerPlan, small: Histogram, n_left: I64, n_right: I64
+    ) -> Frontier:
+        """The children of ``plan`` as the next frontier.
+
+        ``small[i]`` is the directly built histogram of split ``i``'s smaller child (the left
+        one where ``n_left[i] <= n_right[i]``, the core's tie rule); ``n_left``/``n_right``
+        count the sampled rows of the children.
+        """
+        hist = combine_children(frontier.hist.take(plan.parent_index), small, n_left <= n_right)
+        return Frontier(
+            nodes=interleave(plan.left, plan.right),
+            hist=hist,
+            grad=interleave(plan.left_grad, plan.right_grad),
+            hess=interleave(plan.left_hess, plan.right_hess),
+            count=interleave(n_left, n_right).astype(np.int64),
+            depth=frontier.depth + 1,
+        )
+
+    def finish(self) -> Tree:
+        """The grown tree (the nodes never split are leaves)."""
+        return self.tree.finish()
+
+    def _new_nodes(self, g: F64, h: F64) -> I64:
+        """Add nodes with totals ``g``/``h`` ``(m, K)``; their values are the leaf weights."""
+        p = self.params
+        w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
+        return self.tree.add_nodes(p.learning_rate * w, h.sum(axis=1))
+
+
+# -- growth on a party's own rows ----------------------------------------------------------------
 
 
 def partition_rows(
@@ -102,7 +323,7 @@ def partition_rows(
     go_left = b <= lut_t[positions]
     if data.has_missing:
         go_left |= (b == data.missing_bin) & lut_d[positions]
-    if np.array_equal(right, left + 1):  # children side by side (as TreeGrower makes them)
+    if np.array_equal(right, left + 1):  # children side by side (as the grower makes them)
         lut_l += 1
         lut_l[nodes] = right
         out = lut_l[positions]
@@ -113,13 +334,13 @@ def partition_rows(
     return np.asarray(np.where(go_left, lut_l[positions], lut_r[positions]))
 
 
-class TreeGrower:
+class TreeGrower(HistogramGrower):
     """Grows one tree on bin-coded data from on-grid gradients ``(n, K)``.
 
     ``sample`` (sorted row indices) are the rows whose gradients build histograms; every row
-    is partitioned. ``candidates`` ``(F, max_bin, 2)`` masks allowed split candidates (see
-    :func:`~p2pboost.gbdt.split.candidate_mask`). ``thresholds(features, bins)`` gives the raw
-    thresholds stored in the tree (NaN where unknown, e.g. another party's feature).
+    is partitioned and ``positions`` holds every row's node. The steps of the schedule are
+    answered locally by :meth:`grow`; a federation answers some of them itself and calls
+    :meth:`root`, :meth:`partition` and :meth:`child_histograms` for its own rows.
     """
 
     def __init__(
@@ -133,88 +354,40 @@ class TreeGrower:
         candidates: B8,
         thresholds: ThresholdFn,
     ) -> None:
+        super().__init__(params, grad.shape[1], candidates, thresholds)
         self.data = data
         self.builder = builder
-        self.params = params
         self.grad = grad
         self.hess = hess
         self.sample = sample
-        self.candidates = candidates
-        self.thresholds = thresholds
         self.positions = np.zeros(data.n_rows, dtype=np.int64)
-        self.tree = TreeBuilder(n_outputs=grad.shape[1])
-
-    # -- the steps -----------------------------------------------------------------------------
 
     def root(self) -> Frontier:
-        """Create the root and its histogram."""
+        """Create the root from this party's rows: its histogram and totals."""
         rows = self.sample
         hist = self.builder.build(rows, None, 1, self.grad, self.hess)
         g_rows = self.grad if rows is None else self.grad[rows]
         h_rows = self.hess if rows is None else self.hess[rows]
-        g = g_rows.sum(axis=0)[None, :]
-        h = h_rows.sum(axis=0)[None, :]
-        nodes = self._new_nodes(g, h)
         n = self.data.n_rows if rows is None else rows.size
-        return Frontier(nodes, hist, g, h, np.array([n], dtype=np.int64), depth=0)
-
-    def find_splits(self, frontier: Frontier) -> LayerSplits:
-        """Best candidate split of every frontier node."""
-        with_counts = frontier.hist.count is not None
-        return find_best_splits(
-            frontier.hist,
-            frontier.grad,
-            frontier.hess,
-            frontier.count if with_counts else None,
-            self.candidates,
-            self.params,
-        )
-
-    def apply_splits(self, frontier: Frontier, splits: LayerSplits) -> LayerPlan:
-        """Accept splits better than ``gamma``; create both children of each accepted node."""
-        accept = np.flatnonzero(splits.gain > max(self.params.gamma, MIN_GAIN))
-        lg, lh = splits.left_grad[accept], splits.left_hess[accept]
-        rg, rh = frontier.grad[accept] - lg, frontier.hess[accept] - lh
-        children = self._new_nodes(_interleave(lg, rg), _interleave(lh, rh))
-        left, right = children[0::2], children[1::2]
-        if accept.size:
-            self.tree.depth = max(self.tree.depth, frontier.depth + 1)
-        feature, threshold = splits.feature[accept], splits.threshold[accept]
-        self.tree.set_splits(
-            frontier.nodes[accept],
-            feature,
-            threshold,
-            self.thresholds(feature, threshold),
-            splits.default_left[accept],
-            splits.gain[accept],
-            left,
-            right,
-        )
-        return LayerPlan(
-            nodes=frontier.nodes[accept],
-            parent_index=accept,
-            feature=splits.feature[accept],
-            threshold_bin=splits.threshold[accept],
-            default_left=splits.default_left[accept],
-            left=left,
-            right=right,
-            left_grad=lg,
-            left_hess=lh,
-            right_grad=rg,
-            right_hess=rh,
+        return self.start(
+            hist,
+            g_rows.sum(axis=0)[None, :],
+            h_rows.sum(axis=0)[None, :],
+            np.array([n], dtype=np.int64),
         )
 
     def partition(self, plan: LayerPlan) -> None:
-        """Move the rows of split nodes to their children."""
+        """Move the rows of the *local* split nodes of ``plan`` to their children."""
+        local = plan.local
         self.positions = partition_rows(
             self.data,
             self.positions,
-            plan.nodes,
-            plan.feature,
-            plan.threshold_bin,
-            plan.default_left,
-            plan.left,
-            plan.right,
+            plan.nodes[local],
+            plan.feature[local],
+            plan.threshold_bin[local],
+            plan.default_left[local],
+            plan.left[local],
+            plan.right[local],
             self.tree.n_nodes,
         )
 
@@ -222,17 +395,8 @@ class TreeGrower:
         """Next frontier: smaller children built directly, siblings by subtraction."""
         counts = np.bincount(self._sample_positions(), minlength=self.tree.n_nodes)
         n_left, n_right = counts[plan.left], counts[plan.right]
-        left_smaller = n_left <= n_right
-        small = self.node_histograms(np.where(left_smaller, plan.left, plan.right))
-        hist = combine_children(frontier.hist.take(plan.parent_index), small, left_smaller)
-        return Frontier(
-            nodes=_interleave(plan.left, plan.right),
-            hist=hist,
-            grad=_interleave(plan.left_grad, plan.right_grad),
-            hess=_interleave(plan.left_hess, plan.right_hess),
-            count=_interleave(n_left, n_right).astype(np.int64),
-            depth=frontier.depth + 1,
-        )
+        small = self.node_histograms(np.where(n_left <= n_right, plan.left, plan.right))
+        return self.next_frontier(frontier, plan, small, n_left, n_right)
 
     def node_histograms(self, nodes: I64) -> Histogram:
         """Histograms of ``nodes`` (current node ids), from the sampled rows in them."""
@@ -247,30 +411,16 @@ class TreeGrower:
     def _sample_positions(self) -> I64:
         return self.positions if self.sample is None else self.positions[self.sample]
 
-    # -- driver --------------------------------------------------------------------------------
-
     def grow(self) -> Tree:
-        """Grow the whole tree (up to ``max_depth``) and return it."""
-        frontier = self.root()
-        while frontier.depth < self.params.max_depth:
-            plan = self.apply_splits(frontier, self.find_splits(frontier))
-            if plan.nodes.size == 0:
-                break
-            self.partition(plan)
-            if frontier.depth + 1 == self.params.max_depth:
-                break  # children are leaves: no histograms needed
-            frontier = self.child_histograms(frontier, plan)
-        return self.finish()
+        """Grow the whole tree (up to ``max_depth``) on this party's rows alone."""
+        return drive(self.schedule(self.root()), self._answer)
 
-    def finish(self) -> Tree:
-        """The grown tree (the nodes never split are leaves)."""
-        return self.tree.finish()
-
-    def _new_nodes(self, g: F64, h: F64) -> I64:
-        """Add nodes with totals ``g``/``h`` ``(m, K)``; their values are the leaf weights."""
-        p = self.params
-        w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
-        return self.tree.add_nodes(p.learning_rate * w, h.sum(axis=1))
+    def _answer(self, step: GrowStep) -> Any:
+        if isinstance(step, ChooseSplits):
+            return self.find_splits(step.frontier)
+        if isinstance(step, Partition):
+            return self.partition(step.plan)
+        return self.child_histograms(step.frontier, step.plan)
 
 
 def combine_children(parent: Histogram, small: Histogram, left_smaller: B8) -> Histogram:
@@ -295,7 +445,7 @@ def combine_children(parent: Histogram, small: Histogram, left_smaller: B8) -> H
     return Histogram(place(parent.grad, small.grad), place(parent.hess, small.hess), count)
 
 
-def _interleave(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
+def interleave(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``[a0, b0, a1, b1, ...]`` along the first axis (children in node-id order)."""
     out = np.empty((a.shape[0] * 2, *a.shape[1:]), dtype=np.result_type(a, b))
     out[0::2] = a

@@ -85,6 +85,14 @@ class Objective(ABC):
         """Predictions from margins: identity unless the objective has a link function."""
         return margin
 
+    def prediction(self, margin: F64) -> F64:
+        """What ``predict`` returns: :meth:`transform`, ``(n,)`` for one output, else ``(n, K)``.
+
+        The one place that shapes predictions, for boosters, federated models and metrics.
+        """
+        out = self.transform(margin)
+        return out[:, 0] if out.shape[1] == 1 else out
+
     def refit_leaves(self, y: F64, margin: F64, leaf: I64, n_nodes: int) -> F64 | None:
         """Better leaf values than the Newton step, or ``None`` to keep the Newton step.
 

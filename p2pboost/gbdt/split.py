@@ -38,6 +38,7 @@ from p2pboost.gbdt.params import BoostParams
 __all__ = [
     "MIN_GAIN",
     "LayerSplits",
+    "accepted",
     "candidate_mask",
     "find_best_splits",
     "leaf_weight",
@@ -88,6 +89,15 @@ def _children_score(GL: F64, HL: F64, GR: F64, HR: F64, reg_lambda: float) -> F6
     return np.asarray(left.sum(axis=-1))
 
 
+def accepted(gain: F64, params: BoostParams) -> I64:
+    """Positions of the nodes whose best gain beats ``max(gamma, MIN_GAIN)``: they split.
+
+    The one acceptance rule: the grower applies it, and the federated guest applies it to
+    know which owners to ask before the layer is applied.
+    """
+    return np.flatnonzero(np.asarray(gain) > max(params.gamma, MIN_GAIN))
+
+
 def leaf_weight(G: F64, H: F64, reg_lambda: float, min_child_weight: float) -> F64:
     """Newton leaf weight per output, ``-G / (H + lambda)``; 0 where ``H < min_child_weight``."""
     G = np.asarray(G, dtype=np.float64)
@@ -125,6 +135,7 @@ class LayerSplits:
     left_grad: F64
     left_hess: F64
     left_count: I64
+    owner: I64 | None = None
 
 
 def find_best_splits(

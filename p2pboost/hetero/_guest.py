@@ -1,12 +1,22 @@
 """The guest's side of one tree: encrypt and stream gradients, score, decide, partition.
 
-:class:`GuestTrainer` drives the plaintext core's :class:`~p2pboost.gbdt.grower.TreeGrower`
-for the guest's own features (root and child histograms, its best split per node) and adds
-the hosts' candidates: it decrypts each package as it arrives, scores it with the core's
-:func:`~p2pboost.gbdt.split.split_gains` and validity rules, and applies the core's
-tie-break across parties. Children, leaf weights and positions are made exactly as the
-core's ``apply_splits``/``partition`` make them. The protocol and its messages are described
-in :mod:`p2pboost.hetero.train`.
+:class:`GuestTrainer` grows each tree with the plaintext core's
+:class:`~p2pboost.gbdt.grower.TreeGrower` and its schedule
+(:meth:`~p2pboost.gbdt.grower.HistogramGrower.schedule`), answering three of its steps with
+the hosts' help:
+
+* **choose splits** (the core's split-choice hook): the guest's own best split per node
+  (the core's :meth:`~p2pboost.gbdt.grower.HistogramGrower.find_splits`) competes with every
+  host's candidates, decrypted as their packages arrive and scored with the core's
+  :func:`~p2pboost.gbdt.split.split_gains` and validity rules under the core's tie-break;
+  the owners of winning host candidates resolve ties and return the left sets;
+* **partition**: the guest's own splits move its rows (the core's ``partition``), host
+  splits move them by the owners' bitmaps, and every host is told the layer;
+* **child histograms**: the guest's own, by the core (the hosts build theirs).
+
+Children, leaf weights and tree arrays are the core's own ``apply_splits``; the tree that
+comes out is a core :class:`~p2pboost.gbdt.tree.Tree` with an owner per split. The
+protocol and its messages are described in :mod:`p2pboost.hetero.train`.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import itertools
 import secrets
 from collections.abc import Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,13 +46,20 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, BinnedData
-from p2pboost.gbdt.booster import EvalData, refit_leaves
-from p2pboost.gbdt.fixedpoint import Grid, choose_grid, from_fixed, quantize, to_fixed
-from p2pboost.gbdt.grower import Frontier, LayerPlan, TreeGrower, partition_rows
+from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed
+from p2pboost.gbdt.grower import (
+    ChooseSplits,
+    Frontier,
+    GrowStep,
+    LayerPlan,
+    Partition,
+    TreeGrower,
+    drive_async,
+)
 from p2pboost.gbdt.histogram import make_builder
-from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.split import MIN_GAIN, LayerSplits, candidate_mask, leaf_weight, split_gains
+from p2pboost.gbdt.rounds import EvalData, TreeTask
+from p2pboost.gbdt.split import LayerSplits, accepted, candidate_mask, split_gains
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero._common import (
     B8,
@@ -60,15 +77,15 @@ from p2pboost.hetero._common import (
     packing_spec,
     unpack_bitmap,
 )
-from p2pboost.hetero.model import GUEST, GuestTree, add_tree, walk
+from p2pboost.hetero.model import GUEST
 from p2pboost.net.node import Channel
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = [
+    "GrownTree",
     "GuestTrainer",
     "HostLink",
     "model_fingerprint",
-    "prediction",
 ]
 
 
@@ -103,7 +120,7 @@ class _Winner:
     tied: npt.NDArray[np.uint64] | None = None
 
 
-def model_fingerprint(trees: Sequence[GuestTree]) -> str:
+def model_fingerprint(trees: Sequence[Tree]) -> str:
     """Shared model id: a random nonce and the public shape of the trees."""
     h = hashlib.sha256(b"p2pboost/hetero/model/v1" + secrets.token_bytes(16))
     for tree in trees:
@@ -112,9 +129,13 @@ def model_fingerprint(trees: Sequence[GuestTree]) -> str:
     return h.hexdigest()[:32]
 
 
-def prediction(objective: Objective, margin: F64) -> F64:
-    out = objective.transform(margin)
-    return out[:, 0] if out.shape[1] == 1 else out
+@dataclass(frozen=True, slots=True, eq=False)
+class GrownTree:
+    """One tree the guest grew: leaves of the training rows and of every evaluation set."""
+
+    tree: Tree
+    positions: I64
+    eval_leaves: list[I64]
 
 
 @dataclass
@@ -122,15 +143,12 @@ class GuestTrainer:
     """The guest's state across trees; :meth:`grow` runs the protocol for one tree."""
 
     params: BoostParams
-    objective: Objective
     config: HeteroConfig
     pool: Executor
     engine: PaillierEngine
     links: list[HostLink]
     mapper: BinMapper
     data: BinnedData
-    y: F64
-    margin: F64
     evals: list[EvalData]
     progress: Progress
 
@@ -141,16 +159,13 @@ class GuestTrainer:
         offsets = np.cumsum([self.data.n_features] + [lk.n_features for lk in self.links])
         self.host_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(offsets)]
 
-    async def grow(
-        self, tree_id: int, g: F64, h: F64, sample: I64 | None, features: B8, out: int
-    ) -> GuestTree:
-        """Grow one tree with the hosts; update the training and evaluation margins."""
+    async def grow(self, tree_id: int, task: TreeTask) -> GrownTree:
+        """Grow one tree of the round loop with the hosts."""
         self.progress.tree = tree_id
+        sample = task.sample
         rows = np.arange(self.data.n_rows) if sample is None else sample
-        g_grid, h_grid = choose_grid(g[rows], rows.size), choose_grid(h[rows], rows.size)
-        gq, hq = quantize(g, g_grid), quantize(h, h_grid)
-        public_key = self.engine.public_key
-        spec = packing_spec(int(rows.size), (g_grid, h_grid), public_key)
+        g_grid, h_grid = task.grids
+        spec = packing_spec(int(rows.size), task.grids, self.engine.public_key)
         mask = None
         if sample is not None:
             bits = np.zeros(self.data.n_rows, dtype=np.bool_)
@@ -163,43 +178,39 @@ class GuestTrainer:
                     "tree": tree_id,
                     "grid": grid_wire(g_grid, h_grid),
                     "sample": mask,
-                    "features": features[sl].astype(np.uint8),
+                    "features": task.features[sl].astype(np.uint8),
                 }
             )
         grower = TreeGrower(
             self.data,
             self.builder,
             self.params,
-            gq,
-            hq,
+            task.grad,
+            task.hess,
             sample,
-            self.candidates & features[: self.data.n_features, None, None],
+            self.candidates & task.features[: self.data.n_features, None, None],
             self.mapper.thresholds,
         )
         self.progress.enter(GuestPhase.ENCRYPT, 0)
-        tree_ctx = _TreeRound(self, tree_id, grower, spec, (g_grid, h_grid))
-        stream = asyncio.ensure_future(self._stream_gradients(spec, gq, hq, rows, g_grid, h_grid))
+        stream = asyncio.ensure_future(
+            self._stream_gradients(spec, task.grad, task.hess, rows, g_grid, h_grid)
+        )
         try:
-            frontier = await asyncio.to_thread(grower.root)
+            root = await asyncio.to_thread(grower.root)
             await stream
         finally:
             if not stream.done():
                 stream.cancel()
                 await asyncio.gather(stream, return_exceptions=True)
-        tree = await tree_ctx.run(frontier)
-        positions = grower.positions
-        if self.margin.shape[1] == 1:
-            tree = _refit_guest(
-                self.objective, tree, self.y, self.margin, positions, sample, self.params
-            )
-        add_tree(self.margin, tree.value[positions], out)
+        layers = _TreeRound(self, tree_id, grower, spec, task.grids)
+        tree = await drive_async(grower.schedule(root), layers.answer)
+        eval_leaves = []
         for i, ev in enumerate(self.evals):
-            go_left = tree.guest_decisions_binned(ev.data.codes, ev.data.missing_bin)
-            for node, per_set in tree_ctx.eval_bits.items():
+            go_left = tree.local_decisions_binned(ev.data.codes, ev.data.missing_bin)
+            for node, per_set in layers.eval_bits.items():
                 go_left[node] = per_set[i]
-            leaves = walk(tree.left, tree.right, tree.internal, go_left, tree.depth)
-            add_tree(ev.margin, tree.value[leaves], out)
-        return tree
+            eval_leaves.append(tree.leaves(go_left))
+        return GrownTree(tree, grower.positions, eval_leaves)
 
     async def _stream_gradients(
         self, spec: PackingSpec, gq: F64, hq: F64, rows: I64, g_grid: Grid, h_grid: Grid
@@ -231,32 +242,6 @@ class GuestTrainer:
             await asyncio.gather(*pending, return_exceptions=True)
 
 
-def _refit_guest(
-    objective: Objective,
-    tree: GuestTree,
-    y: F64,
-    margin: F64,
-    positions: I64,
-    sample: I64 | None,
-    params: BoostParams,
-) -> GuestTree:
-    """The core's leaf refit (L1: median residual) on the guest's view of the tree."""
-    core = Tree(
-        feature=np.where(tree.internal, 0, -1).astype(np.int64),
-        threshold_bin=tree.threshold_bin,
-        threshold=tree.threshold,
-        default_left=tree.default_left,
-        left=tree.left,
-        right=tree.right,
-        value=tree.value,
-        gain=tree.gain,
-        cover=tree.cover,
-        depth=tree.depth,
-    )
-    refit = refit_leaves(objective, core, y, margin, positions, sample, params.learning_rate)
-    return tree if refit is core else replace(tree, value=refit.value)
-
-
 class _TreeRound:
     """One tree's layers on the guest side."""
 
@@ -273,49 +258,52 @@ class _TreeRound:
         self.grower = grower
         self.spec = spec
         self.grids = grids
-        self.owner: list[int] = [-1]
+        #: Node -> (the owner's chosen id, left-set bits) of this layer's host splits.
+        self.chosen: dict[int, tuple[int, B8]] = {}
         #: Host split node -> validation-set bits (one bool array per evaluation set).
         self.eval_bits: dict[int, list[B8]] = {}
 
-    async def run(self, frontier: Frontier) -> GuestTree:
-        params, progress = self.t.params, self.t.progress
-        while True:
-            progress.enter(GuestPhase.SPLITS, frontier.depth)
-            own, packages = await gather_or_cancel(
-                asyncio.to_thread(self.grower.find_splits, frontier),
-                self._receive_layer(frontier),
-            )
-            winners = self._choose(frontier, own, packages)
-            progress.enter(GuestPhase.DECIDE, frontier.depth)
-            accept = [
-                i
-                for i, w in enumerate(winners)
-                if w.gain > max(params.gamma, MIN_GAIN)  # the core's acceptance rule
-            ]
-            chosen = await self._decide(frontier, winners, accept)
-            progress.enter(GuestPhase.PARTITION, frontier.depth)
-            grow = bool(accept) and frontier.depth + 1 < params.max_depth
-            plan = self._apply(frontier, own, winners, accept, chosen, packages)
-            await self._partition(plan, winners, accept, chosen, grow)
-            if not grow:
-                break
-            frontier = await asyncio.to_thread(self.grower.child_histograms, frontier, plan)
-        core = self.grower.finish()
-        owner = np.full(core.n_nodes, -1, dtype=np.int64)
-        owner[: len(self.owner)] = self.owner
-        host_node = owner > GUEST
-        return GuestTree(
+    async def answer(self, step: GrowStep) -> Any:
+        """Answer a step of the core's schedule (see the module docstring)."""
+        depth = step.frontier.depth
+        if isinstance(step, ChooseSplits):
+            self.t.progress.enter(GuestPhase.SPLITS, depth)
+            return await self._choose_splits(step.frontier)
+        if isinstance(step, Partition):
+            self.t.progress.enter(GuestPhase.PARTITION, depth)
+            return await self._partition(step.plan, step.grow)
+        return await asyncio.to_thread(self.grower.child_histograms, step.frontier, step.plan)
+
+    async def _choose_splits(self, frontier: Frontier) -> LayerSplits:
+        """The guest's best split per node against every host's candidates (the core's
+        rules), with the owners' answers for the host splits that are accepted."""
+        own, packages = await gather_or_cancel(
+            asyncio.to_thread(self.grower.find_splits, frontier),
+            self._receive_layer(frontier),
+        )
+        winners = self._choose(frontier, own, packages)
+        self.t.progress.enter(GuestPhase.DECIDE, frontier.depth)
+        gain = np.array([w.gain for w in winners], dtype=np.float64)
+        accept = accepted(gain, self.t.params).tolist()
+        self.chosen = await self._decide(frontier, winners, accept)
+        owner = np.array([w.owner for w in winners], dtype=np.int64)
+        host = owner != GUEST
+        left_grad, left_hess = own.left_grad.copy(), own.left_hess.copy()
+        for i in accept:
+            if host[i]:
+                node = int(frontier.nodes[i])
+                pkg = packages[(winners[i].owner, node)]
+                pos = int(np.flatnonzero(pkg.ids == np.uint64(self.chosen[node][0]))[0])
+                left_grad[i], left_hess[i] = pkg.grad[pos], pkg.hess[pos]
+        return LayerSplits(
+            gain=gain,
+            feature=np.where(host, -1, own.feature),
+            threshold=np.where(host, -1, own.threshold),
+            default_left=own.default_left & ~host,
+            left_grad=left_grad,
+            left_hess=left_hess,
+            left_count=np.full(gain.size, -1, dtype=np.int64),
             owner=owner,
-            feature=np.where(owner == GUEST, core.feature, -1),
-            threshold_bin=np.where(owner == GUEST, core.threshold_bin, -1),
-            threshold=np.where(owner == GUEST, core.threshold, np.nan),
-            default_left=np.where(owner == GUEST, core.default_left, False),
-            left=core.left,
-            right=core.right,
-            value=core.value,
-            gain=np.where(host_node | (owner == GUEST), core.gain, 0.0),
-            cover=core.cover,
-            depth=core.depth,
         )
 
     # -- receiving and scoring host candidates ----------------------------------------------
@@ -450,99 +438,19 @@ class _TreeRound:
         parts = await gather_or_cancel(*asks)
         return {k: v for part in parts for k, v in part.items()}
 
-    def _apply(
-        self,
-        frontier: Frontier,
-        own: LayerSplits,
-        winners: list[_Winner],
-        accept: list[int],
-        chosen: dict[int, tuple[int, B8]],
-        packages: dict[tuple[int, int], _Package],
-    ) -> LayerPlan:
-        """Create the children of accepted splits, exactly as the core's ``apply_splits``."""
-        p, tree = self.t.params, self.grower.tree
-        acc = np.asarray(accept, dtype=np.int64)
-        k = acc.size
-        lg, lh = np.empty((k, 1)), np.empty((k, 1))
-        feature = np.full(k, -1, dtype=np.int64)
-        threshold_bin = np.full(k, -1, dtype=np.int64)
-        default_left = np.zeros(k, dtype=np.bool_)
-        for j, i in enumerate(accept):
-            w = winners[i]
-            if w.owner == GUEST:
-                lg[j], lh[j] = own.left_grad[i], own.left_hess[i]
-                feature[j], threshold_bin[j] = own.feature[i], own.threshold[i]
-                default_left[j] = own.default_left[i]
-            else:
-                node = int(frontier.nodes[i])
-                pkg = packages[(w.owner, node)]
-                pos = int(np.flatnonzero(pkg.ids == np.uint64(chosen[node][0]))[0])
-                lg[j], lh[j] = pkg.grad[pos], pkg.hess[pos]
-        rg, rh = frontier.grad[acc] - lg, frontier.hess[acc] - lh
-        both_g, both_h = _interleave(lg, rg), _interleave(lh, rh)
-        w8 = leaf_weight(both_g, both_h, p.reg_lambda, p.min_child_weight)
-        children = tree.add_nodes(p.learning_rate * w8, both_h.sum(axis=1))
-        self.owner.extend([-1] * children.size)
-        left, right = children[0::2], children[1::2]
-        if k:
-            tree.depth = max(tree.depth, frontier.depth + 1)
-        is_guest = feature >= 0
-        thresholds = np.full(k, np.nan)
-        if is_guest.any():
-            thresholds[is_guest] = self.t.mapper.thresholds(
-                feature[is_guest], threshold_bin[is_guest]
-            )
-        nodes = frontier.nodes[acc]
-        gains = np.array([winners[i].gain for i in accept], dtype=np.float64)
-        tree.set_splits(nodes, feature, threshold_bin, thresholds, default_left, gains, left, right)
-        for j, i in enumerate(accept):
-            self.owner[int(nodes[j])] = winners[i].owner
-        return LayerPlan(
-            nodes=nodes,
-            parent_index=acc,
-            feature=feature,
-            threshold_bin=threshold_bin,
-            default_left=default_left,
-            left=left,
-            right=right,
-            left_grad=lg,
-            left_hess=lh,
-            right_grad=rg,
-            right_hess=rh,
-        )
-
-    async def _partition(
-        self,
-        plan: LayerPlan,
-        winners: list[_Winner],
-        accept: list[int],
-        chosen: dict[int, tuple[int, B8]],
-        grow: bool,
-    ) -> None:
+    async def _partition(self, plan: LayerPlan, grow: bool) -> None:
         """New positions from the guest's own splits and the owners' bitmaps; tell the hosts."""
         grower = self.grower
         old = grower.positions
-        guest = np.array([winners[i].owner == GUEST for i in accept], dtype=np.bool_)
-        moved = await asyncio.to_thread(
-            partition_rows,
-            self.t.data,
-            old,
-            plan.nodes[guest],
-            plan.feature[guest],
-            plan.threshold_bin[guest],
-            plan.default_left[guest],
-            plan.left[guest],
-            plan.right[guest],
-            grower.tree.n_nodes,
-        )
-        new = moved.copy()
+        await asyncio.to_thread(grower.partition, plan)  # the guest's own splits
+        new = grower.positions.copy()
         bitmaps = []
         for j, node in enumerate(plan.nodes.tolist()):
             rows = np.flatnonzero(old == node)
-            if guest[j]:
-                go_left = moved[rows] == plan.left[j]
+            if plan.owner[j] == GUEST:
+                go_left = new[rows] == plan.left[j]
             else:
-                go_left = chosen[node][1]
+                go_left = self.chosen[node][1]
                 new[rows] = np.where(go_left, plan.left[j], plan.right[j])
             bitmaps.append(np.packbits(go_left))
         grower.positions = new
@@ -555,10 +463,3 @@ class _TreeRound:
             "grow": grow,
         }
         await gather_or_cancel(*(link.ctl.send(msg) for link in self.t.links))
-
-
-def _interleave(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    out = np.empty((a.shape[0] * 2, *a.shape[1:]), dtype=np.result_type(a, b))
-    out[0::2] = a
-    out[1::2] = b
-    return out

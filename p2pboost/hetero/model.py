@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +33,19 @@ from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.tree import Tree
+from p2pboost.gbdt.rounds import add_tree
+from p2pboost.gbdt.tree import LEAF, LOCAL, Tree
 
 __all__ = [
     "FORMAT_VERSION",
+    "GUEST",
     "GUEST_FORMAT",
     "HOST_FORMAT",
     "GuestModel",
-    "GuestTree",
     "HostDecisions",
     "HostModel",
     "HostSplit",
     "joined_trees",
-    "walk",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -55,136 +55,8 @@ B8 = npt.NDArray[np.bool_]
 GUEST_FORMAT = "p2pboost.hetero.guest"
 HOST_FORMAT = "p2pboost.hetero.host"
 FORMAT_VERSION = 1
-#: ``GuestTree.owner`` of a leaf; 0 is the guest, ``k >= 1`` the ``k``-th host.
-LEAF = -1
-GUEST = 0
-
-
-def walk(left: I64, right: I64, internal: B8, go_left: B8, depth: int) -> I64:
-    """Leaf of every row: ``go_left[node, row]`` is the decision of internal ``node``."""
-    n_rows = go_left.shape[1]
-    node = np.zeros(n_rows, dtype=np.int64)
-    for _ in range(depth):
-        idx = np.flatnonzero(internal[node])
-        if idx.size == 0:
-            break
-        nd = node[idx]
-        node[idx] = np.where(go_left[nd, idx], left[nd], right[nd])
-    return node
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class GuestTree:
-    """One tree as the guest knows it (arrays indexed by node id).
-
-    ``owner[i]``: -1 leaf, 0 guest split, ``k`` split of host ``k``. ``feature``,
-    ``threshold_bin``, ``threshold`` and ``default_left`` describe guest splits only (-1, -1,
-    NaN, False elsewhere). ``value`` ``(n, 1)`` holds the leaf weights (learning rate applied).
-    """
-
-    owner: I64
-    feature: I64
-    threshold_bin: I64
-    threshold: F64
-    default_left: B8
-    left: I64
-    right: I64
-    value: F64
-    gain: F64
-    cover: F64
-    depth: int
-
-    @property
-    def n_nodes(self) -> int:
-        return int(self.owner.size)
-
-    @property
-    def internal(self) -> B8:
-        return np.asarray(self.owner >= 0)
-
-    def guest_decisions_raw(self, X: F64) -> B8:
-        """``go_left[node, row]`` for the guest's splits on raw rows (False elsewhere)."""
-        out = np.zeros((self.n_nodes, X.shape[0]), dtype=np.bool_)
-        for nd in np.flatnonzero(self.owner == GUEST).tolist():
-            x = X[:, self.feature[nd]]
-            out[nd] = np.where(np.isnan(x), self.default_left[nd], x <= self.threshold[nd])
-        return out
-
-    def guest_decisions_binned(self, codes: npt.NDArray[Any], missing_bin: int) -> B8:
-        """As :meth:`guest_decisions_raw` on bin codes ``(features, rows)``."""
-        out = np.zeros((self.n_nodes, codes.shape[1]), dtype=np.bool_)
-        for nd in np.flatnonzero(self.owner == GUEST).tolist():
-            b = codes[self.feature[nd]]
-            out[nd] = (b <= self.threshold_bin[nd]) | ((b == missing_bin) & self.default_left[nd])
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner.tolist(),
-            "feature": self.feature.tolist(),
-            "threshold_bin": self.threshold_bin.tolist(),
-            "threshold": [_finite_or_none(t) for t in self.threshold.tolist()],
-            "default_left": self.default_left.tolist(),
-            "left": self.left.tolist(),
-            "right": self.right.tolist(),
-            "value": self.value.tolist(),
-            "gain": self.gain.tolist(),
-            "cover": self.cover.tolist(),
-            "depth": self.depth,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], n_hosts: int, n_features: int) -> GuestTree:
-        try:
-            owner = np.asarray(d["owner"], dtype=np.int64)
-            guest = owner == GUEST
-            thr = [_none_to_float(t, g) for t, g in zip(d["threshold"], guest, strict=True)]
-            tree = cls(
-                owner=owner,
-                feature=np.asarray(d["feature"], dtype=np.int64),
-                threshold_bin=np.asarray(d["threshold_bin"], dtype=np.int64),
-                threshold=np.asarray(thr, dtype=np.float64),
-                default_left=np.asarray(d["default_left"], dtype=np.bool_),
-                left=np.asarray(d["left"], dtype=np.int64),
-                right=np.asarray(d["right"], dtype=np.int64),
-                value=np.asarray(d["value"], dtype=np.float64),
-                gain=np.asarray(d["gain"], dtype=np.float64),
-                cover=np.asarray(d["cover"], dtype=np.float64),
-                depth=int(d["depth"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelError(f"invalid guest tree: {exc}") from None
-        tree.check(n_hosts, n_features)
-        return tree
-
-    def check(self, n_hosts: int, n_features: int) -> None:
-        """Raise :class:`ModelError` unless the arrays form a valid tree."""
-        n = self.n_nodes
-        arrays = (
-            self.feature,
-            self.threshold_bin,
-            self.threshold,
-            self.default_left,
-            self.left,
-            self.right,
-            self.gain,
-            self.cover,
-        )
-        if n == 0 or any(a.shape != (n,) for a in arrays) or self.value.shape != (n, 1):
-            raise ModelError("invalid guest tree: inconsistent array shapes")
-        if not np.all(np.isfinite(self.value)):
-            raise ModelError("invalid guest tree: bad leaf values")
-        if np.any(self.owner < LEAF) or np.any(self.owner > n_hosts):
-            raise ModelError("invalid guest tree: unknown owner")
-        guest = self.owner == GUEST
-        if np.any(self.feature[guest] < 0) or np.any(self.feature[guest] >= n_features):
-            raise ModelError("invalid guest tree: feature out of range")
-        internal = self.internal
-        kids = np.concatenate([self.left[internal], self.right[internal]])
-        if np.any(kids <= 0) or np.any(kids >= n) or np.unique(kids).size != kids.size:
-            raise ModelError("invalid guest tree: bad child links")
-        if not 0 <= self.depth <= 64:
-            raise ModelError("invalid guest tree: bad depth")
+#: ``Tree.owner`` of the guest's own splits; ``k >= 1`` is the ``k``-th host, -1 a leaf.
+GUEST = LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +80,7 @@ class GuestModel:
     hosts: tuple[str, ...]
     mapper: BinMapper
     base_margin: F64
-    trees: list[GuestTree]
+    trees: list[Tree]
     tree_output: list[int]
     trees_per_round: int
     best_iteration: int | None
@@ -260,19 +132,18 @@ class GuestModel:
         margin = np.tile(self.base_margin, (arr.shape[0], 1))
         for t in range(used):
             tree = self.trees[t]
-            go_left = tree.guest_decisions_raw(arr)
+            go_left = tree.local_decisions_raw(arr)
             for nd in np.flatnonzero(tree.owner > GUEST).tolist():
                 bits = host_bits.get((t, nd))
                 if bits is None or bits.shape != (arr.shape[0],):
                     raise InputError(f"host {tree.owner[nd]} gave no decision for node {nd}")
                 go_left[nd] = bits
-            leaves = walk(tree.left, tree.right, tree.internal, go_left, tree.depth)
-            add_tree(margin, tree.value[leaves], self.tree_output[t])
+            add_tree(margin, tree.value[tree.leaves(go_left)], self.tree_output[t])
         return margin
 
     def transform(self, margin: F64) -> F64:
-        out = self.objective.transform(margin)
-        return out[:, 0] if out.shape[1] == 1 else out
+        """Predictions from margins (probabilities, classes' probabilities or values)."""
+        return self.objective.prediction(margin)
 
     def feature_importance(self, kind: str = "gain") -> F64:
         """Total gain (``"gain"``) or number of splits (``"split"``) of the guest's features."""
@@ -296,7 +167,7 @@ class GuestModel:
             "hosts": list(self.hosts),
             "mapper": self.mapper.to_dict(),
             "base_margin": self.base_margin.tolist(),
-            "trees": [t.to_dict() for t in self.trees],
+            "trees": [t.to_dict(owners=True) for t in self.trees],
             "tree_output": list(self.tree_output),
             "trees_per_round": self.trees_per_round,
             "best_iteration": self.best_iteration,
@@ -312,7 +183,7 @@ class GuestModel:
             params = BoostParams.from_dict(dict(d["params"]))
             hosts = tuple(str(h) for h in d["hosts"])
             mapper = BinMapper.from_dict(d["mapper"])
-            trees = [GuestTree.from_dict(t, len(hosts), mapper.n_features) for t in d["trees"]]
+            trees = [_guest_tree(t, len(hosts), mapper.n_features) for t in d["trees"]]
             out = [int(o) for o in d["tree_output"]]
             per_round = int(d["trees_per_round"])
             n_rounds = len(trees) // per_round if per_round > 0 else 0
@@ -452,9 +323,9 @@ def joined_trees(guest: GuestModel, hosts: Sequence[HostModel]) -> list[Tree]:
     by_node = {(k, s.tree, s.node): s for k, host in enumerate(hosts, start=1) for s in host.splits}
     out = []
     for t, tree in enumerate(guest.trees):
-        feature = np.where(tree.owner == GUEST, tree.feature, -1)
+        feature = tree.feature.copy()
         threshold_bin = tree.threshold_bin.copy()
-        threshold = np.where(tree.owner == GUEST, tree.threshold, np.inf)
+        threshold = tree.threshold.copy()
         default_left = tree.default_left.copy()
         for nd in np.flatnonzero(tree.owner > GUEST).tolist():
             k = int(tree.owner[nd])
@@ -465,39 +336,32 @@ def joined_trees(guest: GuestModel, hosts: Sequence[HostModel]) -> list[Tree]:
             threshold_bin[nd] = split.bin
             threshold[nd] = split.threshold
             default_left[nd] = split.default_left
+        owner = np.where(tree.internal, LOCAL, LEAF).astype(np.int64)
         out.append(
-            Tree(
+            replace(
+                tree,
                 feature=feature,
                 threshold_bin=threshold_bin,
                 threshold=threshold,
                 default_left=default_left,
-                left=tree.left,
-                right=tree.right,
-                value=tree.value,
-                gain=tree.gain,
-                cover=tree.cover,
-                depth=tree.depth,
+                owner=owner,
             )
         )
     return out
 
 
-def add_tree(margin: F64, values: F64, out: int) -> None:
-    """Add one tree's outputs ``(n, 1)`` to output ``out`` of ``margin`` (-1: all outputs)."""
-    if out < 0:
-        margin += values
-    else:
-        margin[:, out] += values[:, 0]
+def _guest_tree(d: Any, n_hosts: int, n_features: int) -> Tree:
+    """A tree of a guest file: splits owned by the guest or one of ``n_hosts`` hosts."""
+    if not isinstance(d, Mapping) or "owner" not in d:
+        raise ModelError("invalid tree: a guest tree names the owner of every node")
+    tree = Tree.from_dict(d, n_hosts, n_features)
+    if tree.value.shape != (tree.n_nodes, 1):
+        raise ModelError("invalid tree: a guest tree has one output per leaf")
+    return tree
 
 
 def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
-
-
-def _none_to_float(t: Any, guest: bool) -> float:
-    if t is None:
-        return float(np.inf) if guest else float(np.nan)
-    return float(t)
 
 
 def _check_header(d: Mapping[str, Any], fmt: str) -> None:

@@ -65,14 +65,13 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import bin_eval_sets
-from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop, RecordEvaluation
+from p2pboost.gbdt.booster import bin_eval_sets, initial_margin
+from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MAX_BIN_LIMIT, BoostParams, MultiStrategy
-from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
+from p2pboost.gbdt.rounds import Margins, RoundLoop
 from p2pboost.hetero._common import (
-    I64,
     MAX_FEATURES,
     MAX_ROWS,
     VERSION,
@@ -85,14 +84,9 @@ from p2pboost.hetero._common import (
     list_field,
     own_executor,
 )
-from p2pboost.hetero._guest import (
-    GuestTrainer,
-    HostLink,
-    model_fingerprint,
-    prediction,
-)
+from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
 from p2pboost.hetero._host import Host
-from p2pboost.hetero.model import GuestModel, GuestTree, HostModel
+from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.net.node import Session
 from p2pboost.protocols._tasks import gather_or_cancel
 
@@ -145,7 +139,7 @@ async def guest_train(
     progress.enter(GuestPhase.SETUP)
     mapper = BinMapper(params.max_bin).fit(X_arr)
     data = mapper.transform(X_arr)
-    evals = bin_eval_sets(objective, mapper, None, eval_sets, eval_names)
+    evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
 
     links = [
@@ -186,68 +180,35 @@ async def guest_train(
     }
     await gather_or_cancel(*(link.ctl.send(setup) for link in links))
 
-    base = (
-        objective.init_margin(y_arr)
-        if params.base_score is None
-        else objective.margin_from_score(params.base_score)
-    )
-    k_out = objective.n_outputs
-    for ev in evals:
-        ev.margin = np.tile(base, (ev.y.size, 1))
+    base = initial_margin(objective, params, y_arr)
     n_total = data.n_features + sum(link.n_features for link in links)
+    # The core's round loop: the same draws, refits, margins, callbacks and early stop.
+    loop = RoundLoop(params, n_total, objective.n_outputs, callbacks)
+    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
     async with own_executor(executor, config.workers) as (pool, _):
         engine = PaillierEngine(public_key, private_key, executor=pool)
         trainer = GuestTrainer(
             params=params,
-            objective=objective,
             config=config,
             pool=pool,
             engine=engine,
             links=links,
             mapper=mapper,
             data=data,
-            y=y_arr,
-            margin=np.tile(base, (data.n_rows, 1)),
             evals=evals,
             progress=progress,
         )
-        rng = np.random.default_rng(params.seed)
-        trees: list[GuestTree] = []
-        outputs: list[int] = []
-        best_iteration: int | None = None
-        record = RecordEvaluation()  # kept in the model file for learning curves
-        for it in range(params.n_estimators):
-            grad, hess = objective.grad_hess(y_arr, trainer.margin)
-            sample: I64 | None
-            if params.goss:
-                sample, scale = goss_sample(rng, grad, params.top_rate, params.other_rate)
-                grad, hess = grad * scale[:, None], hess * scale[:, None]
-            else:
-                sample = row_sample(rng, data.n_rows, params.subsample)
-            features = column_sample(rng, n_total, params.colsample_bytree)
-            for out in [-1] if k_out == 1 else list(range(k_out)):
-                g = grad if out < 0 else grad[:, out : out + 1]
-                h = hess if out < 0 else hess[:, out : out + 1]
-                tree = await trainer.grow(len(trees), g, h, sample, features, out)
-                trees.append(tree)
-                outputs.append(out)
+        for _ in loop:
+            for task in loop.tasks(margins):
+                grown = await trainer.grow(len(loop.trees), task)
+                tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
+                loop.add_tree(tree, task.out)
             progress.enter(GuestPhase.EVALUATE)
-            evaluation = {
-                ev.name: {m.name: m(ev.y, prediction(objective, ev.margin)) for m in metrics}
-                for ev in evals
-            }
-            env = CallbackEnv(iteration=it, n_estimators=params.n_estimators, evaluation=evaluation)
-            record(env)
-            try:
-                for cb in callbacks:
-                    cb(env)
-            except EarlyStop as stop:
-                best_iteration = stop.best_iteration
-                break
+            loop.end_round(margins.evaluation())
 
         progress.enter(GuestPhase.FINISH)
-        fingerprint = model_fingerprint(trees)
-        done = {"t": "done", "fingerprint": fingerprint, "n_trees": len(trees)}
+        fingerprint = model_fingerprint(loop.trees)
+        done = {"t": "done", "fingerprint": fingerprint, "n_trees": len(loop.trees)}
         await gather_or_cancel(*(link.ctl.send(done) for link in links))
         byes = await gather_or_cancel(*(link.ctl.recv() for link in links))
         for link, msg in zip(links, byes, strict=True):
@@ -259,11 +220,11 @@ async def guest_train(
         hosts=tuple(hosts),
         mapper=mapper,
         base_margin=np.asarray(base, dtype=np.float64),
-        trees=trees,
-        tree_output=outputs,
-        trees_per_round=k_out,
-        best_iteration=best_iteration,
-        history=record.history,
+        trees=loop.trees,
+        tree_output=loop.tree_output,
+        trees_per_round=loop.trees_per_round,
+        best_iteration=loop.best_iteration,
+        history=loop.history,
     )
 
 

@@ -88,16 +88,23 @@ from p2pboost.exceptions import (
 )
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.booster import Booster
-from p2pboost.gbdt.callbacks import CallbackEnv, EarlyStop, EarlyStopping
+from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.fixedpoint import Grid, choose_grid, quantize, to_fixed
-from p2pboost.gbdt.grower import combine_children, partition_rows
+from p2pboost.gbdt.grower import (
+    ChooseSplits,
+    GrowStep,
+    HistogramGrower,
+    Partition,
+    drive_async,
+    partition_rows,
+)
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder, make_builder
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
-from p2pboost.gbdt.sampling import column_sample
-from p2pboost.gbdt.split import MIN_GAIN, candidate_mask, find_best_splits, leaf_weight
-from p2pboost.gbdt.tree import Tree, TreeBuilder
+from p2pboost.gbdt.rounds import RoundLoop, add_tree
+from p2pboost.gbdt.split import candidate_mask
+from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import EdgeSearch, Query, child_counts, float_keys
 from p2pboost.net.node import Channel, Session
 
@@ -514,26 +521,6 @@ class _Federation:
             raise ProtocolError(f"round {r}: cannot recover {of}: {exc}") from None
 
 
-class _ServerTree:
-    """Grows one tree from aggregated histograms, step for step as TreeGrower does."""
-
-    def __init__(self, params: BoostParams, k: int):
-        self.params = params
-        self.tree = TreeBuilder(n_outputs=k)
-
-    def new_nodes(self, g: F64, h: F64) -> I64:
-        p = self.params
-        w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
-        return self.tree.add_nodes(p.learning_rate * w, h.sum(axis=1))
-
-
-def _interleave(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    out = np.empty((a.shape[0] * 2, *a.shape[1:]), dtype=np.result_type(a, b))
-    out[0::2] = a
-    out[1::2] = b
-    return out
-
-
 def _hist_length(k: int, n_features: int, n_slots: int, k_out: int) -> int:
     cells = k * n_features * n_slots
     return 2 * cells * k_out + cells
@@ -620,31 +607,26 @@ async def server_train(
     setup_done = loop.time()
 
     # -- trees --------------------------------------------------------------------------------
-    vector_leaves = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
-    trees_per_round = 1 if vector_leaves else k_out
-    outputs = [-1] if trees_per_round == 1 else list(range(k_out))
-    booster = Booster(params, mapper, np.asarray(base), [], [], trees_per_round)
-    rng = np.random.default_rng(params.seed)
-    all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
     stopper = (
-        EarlyStopping(config.early_stopping_rounds)
+        [EarlyStopping(config.early_stopping_rounds)]
         if config.early_stopping_rounds is not None
-        else None
+        else []
     )
+    # The core's round loop: the same column draws, trees per round and early stop.
+    rounds = RoundLoop(params, n_features, k_out, stopper)
+    all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
     evaluation: list[float] = []
-    for it in range(params.n_estimators):
+    for it in rounds:
         fed.phase = HomoPhase.TREES
-        features = column_sample(rng, n_features, params.colsample_bytree)
-        candidates = all_candidates & features[:, None, None]
-        for out in outputs:
+        candidates = all_candidates & rounds.sample_columns()[:, None, None]
+        for out in rounds.outputs:
             while True:
                 try:
                     tree = await _grow(fed, params, mapper, candidates, it, out, k_out)
                     break
                 except _Restart:
                     continue  # a client dropped: grow this tree again with the survivors
-            booster.trees.append(tree)
-            booster.tree_output.append(out)
+            rounds.add_tree(tree, out)
             await fed.broadcast({"op": "tree", "it": it, "output": out, "tree": tree.to_dict()})
         if not config.evaluating:
             continue
@@ -652,13 +634,16 @@ async def server_train(
         score = await _evaluate(fed, config, it)
         if score is not None:
             evaluation.append(score)
-            if stopper is not None:
-                env = CallbackEnv(it, params.n_estimators, {"valid": {config.metric: score}})
-                try:
-                    stopper(env)
-                except EarlyStop as stop:
-                    booster.best_iteration = stop.best_iteration
-                    break
+            rounds.end_round({"valid": {config.metric: score}})
+    booster = Booster(
+        params,
+        mapper,
+        np.asarray(base),
+        rounds.trees,
+        rounds.tree_output,
+        rounds.trees_per_round,
+        rounds.best_iteration,
+    )
     fed.phase = HomoPhase.DONE
     await fed.broadcast({"op": "done", "best_iteration": booster.best_iteration})
     end = loop.time()
@@ -700,6 +685,7 @@ async def _grow(
     out: int,
     k_obj: int,
 ) -> Tree:
+    """One tree by the core's schedule, its histograms securely aggregated from the clients."""
     k = k_obj if out < 0 else 1
     n_feat, n_slots = mapper.n_features, mapper.n_slots
     onehot = await fed.aggregate("grid", {"it": it, "output": out}, 2 * _EXP_SLOTS + 1)
@@ -713,69 +699,48 @@ async def _grow(
         "h_mag": grid_h.magnitude_bits,
         "n_rows": n_rows,
     }
-    grower = _ServerTree(params, k)
+    grower = HistogramGrower(params, k, candidates, mapper.thresholds)
     total = await fed.aggregate("hist", {**bits, "root": True}, _hist_length(1, n_feat, n_slots, k))
     hist = _decode_hist(total, grid_g, grid_h, 1, n_feat, n_slots, k)
-    G, H = hist.grad[:, 0].sum(axis=1), hist.hess[:, 0].sum(axis=1)
-    count = hist.count.sum(axis=2)[:, 0] if hist.count is not None else np.zeros(1, np.int64)
-    nodes = grower.new_nodes(G, H)
-    depth = 0
-    with_counts = params.min_samples_leaf > 1
-    while depth < params.max_depth:
-        split_hist = hist if with_counts else Histogram(hist.grad, hist.hess, None)
-        splits = find_best_splits(
-            split_hist, G, H, count if with_counts else None, candidates, params
-        )
-        accept = np.flatnonzero(splits.gain > max(params.gamma, MIN_GAIN))
-        lg, lh = splits.left_grad[accept], splits.left_hess[accept]
-        rg, rh = G[accept] - lg, H[accept] - lh
-        children = grower.new_nodes(_interleave(lg, rg), _interleave(lh, rh))
-        left, right = children[0::2], children[1::2]
-        feature, thr = splits.feature[accept], splits.threshold[accept]
-        dleft = splits.default_left[accept]
-        if accept.size:
-            grower.tree.depth = max(grower.tree.depth, depth + 1)
-        grower.tree.set_splits(
-            nodes[accept],
-            feature,
-            thr,
-            mapper.thresholds(feature, thr),
-            dleft,
-            splits.gain[accept],
-            left,
-            right,
-        )
-        if accept.size == 0 or depth + 1 == params.max_depth:
-            break
-        assert hist.count is not None
-        cnt = hist.count[accept, feature]  # (m, B)
-        bins = np.arange(n_slots)
-        in_left = (bins[None, :] <= thr[:, None]) & (bins[None, :] < n_slots - 1)
-        in_left |= (bins[None, :] == n_slots - 1) & dleft[:, None]
+    assert hist.count is not None
+    root = grower.start(
+        hist,
+        hist.grad[:, 0].sum(axis=1),
+        hist.hess[:, 0].sum(axis=1),
+        hist.count.sum(axis=2)[:, 0],
+    )
+
+    async def answer(step: GrowStep) -> Any:
+        if isinstance(step, ChooseSplits):
+            return grower.find_splits(step.frontier)
+        if isinstance(step, Partition):
+            return None  # the clients move their rows when told the plan (below)
+        frontier, plan = step.frontier, step.plan
+        assert frontier.hist.count is not None
+        cnt = frontier.hist.count[plan.parent_index, plan.feature]  # (m, B)
+        b = np.arange(n_slots)[None, :]
+        in_left = (b <= plan.threshold_bin[:, None]) & (b < n_slots - 1)
+        in_left |= (b == n_slots - 1) & plan.default_left[:, None]
         n_left = (cnt * in_left).sum(axis=1)
-        n_right = count[accept] - n_left
-        left_smaller = n_left <= n_right
-        small = np.where(left_smaller, left, right)
-        plan = {
-            "nodes": nodes[accept],
-            "feature": feature,
-            "threshold_bin": thr,
-            "default_left": dleft,
-            "left": left,
-            "right": right,
+        n_right = frontier.count[plan.parent_index] - n_left
+        small = np.where(n_left <= n_right, plan.left, plan.right)
+        args = {
+            **bits,
+            "root": False,
+            "nodes": plan.nodes,
+            "feature": plan.feature,
+            "threshold_bin": plan.threshold_bin,
+            "default_left": plan.default_left,
+            "left": plan.left,
+            "right": plan.right,
             "n_nodes": grower.tree.n_nodes,
             "build": small,
         }
-        total = await fed.aggregate(
-            "hist", {**bits, "root": False, **plan}, _hist_length(small.size, n_feat, n_slots, k)
-        )
+        total = await fed.aggregate("hist", args, _hist_length(small.size, n_feat, n_slots, k))
         small_hist = _decode_hist(total, grid_g, grid_h, small.size, n_feat, n_slots, k)
-        hist = combine_children(hist.take(accept), small_hist, left_smaller)
-        G, H = _interleave(lg, rg), _interleave(lh, rh)
-        count = _interleave(n_left, n_right).astype(np.int64)
-        nodes = _interleave(left, right)
-        depth += 1
-    return grower.tree.finish()
+        return grower.next_frontier(frontier, plan, small_hist, n_left, n_right)
+
+    return await drive_async(grower.schedule(root), answer)
 
 
 async def _evaluate(fed: _Federation, config: HomoConfig, it: int) -> float | None:
@@ -1112,9 +1077,9 @@ class _Client:
             raise self.bad("tree splits on an unknown feature")
         self.trees.append(tree)
         self.outputs.append(out)
-        Booster._add(self.margin, tree.predict_binned(self.data), out)
+        add_tree(self.margin, tree.predict_binned(self.data), out)
         if self.eval_data is not None and self.eval_margin is not None:
-            Booster._add(self.eval_margin, tree.predict_binned(self.eval_data), out)
+            add_tree(self.eval_margin, tree.predict_binned(self.eval_data), out)
 
     def on_done(self, msg: dict[str, Any]) -> None:
         best = msg.get("best_iteration")

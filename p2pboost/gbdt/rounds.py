@@ -1,0 +1,273 @@
+"""The boosting round loop every booster shares (the round-loop hook of :func:`train`).
+
+A round draws a row sample and a column sample, grows one tree per output (or one tree with
+vector leaves) on gradients put on a :mod:`~p2pboost.gbdt.fixedpoint` grid, refits the leaves
+where the objective asks for it, adds the trees to the training and evaluation margins,
+evaluates, and lets the callbacks stop training early. The plaintext core
+(:func:`~p2pboost.gbdt.booster.train`), the vertical guest and the horizontal server all run
+this loop; they differ only in how one tree is grown (on local rows, with the hosts, from
+securely aggregated histograms). So the loop is two objects with steps, driven by a ``for``
+loop in each booster, synchronous or not:
+
+* :class:`RoundLoop` - what every booster has: the random draws (one generator seeded once per
+  run, so the same seed gives the same samples in every booster), the trees and their outputs,
+  the evaluation history, callbacks and early stopping;
+* :class:`Margins` - what a party holding labels has: the margins of the training rows and of
+  the evaluation sets, the gradients, leaf refits and the evaluation (the horizontal server
+  has no labels: it evaluates by aggregation instead).
+
+::
+
+    loop = RoundLoop(params, n_features, objective.n_outputs, callbacks)
+    margins = Margins(objective, y, base, evals, metrics)
+    for it in loop:
+        for task in loop.tasks(margins):
+            tree, positions, eval_leaves = grow(task)          # the only booster-specific step
+            loop.add_tree(margins.update(task, tree, positions, eval_leaves), task.out)
+        loop.end_round(margins.evaluation())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.gbdt.binning import BinnedData
+from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop, RecordEvaluation
+from p2pboost.gbdt.fixedpoint import Grid, choose_grid, quantize
+from p2pboost.gbdt.history import History
+from p2pboost.gbdt.metrics import Metric
+from p2pboost.gbdt.objectives import Objective
+from p2pboost.gbdt.params import BoostParams, MultiStrategy
+from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
+from p2pboost.gbdt.tree import Tree
+
+__all__ = [
+    "EvalData",
+    "Margins",
+    "RoundLoop",
+    "TreeTask",
+    "add_tree",
+    "on_grid",
+    "refit_leaves",
+]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B8 = npt.NDArray[np.bool_]
+
+
+@dataclass
+class EvalData:
+    """An evaluation set, binned once; ``margin`` is updated tree by tree."""
+
+    name: str
+    data: BinnedData
+    y: F64
+    margin: F64
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TreeTask:
+    """One tree of a round: output ``out`` (-1: all outputs) on on-grid gradients.
+
+    ``grad``/``hess`` ``(n, 1 or K)`` are on the grids ``grids`` (chosen from the ``sample``
+    rows, every row otherwise); ``features`` masks the columns this tree may split on (over
+    all parties' features, in the global order).
+    """
+
+    iteration: int
+    out: int
+    grad: F64
+    hess: F64
+    grids: tuple[Grid, Grid]
+    sample: I64 | None
+    features: B8
+
+
+def add_tree(margin: F64, values: F64, out: int) -> None:
+    """Add one tree's outputs ``values`` ``(n, 1 or K)`` to output ``out`` (-1: all)."""
+    if out < 0:
+        margin += values
+    else:
+        margin[:, out] += values[:, 0]
+
+
+def on_grid(g: F64, h: F64, sample: I64 | None) -> tuple[F64, F64, Grid, Grid]:
+    """Quantize g and h on grids chosen from the rows this tree uses (see fixedpoint)."""
+    n = g.shape[0] if sample is None else sample.size
+    g_used = g if sample is None else g[sample]
+    h_used = h if sample is None else h[sample]
+    g_grid, h_grid = choose_grid(g_used, n), choose_grid(h_used, n)
+    return quantize(g, g_grid), quantize(h, h_grid), g_grid, h_grid
+
+
+def refit_leaves(
+    objective: Objective,
+    tree: Tree,
+    y: F64,
+    margin: F64,
+    positions: I64,
+    sample: I64 | None,
+    learning_rate: float,
+) -> Tree:
+    """Replace the leaf values if the objective refits them (L1: median residual per leaf)."""
+    rows = slice(None) if sample is None else sample
+    values = objective.refit_leaves(y[rows], margin[rows], positions[rows], tree.n_nodes)
+    if values is None:
+        return tree
+    new = np.where(tree.is_leaf, learning_rate * values, tree.value[:, 0])
+    return replace(tree, value=new[:, None])
+
+
+class RoundLoop:
+    """Rounds, random draws, trees, history and early stopping (see the module docstring).
+
+    ``n_features`` counts every feature a tree may split on (all parties' in a vertical
+    federation); ``n_outputs`` the objective's outputs. Iterating yields the round numbers
+    until ``n_estimators`` or an early stop.
+    """
+
+    def __init__(
+        self,
+        params: BoostParams,
+        n_features: int,
+        n_outputs: int,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        self.params = params
+        self.n_features = n_features
+        vector = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
+        self.trees_per_round = 1 if vector or n_outputs == 1 else n_outputs
+        self.outputs = [-1] if self.trees_per_round == 1 else list(range(n_outputs))
+        self.rng = np.random.default_rng(params.seed)
+        self.callbacks = list(callbacks)
+        self.trees: list[Tree] = []
+        self.tree_output: list[int] = []
+        self.history: History = {}
+        self.best_iteration: int | None = None
+        self._record = RecordEvaluation(self.history)
+        self._iteration = -1
+        self._stopped = False
+
+    def __iter__(self) -> Iterator[int]:
+        for it in range(self.params.n_estimators):
+            if self._stopped:
+                return
+            self._iteration = it
+            yield it
+
+    @property
+    def iteration(self) -> int:
+        """The current round (0-based; -1 before the first)."""
+        return self._iteration
+
+    def sample_rows(self, grad: F64, hess: F64) -> tuple[F64, F64, I64 | None]:
+        """This round's row sample (GOSS or ``subsample``), with GOSS's gradient weights."""
+        p = self.params
+        if p.goss:
+            sample, scale = goss_sample(self.rng, grad, p.top_rate, p.other_rate)
+            return grad * scale[:, None], hess * scale[:, None], sample
+        return grad, hess, row_sample(self.rng, grad.shape[0], p.subsample)
+
+    def sample_columns(self) -> B8:
+        """This round's column sample (one draw per round, shared by its trees)."""
+        return column_sample(self.rng, self.n_features, self.params.colsample_bytree)
+
+    def tasks(self, margins: Margins) -> Iterator[TreeTask]:
+        """This round's trees: gradients, row and column samples, one task per output."""
+        grad, hess = margins.gradients()
+        grad, hess, sample = self.sample_rows(grad, hess)
+        features = self.sample_columns()
+        for out in self.outputs:
+            g = grad if out < 0 else grad[:, out : out + 1]
+            h = hess if out < 0 else hess[:, out : out + 1]
+            gq, hq, g_grid, h_grid = on_grid(g, h, sample)
+            yield TreeTask(self._iteration, out, gq, hq, (g_grid, h_grid), sample, features)
+
+    def add_tree(self, tree: Tree, out: int) -> None:
+        """Keep a grown tree (for output ``out``)."""
+        self.trees.append(tree)
+        self.tree_output.append(out)
+
+    def end_round(self, evaluation: dict[str, dict[str, float]] | None) -> None:
+        """Record the round's evaluation and run the callbacks (which may stop training).
+
+        ``None``: nothing was evaluated this round (record nothing, call no callback).
+        """
+        if evaluation is None:
+            return
+        p = self.params
+        env = CallbackEnv(
+            iteration=self._iteration, n_estimators=p.n_estimators, evaluation=evaluation
+        )
+        self._record(env)
+        try:
+            for cb in self.callbacks:
+                cb(env)
+        except EarlyStop as stop:
+            self.best_iteration = stop.best_iteration
+            self._stopped = True
+
+
+class Margins:
+    """Training and evaluation margins of a party that holds the labels.
+
+    ``base`` ``(K,)`` starts every margin; ``evals`` are the binned evaluation sets (their
+    margins are set here).
+    """
+
+    def __init__(
+        self,
+        objective: Objective,
+        y: F64,
+        base: F64,
+        evals: Sequence[EvalData],
+        metrics: Sequence[Metric],
+        learning_rate: float,
+    ) -> None:
+        self.objective = objective
+        self.y = y
+        self.margin = np.tile(base, (y.size, 1))
+        self.evals = list(evals)
+        for ev in self.evals:
+            ev.margin = np.tile(base, (ev.y.size, 1))
+        self.metrics = list(metrics)
+        self.learning_rate = learning_rate
+
+    def gradients(self) -> tuple[F64, F64]:
+        """The objective's gradients and hessians at the current margins."""
+        return self.objective.grad_hess(self.y, self.margin)
+
+    def update(
+        self, task: TreeTask, tree: Tree, positions: I64, eval_leaves: Sequence[I64]
+    ) -> Tree:
+        """Refit ``tree``'s leaves where the objective asks, then add it to every margin.
+
+        ``positions``: every training row's leaf; ``eval_leaves[i]``: every row's leaf in
+        evaluation set ``i``. Returns the tree as refit.
+        """
+        if self.margin.shape[1] == 1:
+            tree = refit_leaves(
+                self.objective,
+                tree,
+                self.y,
+                self.margin,
+                positions,
+                task.sample,
+                self.learning_rate,
+            )
+        add_tree(self.margin, tree.value[positions], task.out)
+        for ev, leaves in zip(self.evals, eval_leaves, strict=True):
+            add_tree(ev.margin, tree.value[leaves], task.out)
+        return tree
+
+    def evaluation(self) -> dict[str, dict[str, float]]:
+        """Every metric on every evaluation set at the current margins."""
+        return {
+            ev.name: {m.name: m(ev.y, self.objective.prediction(ev.margin)) for m in self.metrics}
+            for ev in self.evals
+        }
