@@ -10,18 +10,23 @@ runs the moment it has something to do.
 Pools use the ``spawn`` start method: ``fork`` from a process with running threads (the event
 loop's executor threads, OpenSSL's) can deadlock, and spawn behaves the same on every platform.
 Scripts that create a pool need the usual ``if __name__ == "__main__":`` guard.
+
+Every protocol takes an optional ``executor`` and otherwise starts its own pool:
+:func:`owned_executor` is the one place that decides, and shuts an own pool down without
+blocking the event loop (a pool's shutdown waits for its workers to exit).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
-__all__ = ["WORKER_NICENESS", "default_workers", "process_pool"]
+__all__ = ["WORKER_NICENESS", "default_workers", "owned_executor", "process_pool"]
 
 #: How much workers lower their priority (0 = normal, 19 = lowest on Linux).
 WORKER_NICENESS = 10
@@ -55,3 +60,25 @@ def process_pool(
         initializer=_start_worker,
         initargs=(initializer, initargs),
     )
+
+
+@contextlib.asynccontextmanager
+async def owned_executor(
+    executor: Executor | None, workers: int | None = None
+) -> AsyncIterator[tuple[Executor, int]]:
+    """``(executor, workers)`` for a protocol run.
+
+    A caller's ``executor`` is used as it is and left running (``workers`` then says how many
+    tasks to keep in flight; default: one per core). Without one, a fresh pool of ``workers``
+    processes (default: one per core) is started and shut down on exit, in a thread, so the
+    event loop keeps serving the node's other sessions meanwhile.
+    """
+    n = workers or default_workers()
+    if executor is not None:
+        yield executor, n
+        return
+    pool = process_pool(n)
+    try:
+        yield pool, n
+    finally:
+        await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)

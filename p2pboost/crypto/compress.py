@@ -174,6 +174,23 @@ class SplitInfoPackage:
             and isinstance(batch, CiphertextBatch)
         ):
             raise CodecError("split-info package fields have the wrong types or shapes")
+        return cls.bind(ids, counts, batch, public_key, spec)
+
+    @classmethod
+    def bind(
+        cls,
+        ids: npt.NDArray[np.uint64],
+        counts: npt.NDArray[np.int64],
+        batch: CiphertextBatch,
+        public_key: PublicKey,
+        spec: PackingSpec,
+    ) -> SplitInfoPackage:
+        """A package from a host's (type-checked) fields, bound to ``public_key``.
+
+        Raises :class:`CodecError` for a count outside ``[0, n_rows]``, a duplicate id or a
+        ciphertext count that does not match the layout, and
+        :class:`~p2pboost.exceptions.KeyMismatchError` for ciphertexts under another key.
+        """
         if counts.size and (counts.min() < 0 or counts.max() > spec.n_rows):
             raise CodecError("split-info count outside [0, n_rows]")
         if np.unique(ids).size != ids.size:

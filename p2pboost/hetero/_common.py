@@ -1,15 +1,13 @@
-"""Shared pieces of the hetero SecureBoost roles: phases, configuration, message checks.
+"""Shared pieces of the hetero SecureBoost roles: phases, configuration, bitmaps, grids.
 
-Every message from a peer goes through the validators here, which raise
-:class:`~p2pboost.exceptions.RemoteProtocolError` naming the peer.
+Messages and their rules are in :mod:`p2pboost.hetero._messages`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
@@ -19,31 +17,18 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.paillier import (
-    PublicKey,
-)
-from p2pboost.exceptions import (
-    InputError,
-    RemoteProtocolError,
-)
+from p2pboost.crypto.paillier import PublicKey
+from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import Grid
-from p2pboost.workers import default_workers, process_pool
 
 __all__ = [
-    "MAX_FEATURES",
-    "MAX_ROWS",
     "VERSION",
     "GuestPhase",
     "HeteroConfig",
     "HostPhase",
     "Progress",
-    "array_field",
-    "expect",
     "grid_wire",
-    "int_field",
-    "list_field",
     "offload",
-    "own_executor",
     "packing_spec",
     "unpack_bitmap",
 ]
@@ -56,9 +41,6 @@ B8 = npt.NDArray[np.bool_]
 T = TypeVar("T")
 
 VERSION = 1
-#: Largest row count a host may announce (bounds what a peer can make us allocate).
-MAX_ROWS = 100_000_000
-MAX_FEATURES = 1_000_000
 
 
 class GuestPhase(Enum):
@@ -119,55 +101,7 @@ class HeteroConfig:
             raise InputError("workers must be at least 1")
 
 
-@contextlib.asynccontextmanager
-async def own_executor(
-    executor: Executor | None, workers: int | None
-) -> AsyncIterator[tuple[Executor, int]]:
-    """``executor`` as is, or a fresh ``spawn`` process pool shut down on exit."""
-    if executor is not None:
-        yield executor, workers or default_workers()
-        return
-    n = workers or default_workers()
-    pool = process_pool(n)  # spawn, workers at lower priority than the event loop
-    try:
-        yield pool, n
-    finally:
-        await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
-
-
 # -- message validation ------------------------------------------------------------------------
-
-
-def expect(msg: object, kind: str, peer: str) -> dict[str, Any]:
-    if not isinstance(msg, dict) or msg.get("t") != kind:
-        got = msg.get("t") if isinstance(msg, dict) else type(msg).__name__
-        raise RemoteProtocolError(f"expected a {kind!r} message, got {got!r}", peer=peer)
-    return msg
-
-
-def int_field(msg: dict[str, Any], key: str, peer: str, low: int, high: int) -> int:
-    v = msg.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-        raise RemoteProtocolError(f"{key!r} must be an integer in [{low}, {high}]", peer=peer)
-    return v
-
-
-def array_field(
-    msg: dict[str, Any], key: str, peer: str, dtype: Any, shape: tuple[int, ...] | None
-) -> npt.NDArray[Any]:
-    v = msg.get(key)
-    if not isinstance(v, np.ndarray) or v.dtype != np.dtype(dtype) or v.ndim != 1:
-        raise RemoteProtocolError(f"{key!r} must be a 1-d {np.dtype(dtype)} array", peer=peer)
-    if shape is not None and v.shape != shape:
-        raise RemoteProtocolError(f"{key!r} must have shape {shape}", peer=peer)
-    return v
-
-
-def list_field(msg: dict[str, Any], key: str, peer: str, length: int) -> list[Any]:
-    v = msg.get(key)
-    if not isinstance(v, list) or len(v) != length:
-        raise RemoteProtocolError(f"{key!r} must be a list of {length} items", peer=peer)
-    return v
 
 
 def unpack_bitmap(obj: object, n: int, peer: str) -> B8:

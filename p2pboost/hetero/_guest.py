@@ -43,7 +43,6 @@ from p2pboost.exceptions import (
     CodecError,
     CryptoError,
     KeyMismatchError,
-    RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed
@@ -68,17 +67,15 @@ from p2pboost.hetero._common import (
     GuestPhase,
     HeteroConfig,
     Progress,
-    array_field,
-    expect,
     grid_wire,
-    int_field,
-    list_field,
     offload,
     packing_spec,
     unpack_bitmap,
 )
+from p2pboost.hetero._messages import Chunk, Decide, Decided, Layer, Package, TreeStart
 from p2pboost.hetero.model import GUEST
 from p2pboost.net.node import Channel
+from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = [
@@ -172,15 +169,10 @@ class GuestTrainer:
             bits[sample] = True
             mask = np.packbits(bits)
         for link, sl in zip(self.links, self.host_slices, strict=True):
-            await link.ctl.send(
-                {
-                    "t": "tree",
-                    "tree": tree_id,
-                    "grid": grid_wire(g_grid, h_grid),
-                    "sample": mask,
-                    "features": task.features[sl].astype(np.uint8),
-                }
+            start = TreeStart(
+                tree_id, grid_wire(g_grid, h_grid), mask, task.features[sl].astype(np.uint8)
             )
+            await send(link.ctl, start)
         grower = TreeGrower(
             self.data,
             self.builder,
@@ -234,8 +226,8 @@ class GuestTrainer:
                     pending.append(asyncio.ensure_future(encrypt(starts[i + len(pending)])))
                 cts = await pending.pop(0)
                 batch = CiphertextBatch.from_ciphertexts(self.engine.public_key, cts)
-                msg = {"t": "chunk", "start": start, "ct": batch}
-                await gather_or_cancel(*(link.grad.send(msg) for link in self.links))
+                msg = Chunk(start, batch)
+                await gather_or_cancel(*(send(link.grad, msg) for link in self.links))
         finally:
             for fut in pending:
                 fut.cancel()
@@ -322,25 +314,21 @@ class _TreeRound:
         decrypting: dict[int, asyncio.Future[_Package]] = {}
         try:
             for _ in range(len(expected)):
-                msg = expect(await link.info.recv(), "pkg", link.name)
-                if int_field(msg, "tree", link.name, 0, 1 << 40) != self.tree_id:
-                    raise RemoteProtocolError("package for another tree", peer=link.name)
-                node = int_field(msg, "node", link.name, 0, 1 << 40)
+                msg = await recv(link.info, Package)
+                if msg.tree != self.tree_id:
+                    raise reject(link.name, "package for another tree")
+                node = msg.node
                 if node not in expected or node in decrypting:
-                    raise RemoteProtocolError(f"unexpected package for node {node}", peer=link.name)
+                    raise reject(link.name, f"unexpected package for node {node}")
                 try:
-                    pkg = SplitInfoPackage.from_wire(
-                        msg.get("pkg"), self.t.engine.public_key, self.spec
+                    pkg = SplitInfoPackage.bind(
+                        msg.ids, msg.counts, msg.ciphertexts, self.t.engine.public_key, self.spec
                     )
                 except (CodecError, KeyMismatchError) as exc:
-                    raise RemoteProtocolError(
-                        f"bad split-info package: {exc}", peer=link.name
-                    ) from None
+                    raise reject(link.name, f"bad split-info package: {exc}") from None
                 node_count = int(frontier.count[expected[node]])
                 if pkg.counts.size and pkg.counts.max() > node_count:
-                    raise RemoteProtocolError(
-                        "split-info count above the node's rows", peer=link.name
-                    )
+                    raise reject(link.name, "split-info count above the node's rows")
                 decrypting[node] = asyncio.ensure_future(self._open(link.name, pkg))
             results = await gather_or_cancel(*decrypting.values())
         finally:
@@ -356,7 +344,7 @@ class _TreeRound:
                 self.t.pool, decompress_split_infos, self.spec, plain, pkg.counts
             )
         except CryptoError as exc:
-            raise RemoteProtocolError(f"split-info sums do not decode: {exc}", peer=peer) from None
+            raise reject(peer, f"split-info sums do not decode: {exc}") from None
         g_grid, h_grid = self.grids
         return _Package(
             pkg.ids,
@@ -408,26 +396,26 @@ class _TreeRound:
 
         async def ask(link: HostLink, idx: list[int]) -> dict[int, tuple[int, B8]]:
             nodes = frontier.nodes[idx].astype(np.int64)
-            ids = [winners[i].tied for i in idx]
-            await link.ctl.send({"t": "decide", "nodes": nodes, "ids": ids})
-            reply = expect(await link.ctl.recv(), "decided", link.name)
-            chosen = array_field(reply, "ids", link.name, np.uint64, (len(idx),))
-            bitmaps = list_field(reply, "bitmaps", link.name, len(idx))
-            evals = list_field(reply, "eval", link.name, len(idx))
+            ids = [tied for i in idx if (tied := winners[i].tied) is not None]
+            await send(link.ctl, Decide(nodes, ids))
+            reply = await recv(link.ctl, Decided)
+            chosen, bitmaps, evals = reply.ids, reply.bitmaps, reply.eval
+            if chosen.size != len(idx):
+                raise reject(link.name, f"decided {chosen.size} nodes, {len(idx)} asked")
             out = {}
             for j, i in enumerate(idx):
                 tied = winners[i].tied
                 assert tied is not None
                 if chosen[j] not in tied:
-                    raise RemoteProtocolError("chose an id that was not offered", peer=link.name)
+                    raise reject(link.name, "chose an id that was not offered")
                 node = int(nodes[j])
                 out[node] = (
                     int(chosen[j]),
                     unpack_bitmap(bitmaps[j], int(counts[node]), link.name),
                 )
                 ev = evals[j]
-                if not isinstance(ev, list) or len(ev) != len(self.t.evals):
-                    raise RemoteProtocolError("evaluation bits per set expected", peer=link.name)
+                if len(ev) != len(self.t.evals):
+                    raise reject(link.name, "evaluation bits per set expected")
                 self.eval_bits[node] = [
                     unpack_bitmap(b, e.y.size, link.name)
                     for b, e in zip(ev, self.t.evals, strict=True)
@@ -454,12 +442,11 @@ class _TreeRound:
                 new[rows] = np.where(go_left, plan.left[j], plan.right[j])
             bitmaps.append(np.packbits(go_left))
         grower.positions = new
-        msg = {
-            "t": "layer",
-            "nodes": plan.nodes.astype(np.int64),
-            "left": plan.left.astype(np.int64),
-            "right": plan.right.astype(np.int64),
-            "bitmaps": bitmaps,
-            "grow": grow,
-        }
-        await gather_or_cancel(*(link.ctl.send(msg) for link in self.t.links))
+        msg = Layer(
+            plan.nodes.astype(np.int64),
+            plan.left.astype(np.int64),
+            plan.right.astype(np.int64),
+            bitmaps,
+            grow,
+        )
+        await gather_or_cancel(*(send(link.ctl, msg) for link in self.t.links))

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.compress import SplitInfoPackage
 from p2pboost.crypto.engine import PaillierEngine
 from p2pboost.crypto.histogram import EncryptedHistogram
 from p2pboost.crypto.paillier import (
@@ -30,7 +29,6 @@ from p2pboost.exceptions import (
     CodecError,
     InputError,
     KeyMismatchError,
-    RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid
@@ -40,10 +38,6 @@ from p2pboost.hetero._common import (
     I64,
     HostPhase,
     Progress,
-    array_field,
-    expect,
-    int_field,
-    list_field,
     offload,
     packing_spec,
     unpack_bitmap,
@@ -54,8 +48,19 @@ from p2pboost.hetero._kernels import (
     child_histograms,
     chunk_histogram,
 )
+from p2pboost.hetero._messages import (
+    Bye,
+    Chunk,
+    Decide,
+    Decided,
+    Done,
+    Layer,
+    Package,
+    TreeStart,
+)
 from p2pboost.hetero.model import HostSplit
 from p2pboost.net.node import Channel
+from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = ["Host"]
@@ -87,58 +92,48 @@ class Host:
     async def serve(self) -> str:
         n_trees = 0
         while True:
-            msg = await self.ctl.recv()
-            kind = msg.get("t") if isinstance(msg, dict) else None
-            if kind == "done":
-                done = expect(msg, "done", self.guest)
-                fp = done.get("fingerprint")
-                if not isinstance(fp, str) or not 1 <= len(fp) <= 128:
-                    raise RemoteProtocolError("bad model fingerprint", peer=self.guest)
-                if int_field(done, "n_trees", self.guest, 0, 1 << 40) != n_trees:
-                    raise RemoteProtocolError(
-                        "tree count differs from the trees grown", peer=self.guest
-                    )
+            msg = await recv(self.ctl, (TreeStart, Done))
+            if isinstance(msg, Done):
+                if msg.n_trees != n_trees:
+                    raise reject(self.guest, "tree count differs from the trees grown")
                 self.progress.enter(HostPhase.FINISH)
-                await self.ctl.send({"t": "bye"})
-                return fp
-            tree_msg = expect(msg, "tree", self.guest)
-            if int_field(tree_msg, "tree", self.guest, 0, 1 << 40) != n_trees:
-                raise RemoteProtocolError("trees out of order", peer=self.guest)
+                await send(self.ctl, Bye())
+                return msg.fingerprint
+            if msg.tree != n_trees:
+                raise reject(self.guest, "trees out of order")
             self.progress.tree = n_trees
-            await _HostTree(self, n_trees, tree_msg).run()
+            await _HostTree(self, n_trees, msg).run()
             n_trees += 1
 
 
 class _HostTree:
     """One tree on the host side."""
 
-    def __init__(self, host: Host, tree_id: int, msg: dict[str, Any]) -> None:
+    def __init__(self, host: Host, tree_id: int, msg: TreeStart) -> None:
         self.h = host
         self.tree_id = tree_id
         peer, n = host.guest, host.data.n_rows
-        grid = msg.get("grid")
-        if not (isinstance(grid, list) and len(grid) == 4 and all(type(v) is int for v in grid)):
-            raise RemoteProtocolError("grid must be four integers", peer=peer)
-        if msg.get("sample") is None:
+        grid = msg.grid
+        if msg.sample is None:
             self.sample = np.arange(n, dtype=np.int64)
         else:
-            self.sample = np.flatnonzero(unpack_bitmap(msg["sample"], n, peer)).astype(np.int64)
+            self.sample = np.flatnonzero(unpack_bitmap(msg.sample, n, peer)).astype(np.int64)
             if self.sample.size == 0:
-                raise RemoteProtocolError("empty row sample", peer=peer)
-        features = array_field(msg, "features", peer, np.uint8, (host.data.n_features,))
-        if features.max(initial=0) > 1:
-            raise RemoteProtocolError("feature mask must hold 0 or 1", peer=peer)
+                raise reject(peer, "empty row sample")
+        features = msg.features
+        if features.shape != (host.data.n_features,) or features.max(initial=0) > 1:
+            raise reject(peer, "the feature mask must hold one 0 or 1 per feature")
         self.allowed = host.allowed & features.astype(np.bool_)[:, None, None]
         m = int(self.sample.size)
         try:
             grids = (Grid(grid[0], grid[1], m), Grid(grid[2], grid[3], m))
-            if any(not -1100 <= v <= 1100 for v in grid) or any(gr.value_bits > 62 for gr in grids):
+            if any(gr.value_bits > 62 for gr in grids):
                 raise InputError("grid exponents out of range")
             self.spec = packing_spec(m, grids, host.public_key)
         except InputError as exc:
-            raise RemoteProtocolError(f"bad gradient grid: {exc}", peer=peer) from None
+            raise reject(peer, f"bad gradient grid: {exc}") from None
         if self.spec.plaintexts_per_row != 1:
-            raise RemoteProtocolError("packed gradients must fit one plaintext", peer=peer)
+            raise reject(peer, "packed gradients must fit one plaintext")
         self.slot_of_row = np.full(n, -1, dtype=np.int64)
         self.slot_of_row[self.sample] = np.arange(m)
         self.cts: list[Any] = []
@@ -155,18 +150,18 @@ class _HostTree:
         await self._send_package(0)
         depth = 0
         while True:
-            msg = await h.ctl.recv()
-            if isinstance(msg, dict) and msg.get("t") == "decide":
+            msg = await recv(h.ctl, (Decide, Layer))
+            if isinstance(msg, Decide):
                 h.progress.enter(HostPhase.DECIDE, depth)
                 await self._decide(msg)
-                msg = await h.ctl.recv()
-            layer = expect(msg, "layer", h.guest)
+                msg = await recv(h.ctl, Layer)
+            layer = msg
             grow = self._repartition(layer)
             depth += 1
             if not grow:
                 return
             h.progress.enter(HostPhase.LAYER, depth)
-            await self._layer(layer)
+            await self._layer()
 
     async def _root(self) -> list[EncryptedHistogram]:
         """Accumulate the root histogram chunk by chunk, as chunks arrive."""
@@ -185,21 +180,16 @@ class _HostTree:
 
         try:
             while len(self.cts) < m:
-                msg = expect(await h.grad.recv(), "chunk", peer)
-                start = int_field(msg, "start", peer, 0, m)
-                batch = msg.get("ct")
-                if start != len(self.cts) or not isinstance(batch, CiphertextBatch):
-                    raise RemoteProtocolError(
-                        "gradient chunks out of order or malformed", peer=peer
-                    )
+                msg = await recv(h.grad, Chunk)
+                start, batch = msg.start, msg.ct
+                if start != len(self.cts):
+                    raise reject(peer, "gradient chunks out of order or malformed")
                 if not 0 < len(batch) <= m - start:
-                    raise RemoteProtocolError("gradient chunk of a wrong size", peer=peer)
+                    raise reject(peer, "gradient chunk of a wrong size")
                 try:
                     cts = batch.ciphertexts(h.public_key)
                 except (CodecError, KeyMismatchError) as exc:
-                    raise RemoteProtocolError(
-                        f"bad gradient ciphertexts: {exc}", peer=peer
-                    ) from None
+                    raise reject(peer, f"bad gradient ciphertexts: {exc}") from None
                 self.cts.extend(cts)
                 rows = self.sample[start : start + len(cts)]
                 pending.append(asyncio.ensure_future(chunk_task(h.rows_major[rows], cts)))
@@ -249,31 +239,27 @@ class _HostTree:
             id_: (int(feats[i]), int(bins[i]), bool(dls[i]))
             for id_, i in zip(id_list, order, strict=True)
         }
-        pkg = SplitInfoPackage(
-            compressed,
-            np.array(id_list, dtype=np.uint64),
-            counts[order].astype(np.int64) if order else np.empty(0, np.int64),
-        )
-        await h.info.send(
-            {"t": "pkg", "tree": self.tree_id, "node": node, "pkg": pkg.to_wire(h.public_key)}
+        await send(
+            h.info,
+            Package(
+                self.tree_id,
+                node,
+                np.array(id_list, dtype=np.uint64),
+                counts[order].astype(np.int64) if order else np.empty(0, np.int64),
+                CiphertextBatch.from_ciphertexts(h.public_key, compressed),
+            ),
         )
 
-    async def _decide(self, msg: dict[str, Any]) -> None:
+    async def _decide(self, msg: Decide) -> None:
         """Resolve the guest's winning ids: the lowest (feature, bin, direction) among ties."""
         h, peer = self.h, self.h.guest
-        nodes = array_field(msg, "nodes", peer, np.int64, None)
-        tied = list_field(msg, "ids", peer, nodes.size)
-        if np.unique(nodes).size != nodes.size:
-            raise RemoteProtocolError("node decided twice", peer=peer)
         chosen, bitmaps, evals = [], [], []
-        for node, ids in zip(nodes.tolist(), tied, strict=True):
+        for node, ids in zip(msg.nodes.tolist(), msg.ids, strict=True):
             lookup = self.lookups.get(node)
             if lookup is None or node not in self.frontier:
-                raise RemoteProtocolError(f"node {node} is not being split", peer=peer)
-            if not isinstance(ids, np.ndarray) or ids.dtype != np.uint64 or ids.ndim != 1:
-                raise RemoteProtocolError("ids must be a uint64 array", peer=peer)
-            if ids.size == 0 or any(int(i) not in lookup for i in ids.tolist()):
-                raise RemoteProtocolError(f"unknown split id for node {node}", peer=peer)
+                raise reject(peer, f"node {node} is not being split")
+            if any(int(i) not in lookup for i in ids.tolist()):
+                raise reject(peer, f"unknown split id for node {node}")
             best = min(ids.tolist(), key=lambda i: _order(lookup[int(i)]))
             f, b, dl = lookup[int(best)]
             rows = np.flatnonzero(self.positions == node)
@@ -281,26 +267,13 @@ class _HostTree:
             bitmaps.append(np.packbits(_go_left(h.data.codes[f, rows], b, dl, h.data.missing_bin)))
             evals.append([np.packbits(_go_left(e.codes[f], b, dl, e.missing_bin)) for e in h.evals])
             h.splits.append(HostSplit(self.tree_id, node, f, b, h.mapper.threshold(f, b), dl))
-        await h.ctl.send(
-            {
-                "t": "decided",
-                "ids": np.array(chosen, dtype=np.uint64),
-                "bitmaps": bitmaps,
-                "eval": evals,
-            }
-        )
+        await send(h.ctl, Decided(np.array(chosen, dtype=np.uint64), bitmaps, evals))
 
-    def _repartition(self, msg: dict[str, Any]) -> bool:
+    def _repartition(self, msg: Layer) -> bool:
         """Apply the guest's left-set bitmaps; returns whether the tree grows another layer."""
         peer = self.h.guest
-        nodes = array_field(msg, "nodes", peer, np.int64, None)
+        nodes, left, right, bitmaps, grow = msg.nodes, msg.left, msg.right, msg.bitmaps, msg.grow
         k = nodes.size
-        left = array_field(msg, "left", peer, np.int64, (k,))
-        right = array_field(msg, "right", peer, np.int64, (k,))
-        bitmaps = list_field(msg, "bitmaps", peer, k)
-        grow = msg.get("grow")
-        if not isinstance(grow, bool):
-            raise RemoteProtocolError("'grow' must be a boolean", peer=peer)
         fresh = self.n_nodes + 2 * np.arange(k)
         if (
             np.unique(nodes).size != k
@@ -308,9 +281,7 @@ class _HostTree:
             or not np.array_equal(left, fresh)
             or not np.array_equal(right, fresh + 1)
         ):
-            raise RemoteProtocolError(
-                "layer splits unknown nodes or numbers children oddly", peer=peer
-            )
+            raise reject(peer, "layer splits unknown nodes or numbers children oddly")
         new = self.positions.copy()
         for j, node in enumerate(nodes.tolist()):
             rows = np.flatnonzero(self.positions == node)
@@ -325,10 +296,10 @@ class _HostTree:
         for node in nodes.tolist():
             self.lookups.pop(node, None)
         if grow and k == 0:
-            raise RemoteProtocolError("asked to grow a layer without splits", peer=peer)
+            raise reject(peer, "asked to grow a layer without splits")
         return grow
 
-    async def _layer(self, msg: dict[str, Any]) -> None:
+    async def _layer(self) -> None:
         """Children histograms (smaller built, sibling subtracted), packages sent when ready."""
         h = self.h
         sample_pos = self.positions[self.sample]

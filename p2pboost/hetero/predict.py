@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError, ModelError, RemoteProtocolError
+from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import check_matrix
+from p2pboost.hetero._messages import Predict, PredictBits
 from p2pboost.hetero.inference import (
     HostSplits,
     host_bits,
@@ -33,6 +34,7 @@ from p2pboost.hetero.inference import (
 )
 from p2pboost.hetero.model import GuestModel, HostDecisions, HostModel
 from p2pboost.net.node import Session
+from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = ["guest_predict", "host_predict"]
@@ -46,55 +48,38 @@ async def guest_predict(
     """Raw margins ``(n, K)`` for the guest's rows ``X`` (aligned with the hosts' rows)."""
     arr = check_matrix(X, n_features=model.n_features)
     n = arr.shape[0]
-    request = {"t": "predict", "fingerprint": model.fingerprint, "n": n}
+    request = Predict(model.fingerprint, n)
 
     async def ask(k: int, host: str) -> HostDecisions:
         ctl = session.channel(host, "ctl")
-        await ctl.send(request)
-        reply = await ctl.recv()
-        return _check_bits(reply, host, model, k, n)
+        await send(ctl, request)
+        return _check_bits(await recv(ctl, PredictBits), host, model, k, n)
 
     decisions = await gather_or_cancel(*(ask(k, h) for k, h in enumerate(model.hosts, start=1)))
     return model.predict_margin(arr, decisions, n_rounds)
 
 
-def _check_bits(reply: object, host: str, model: GuestModel, k: int, n: int) -> HostDecisions:
-    if not isinstance(reply, dict) or reply.get("t") != "bits":
-        raise RemoteProtocolError("expected a 'bits' reply", peer=host)
+def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int) -> HostDecisions:
     trees, nodes = model.host_nodes(k)
-    t, nd, bits = _ints(reply, "tree", host), _ints(reply, "node", host), reply.get("bits")
+    t, nd, bits = reply.tree, reply.node, reply.bits
     if not (np.array_equal(t, trees) and np.array_equal(nd, nodes)):
-        raise RemoteProtocolError("its splits do not match this model (other file?)", peer=host)
-    width = (n + 7) // 8
-    if (
-        not isinstance(bits, np.ndarray)
-        or bits.dtype != np.uint8
-        or bits.shape != (t.size * width,)
-    ):
-        raise RemoteProtocolError("decision bits of the wrong size", peer=host)
+        raise reject(host, "its splits do not match this model (other file?)")
+    if bits.shape != (t.size * ((n + 7) // 8),):
+        raise reject(host, "decision bits of the wrong size")
     if not padding_is_clear(bits, t.size, n):
-        raise RemoteProtocolError("decision bits set beyond the rows", peer=host)
+        raise reject(host, "decision bits set beyond the rows")
     return HostDecisions(t, nd, unpack_bits(bits, t.size, n))
-
-
-def _ints(reply: dict[str, Any], key: str, host: str) -> npt.NDArray[np.int64]:
-    arr = reply.get(key)
-    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 1:
-        raise RemoteProtocolError(f"{key!r} must be a 1-d int64 array", peer=host)
-    return arr
 
 
 async def host_predict(session: Session, model: HostModel, X: Any) -> None:
     """Answer one prediction request of the guest for this host's rows ``X``."""
     arr = check_matrix(X, n_features=model.n_features)
     ctl = session.channel(model.guest, "ctl")
-    msg = await ctl.recv()
-    if not isinstance(msg, dict) or msg.get("t") != "predict":
-        raise RemoteProtocolError("expected a 'predict' request", peer=model.guest)
-    if msg.get("fingerprint") != model.fingerprint:
+    msg = await recv(ctl, Predict)
+    if msg.fingerprint != model.fingerprint:
         raise ModelError("the guest's model is from another training (fingerprints differ)")
-    if msg.get("n") != arr.shape[0]:
-        raise InputError(f"the guest predicts {msg.get('n')!r} rows, this host has {arr.shape[0]}")
+    if msg.n != arr.shape[0]:
+        raise InputError(f"the guest predicts {msg.n!r} rows, this host has {arr.shape[0]}")
     splits = HostSplits.of(model)
     bits = host_bits(splits, arr)
-    await ctl.send({"t": "bits", "tree": splits.tree, "node": splits.node, "bits": pack_bits(bits)})
+    await send(ctl, PredictBits(splits.tree, splits.node, pack_bits(bits)))

@@ -51,6 +51,18 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
     SessionClosed,
 )
+from p2pboost.hetero._messages import (
+    MAX_ID_CHARS,
+    MAX_SERVE_ROWS,
+    Query,
+    QueryBits,
+    ServeBye,
+    ServeHello,
+    ServePsi,
+    ServePsiReady,
+    ServeReady,
+    ServeRefuse,
+)
 from p2pboost.hetero.feature_store import FeatureStore, normalise_ids
 from p2pboost.hetero.inference import (
     HostSplits,
@@ -61,6 +73,7 @@ from p2pboost.hetero.inference import (
 )
 from p2pboost.hetero.model import HostModel
 from p2pboost.net.node import Channel, Node, Session
+from p2pboost.protocols._messages import Message, recv, reject, send
 from p2pboost.protocols.psi import psi_guest, psi_host
 
 __all__ = [
@@ -79,9 +92,7 @@ PROTOCOL_VERSION = 1
 CHANNEL = "serve"
 DEFAULT_PREFIX = "p2pboost-serve"
 #: Rows one query may name (the guest splits larger batches); bounds the host's memory.
-MAX_ROWS = 1_000_000
-#: Longest string id accepted from a peer.
-MAX_ID_CHARS = 256
+MAX_ROWS = MAX_SERVE_ROWS
 #: Above this many (split x row) decisions, the work leaves the event loop for a thread.
 OFFLOAD_CELLS = 2_000_000
 
@@ -108,46 +119,16 @@ class HostAnswer:
 # -- wire validation ----------------------------------------------------------------------------
 
 
-def ids_to_wire(ids: npt.NDArray[Any]) -> object:
+def ids_to_wire(ids: npt.NDArray[Any]) -> I64 | list[str]:
     """Integer ids travel as an int64 array, string ids as a list of str."""
     return ids if ids.dtype.kind == "i" else [str(i) for i in ids.tolist()]
 
 
-def ids_from_wire(obj: object, peer: str, max_rows: int) -> npt.NDArray[Any]:
-    """Validate ids a peer sent: int64 1-d array or list of short strings, within limits."""
-    if isinstance(obj, np.ndarray):
-        if obj.dtype != np.int64 or obj.ndim != 1:
-            raise RemoteProtocolError("ids must be a 1-d int64 array", peer=peer)
-        arr: npt.NDArray[Any] = obj
-    elif isinstance(obj, list) and all(isinstance(i, str) for i in obj):
-        if any(len(i) > MAX_ID_CHARS for i in obj):
-            raise RemoteProtocolError(f"string ids longer than {MAX_ID_CHARS}", peer=peer)
-        arr = np.array(obj, dtype=str) if obj else np.empty(0, dtype=str)
-    else:
-        raise RemoteProtocolError("ids must be an int64 array or a list of str", peer=peer)
+def ids_from_wire(ids: npt.NDArray[Any] | list[str], peer: str, max_rows: int) -> npt.NDArray[Any]:
+    """The ids of a query (already type-checked by the message rules), within ``max_rows``."""
+    arr = ids if isinstance(ids, np.ndarray) else np.array(ids, dtype=str).reshape(-1)
     if arr.size > max_rows:
-        raise RemoteProtocolError(f"{arr.size} ids in one query (max {max_rows})", peer=peer)
-    return arr
-
-
-def _message(obj: object, peer: str, *types: str) -> dict[str, Any]:
-    if not isinstance(obj, dict) or obj.get("t") not in types:
-        got = obj.get("t") if isinstance(obj, dict) else type(obj).__name__
-        raise RemoteProtocolError(f"expected {' or '.join(types)!s}, got {got!r}", peer=peer)
-    return obj
-
-
-def _int(msg: dict[str, Any], key: str, peer: str) -> int:
-    value = msg.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise RemoteProtocolError(f"{key!r} must be a non-negative int", peer=peer)
-    return value
-
-
-def _int64_array(msg: dict[str, Any], key: str, peer: str) -> I64:
-    arr = msg.get(key)
-    if not isinstance(arr, np.ndarray) or arr.dtype != np.int64 or arr.ndim != 1:
-        raise RemoteProtocolError(f"{key!r} must be a 1-d int64 array", peer=peer)
+        raise reject(peer, f"{arr.size} ids in one query (max {max_rows})")
     return arr
 
 
@@ -240,40 +221,33 @@ async def _host_session(
     guest = model.guest
     async with session:
         ch = session.channel(guest, CHANNEL)
-        hello = _message(await ch.recv(), guest, "hello")
+        hello = await recv(ch, ServeHello)
         refusal: P2PBoostError | None = None
-        if hello.get("v") != PROTOCOL_VERSION:
-            refusal = RemoteProtocolError(f"protocol version {hello.get('v')!r}", peer=guest)
+        if hello.v != PROTOCOL_VERSION:
+            refusal = reject(guest, f"protocol version {hello.v!r}")
             reason = f"this host speaks protocol version {PROTOCOL_VERSION} only"
-        elif hello.get("fingerprint") != model.fingerprint:
+        elif hello.fingerprint != model.fingerprint:
             reason = (
                 f"host model fingerprint {model.fingerprint[:12]} differs from the guest's "
-                f"{str(hello.get('fingerprint'))[:12]}: the files are from different trainings"
+                f"{hello.fingerprint[:12]}: the files are from different trainings"
             )
             refusal = ModelError(f"{guest}: {reason}")
-        trees = hello.get("trees")
-        if refusal is None and (not isinstance(trees, int) or isinstance(trees, bool) or trees < 0):
-            refusal = RemoteProtocolError("'trees' must be a non-negative int", peer=guest)
-            reason = "'trees' must be a non-negative int"
         if refusal is not None:
             # Closed, not aborted, so that the guest reads the reason before the end.
-            await ch.send({"t": "refuse", "reason": reason})
+            await send(ch, ServeRefuse(reason))
             await session.close()
             raise refusal
-        assert isinstance(trees, int)
-        splits = splits.first_trees(trees)  # no bits for trees the guest does not use
-        await ch.send(
-            {"t": "ready", "v": PROTOCOL_VERSION, "tree": splits.tree, "node": splits.node}
-        )
+        splits = splits.first_trees(hello.trees)  # no bits for trees the guest does not use
+        await send(ch, ServeReady(PROTOCOL_VERSION, splits.tree, splits.node))
         while True:
-            msg = _message(await ch.recv(), guest, "q", "psi", "bye")
-            if msg["t"] == "bye":
+            msg = await recv(ch, (Query, ServePsi, ServeBye))
+            if isinstance(msg, ServeBye):
                 return
-            seq = _int(msg, "seq", guest)
-            if msg["t"] == "psi":
-                await _host_psi(node, ch, msg, seq, store, guest, executor)
+            if isinstance(msg, ServePsi):
+                await _host_psi(node, ch, msg, store, guest, executor)
                 continue
-            ids = ids_from_wire(msg.get("ids"), guest, max_rows)
+            seq = msg.seq
+            ids = ids_from_wire(msg.ids, guest, max_rows)
             X, found = await store.lookup(ids)
             if X.shape != (ids.size, model.n_features):
                 raise InputError(f"feature store returned {X.shape} for {ids.size} ids")
@@ -282,32 +256,22 @@ async def _host_session(
             else:
                 bits = host_bits(splits, X)
             bits[:, ~found] = False
-            await ch.send(
-                {
-                    "t": "bits",
-                    "seq": seq,
-                    "bits": pack_bits(bits),
-                    "unknown": np.flatnonzero(~found).astype(np.int64),
-                }
-            )
+            unknown = np.flatnonzero(~found).astype(np.int64)
+            await send(ch, QueryBits(seq, pack_bits(bits), unknown))
 
 
 async def _host_psi(
     node: Node,
     ch: Channel,
-    msg: dict[str, Any],
-    seq: int,
+    msg: ServePsi,
     store: FeatureStore,
     guest: str,
     executor: Executor | None,
 ) -> None:
     """Align one batch by PSI: the host learns only which of the batch's ids it holds."""
-    sid = msg.get("session")
-    if not isinstance(sid, str) or not sid.startswith("psi-"):
-        raise RemoteProtocolError("'session' must name a psi- sub-session", peer=guest)
     ids = store.ids()
-    async with node.session(sid, peers=[guest]) as sub:
-        await ch.send({"t": "psi-ready", "seq": seq})
+    async with node.session(msg.session, peers=[guest]) as sub:
+        await send(ch, ServePsiReady(msg.seq))
         await psi_host(sub, guest, ids, executor=executor)
 
 
@@ -351,7 +315,7 @@ class HostClient:
         self._session: Session | None = None
         self._channel: Channel | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._waiting: dict[int, asyncio.Future[Message]] = {}
         self._seq = 0
         self._connect_lock = asyncio.Lock()
 
@@ -380,7 +344,7 @@ class HostClient:
             if channel is not None and session is not None:
                 with contextlib.suppress(P2PBoostError, TimeoutError):
                     async with asyncio.timeout(self.timeout):
-                        await channel.send({"t": "bye"})
+                        await send(channel, ServeBye())
             await self._forget(session, "closed")
             if session is not None:
                 await session.close()  # closed, not aborted: the host reads the "bye"
@@ -455,19 +419,11 @@ class HostClient:
 
     async def _hello(self, session: Session) -> Channel:
         ch = session.channel(self.host, CHANNEL)
-        await ch.send(
-            {
-                "t": "hello",
-                "v": PROTOCOL_VERSION,
-                "fingerprint": self.fingerprint,
-                "trees": self.trees,
-            }
-        )
-        reply = _message(await ch.recv(), self.host, "ready", "refuse")
-        if reply["t"] == "refuse":
-            raise ModelError(f"host {self.host!r} refused: {reply.get('reason')}")
-        tree = _int64_array(reply, "tree", self.host)
-        node = _int64_array(reply, "node", self.host)
+        await send(ch, ServeHello(PROTOCOL_VERSION, self.fingerprint, self.trees))
+        reply = await recv(ch, (ServeReady, ServeRefuse))
+        if isinstance(reply, ServeRefuse):
+            raise ModelError(f"host {self.host!r} refused: {reply.reason}")
+        tree, node = reply.tree, reply.node
         same = np.array_equal(tree, self.expected_tree) and np.array_equal(node, self.expected_node)
         if not same:
             raise ModelError(
@@ -480,10 +436,10 @@ class HostClient:
         """Hand each answer to the query waiting for its sequence number."""
         try:
             while True:
-                reply = _message(await ch.recv(), self.host, "bits", "psi-ready")
-                future = self._waiting.pop(_int(reply, "seq", self.host), None)
+                reply = await recv(ch, (QueryBits, ServePsiReady))
+                future = self._waiting.pop(reply.seq, None)
                 if future is None:
-                    raise RemoteProtocolError("answered no pending query", peer=self.host)
+                    raise reject(self.host, "answered no pending query")
                 if not future.done():
                     future.set_result(reply)
         except P2PBoostError as exc:
@@ -495,46 +451,38 @@ class HostClient:
                 self._reader = None  # _drop must not cancel the task it runs in
                 await self._drop(session, str(exc))
 
-    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Send ``message`` with the next sequence number; wait for its answer."""
+    async def _ask(self, make: Callable[[int], Message]) -> Message:
+        """Send ``make(seq)`` with the next sequence number; wait for its answer."""
         _, ch = await self._open()
         self._seq += 1
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[self._seq] = future  # a cancelled wait leaves it: the reader skips it
-        await ch.send({**message, "seq": self._seq})
+        await send(ch, make(self._seq))
         return await future
 
     async def _query(self, ids: npt.NDArray[Any]) -> HostAnswer:
-        reply = await self._ask({"t": "q", "ids": ids_to_wire(ids)})
-        if reply["t"] != "bits":
-            raise RemoteProtocolError("expected 'bits'", peer=self.host)
+        reply = await self._ask(lambda seq: Query(seq, ids_to_wire(ids)))
+        if not isinstance(reply, QueryBits):
+            raise reject(self.host, "expected 'bits'")
         return self._check_answer(reply, ids.size)
 
-    def _check_answer(self, reply: dict[str, Any], n: int) -> HostAnswer:
-        bits = reply.get("bits")
-        width = (n + 7) // 8
-        if (
-            not isinstance(bits, np.ndarray)
-            or bits.dtype != np.uint8
-            or bits.shape != (self.n_splits * width,)
-        ):
-            raise RemoteProtocolError("decision bits of the wrong size", peer=self.host)
+    def _check_answer(self, reply: QueryBits, n: int) -> HostAnswer:
+        bits, unknown = reply.bits, reply.unknown
+        if bits.shape != (self.n_splits * ((n + 7) // 8),):
+            raise reject(self.host, "decision bits of the wrong size")
         if not padding_is_clear(bits, self.n_splits, n):
-            raise RemoteProtocolError("decision bits set beyond the rows", peer=self.host)
-        unknown = _int64_array(reply, "unknown", self.host)
+            raise reject(self.host, "decision bits set beyond the rows")
         if unknown.size and (
             unknown.min() < 0 or unknown.max() >= n or np.any(np.diff(unknown) <= 0)
         ):
-            raise RemoteProtocolError(
-                "'unknown' must list increasing row positions", peer=self.host
-            )
+            raise reject(self.host, "'unknown' must list increasing row positions")
         return HostAnswer(unpack_bits(bits, self.n_splits, n), unknown)
 
     async def _psi(self, ids: npt.NDArray[Any]) -> I64:
         sid = f"psi-{secrets.token_hex(8)}"
-        reply = await self._ask({"t": "psi", "session": sid})
-        if reply["t"] != "psi-ready":
-            raise RemoteProtocolError("expected 'psi-ready'", peer=self.host)
+        reply = await self._ask(lambda seq: ServePsi(seq, sid))
+        if not isinstance(reply, ServePsiReady):
+            raise reject(self.host, "expected 'psi-ready'")
         async with self.node.session(sid, peers=[self.host]) as sub:
             result = await psi_guest(sub, [self.host], ids.tolist(), executor=self.executor)
         return result.positions

@@ -62,33 +62,29 @@ from p2pboost.crypto.paillier import (
 )
 from p2pboost.exceptions import (
     InputError,
-    RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import bin_eval_sets, initial_margin
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import get_objective
-from p2pboost.gbdt.params import MAX_BIN_LIMIT, BoostParams, MultiStrategy
+from p2pboost.gbdt.params import BoostParams, MultiStrategy
 from p2pboost.gbdt.rounds import Margins, RoundLoop
 from p2pboost.hetero._common import (
-    MAX_FEATURES,
-    MAX_ROWS,
     VERSION,
     GuestPhase,
     HeteroConfig,
     HostPhase,
     Progress,
-    expect,
-    int_field,
-    list_field,
-    own_executor,
 )
 from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
 from p2pboost.hetero._host import Host
+from p2pboost.hetero._messages import Bye, Done, Hello, Setup
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.net.node import Session
+from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.workers import owned_executor
 
 __all__ = [
     "GuestPhase",
@@ -97,7 +93,6 @@ __all__ = [
     "Progress",
     "guest_train",
     "host_train",
-    "own_executor",
 ]
 
 
@@ -153,17 +148,14 @@ async def guest_train(
         )
         for k, h in enumerate(hosts, start=1)
     ]
-    hellos = await gather_or_cancel(*(link.ctl.recv() for link in links))
-    for link, msg in zip(links, hellos, strict=True):
-        hello = expect(msg, "hello", link.name)
-        if int_field(hello, "version", link.name, 0, 1 << 16) != VERSION:
-            raise RemoteProtocolError("unsupported protocol version", peer=link.name)
-        n = int_field(hello, "n_rows", link.name, 1, MAX_ROWS)
-        if n != data.n_rows:
-            raise InputError(f"host {link.name!r} has {n} rows, the guest {data.n_rows}")
-        link.n_features = int_field(hello, "n_features", link.name, 1, MAX_FEATURES)
-        n_eval = list_field(hello, "n_eval", link.name, len(evals))
-        if [int(v) if isinstance(v, int) else -1 for v in n_eval] != [e.y.size for e in evals]:
+    hellos = await gather_or_cancel(*(recv(link.ctl, Hello) for link in links))
+    for link, hello in zip(links, hellos, strict=True):
+        if hello.version != VERSION:
+            raise reject(link.name, "unsupported protocol version")
+        if hello.n_rows != data.n_rows:
+            raise InputError(f"host {link.name!r} has {hello.n_rows} rows, the guest {data.n_rows}")
+        link.n_features = hello.n_features
+        if hello.n_eval != [e.y.size for e in evals]:
             raise InputError(f"host {link.name!r} has other evaluation set sizes")
 
     if keys is None:
@@ -171,21 +163,15 @@ async def guest_train(
             generate_keypair, config.key_bits, allow_insecure=config.allow_insecure_key
         )
     public_key, private_key = keys
-    setup = {
-        "t": "setup",
-        "version": VERSION,
-        "key": public_key,
-        "max_bin": params.max_bin,
-        "min_samples_leaf": params.min_samples_leaf,
-    }
-    await gather_or_cancel(*(link.ctl.send(setup) for link in links))
+    setup = Setup(VERSION, public_key, params.max_bin, params.min_samples_leaf)
+    await gather_or_cancel(*(send(link.ctl, setup) for link in links))
 
     base = initial_margin(objective, params, y_arr)
     n_total = data.n_features + sum(link.n_features for link in links)
     # The core's round loop: the same draws, refits, margins, callbacks and early stop.
     loop = RoundLoop(params, n_total, objective.n_outputs, callbacks)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
-    async with own_executor(executor, config.workers) as (pool, _):
+    async with owned_executor(executor, config.workers) as (pool, _):
         engine = PaillierEngine(public_key, private_key, executor=pool)
         trainer = GuestTrainer(
             params=params,
@@ -208,11 +194,9 @@ async def guest_train(
 
         progress.enter(GuestPhase.FINISH)
         fingerprint = model_fingerprint(loop.trees)
-        done = {"t": "done", "fingerprint": fingerprint, "n_trees": len(loop.trees)}
-        await gather_or_cancel(*(link.ctl.send(done) for link in links))
-        byes = await gather_or_cancel(*(link.ctl.recv() for link in links))
-        for link, msg in zip(links, byes, strict=True):
-            expect(msg, "bye", link.name)
+        done = Done(fingerprint, len(loop.trees))
+        await gather_or_cancel(*(send(link.ctl, done) for link in links))
+        await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
     progress.enter(GuestPhase.DONE)
     return GuestModel(
         fingerprint=fingerprint,
@@ -251,39 +235,27 @@ async def host_train(
     progress = progress or Progress(HostPhase.SETUP)
     progress.enter(HostPhase.SETUP)
     ctl, grad, info = (session.channel(guest, n) for n in ("ctl", "grad", "info"))
-    await ctl.send(
-        {
-            "t": "hello",
-            "version": VERSION,
-            "n_rows": int(X_arr.shape[0]),
-            "n_features": int(X_arr.shape[1]),
-            "n_eval": [int(e.shape[0]) for e in evals],
-        }
-    )
-    setup = expect(await ctl.recv(), "setup", guest)
-    if int_field(setup, "version", guest, 0, 1 << 16) != VERSION:
-        raise RemoteProtocolError("unsupported protocol version", peer=guest)
-    public_key = setup.get("key")
-    if not isinstance(public_key, PublicKey):
-        raise RemoteProtocolError("setup carries no public key", peer=guest)
-    max_bin = int_field(setup, "max_bin", guest, 2, MAX_BIN_LIMIT)
-    min_rows = int_field(setup, "min_samples_leaf", guest, 1, MAX_ROWS)
-    mapper = BinMapper(max_bin).fit(X_arr)
+    n_rows, n_features = X_arr.shape
+    await send(ctl, Hello(VERSION, n_rows, n_features, [int(e.shape[0]) for e in evals]))
+    setup = await recv(ctl, Setup)
+    if setup.version != VERSION:
+        raise reject(guest, "unsupported protocol version")
+    mapper = BinMapper(setup.max_bin).fit(X_arr)
     host = Host(
         guest=guest,
         ctl=ctl,
         grad=grad,
         info=info,
-        public_key=public_key,
+        public_key=setup.key,
         mapper=mapper,
         data=mapper.transform(X_arr),
         evals=[mapper.transform(e) for e in evals],
-        min_rows=min_rows,
+        min_rows=setup.min_samples_leaf,
         progress=progress,
     )
-    async with own_executor(executor, workers) as (pool, n_workers):
+    async with owned_executor(executor, workers) as (pool, n_workers):
         host.pool = pool
-        host.engine = PaillierEngine(public_key, executor=pool)
+        host.engine = PaillierEngine(setup.key, executor=pool)
         host.groups = np.array_split(
             np.arange(host.data.n_features), min(n_workers, host.data.n_features)
         )

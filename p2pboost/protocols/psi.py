@@ -4,14 +4,14 @@ One coroutine per role, over a node session (the math is in :mod:`p2pboost.crypt
 
     guest                                            host (each)
     -----                                            ----
-    ctl:   {"n": |X|}                         ->
-                                              <-     ctl:  {"n": |Y|}
+    psi:   hello {n: |X|}                     ->
+                                              <-     psi:  hello {n: |Y|}
     mine:  X(a, H(x)) in batches              ->     blinds each batch with b, in order
                                               <-     back: X(b, X(a, H(x)))
                                               <-     theirs: X(b, H(y)) in batches
     blinds those with a: X(a, X(b, H(y)))
     intersects over all hosts
-    ctl:   positions of the common ids in     ->     aligns its rows to the guest's order
+    psi:   positions of the common ids in     ->     aligns its rows to the guest's order
            *that host's* order, in guest order
 
 Everything runs as streams: the guest blinds its set while the hosts blind theirs, and each
@@ -26,14 +26,12 @@ message from a peer is checked (types, sizes, counts, indices in range and uniqu
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,8 +46,9 @@ from p2pboost.crypto.psi import (
 )
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.net.node import Channel, Session
+from p2pboost.protocols._messages import Array, Int, Message, recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import process_pool
+from p2pboost.workers import owned_executor
 
 __all__ = ["DEFAULT_BATCH", "MAX_IDS", "PsiPhase", "PsiResult", "psi_guest", "psi_host"]
 
@@ -148,31 +147,37 @@ async def _collect(source: AsyncIterator[bytes]) -> bytes:
     return b"".join(parts)
 
 
+class PsiMessage(Message):
+    FAMILY = "psi"
+
+
+@dataclass(frozen=True)
+class Hello(PsiMessage, tag="hello"):
+    """Both ways: the protocol version and the size of the sender's set."""
+
+    v: Annotated[int, Int(0, 1 << 16)]
+    n: Annotated[int, Int(1, MAX_IDS)]
+
+
+@dataclass(frozen=True)
+class Positions(PsiMessage, tag="positions"):
+    """Guest -> host: where the common ids sit in the host's set, in the guest's order."""
+
+    positions: Annotated[npt.NDArray[np.int64], Array("int64", max_len=MAX_IDS)]
+
+    def check(self) -> str | None:
+        p = self.positions
+        if p.size and p.min() < 0:
+            return "a position is out of range"
+        return "positions repeat" if np.unique(p).size != p.size else None
+
+
 async def _hello(ch: Channel, n: int, peer: str) -> int:
-    await ch.send({"v": _VERSION, "n": n})
-    msg = await ch.recv()
-    if not isinstance(msg, dict) or msg.get("v") != _VERSION:
-        raise RemoteProtocolError(f"PSI hello: expected version {_VERSION}", peer=peer)
-    size = msg.get("n")
-    if not isinstance(size, int) or not 1 <= size <= MAX_IDS:
-        raise RemoteProtocolError(f"PSI hello: set size must be in 1..{MAX_IDS}", peer=peer)
-    return size
-
-
-@contextlib.contextmanager
-def _pool(executor: Executor | None) -> Iterator[Executor]:
-    if executor is not None:
-        yield executor
-        return
-    pool = process_pool()
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _workers(executor: Executor) -> int:
-    return max(1, int(getattr(executor, "_max_workers", os.cpu_count() or 1)))
+    await send(ch, Hello(_VERSION, n))
+    msg = await recv(ch, Hello)
+    if msg.v != _VERSION:
+        raise reject(peer, f"PSI hello: expected version {_VERSION}")
+    return msg.n
 
 
 async def psi_guest(
@@ -190,9 +195,9 @@ async def psi_guest(
         raise InputError("batch must be at least 1")
     items = _id_list(ids)
     key = PsiKey.generate()
-    with _pool(executor) as pool:
+    async with owned_executor(executor) as (pool, workers):
         loop = asyncio.get_running_loop()
-        inflight = 2 * _workers(pool)
+        inflight = 2 * workers
         points = await loop.run_in_executor(pool, hash_ids, items)
         channels = {h: session.channel(h, "psi") for h in hosts}
         sizes = dict(
@@ -240,7 +245,7 @@ async def psi_guest(
         theirs = np.fromiter(
             (lookup[i] for i in ordered.tolist()), dtype=np.int64, count=ordered.size
         )
-        await channels[host].send({"positions": theirs})
+        await send(channels[host], Positions(theirs))
     return PsiResult(ordered, sizes)
 
 
@@ -258,9 +263,9 @@ async def psi_host(
     items = _id_list(ids)
     key = PsiKey.generate()
     ctl = session.channel(guest, "psi")
-    with _pool(executor) as pool:
+    async with owned_executor(executor) as (pool, workers):
         loop = asyncio.get_running_loop()
-        inflight = 2 * _workers(pool)
+        inflight = 2 * workers
         points = await loop.run_in_executor(pool, hash_ids, items)
         guest_size = await _hello(ctl, len(items), guest)
         incoming, back, theirs = (session.channel(guest, n) for n in ("mine", "back", "theirs"))
@@ -272,17 +277,9 @@ async def psi_host(
             ),
             theirs.send_stream(_blinded(key, _iterate(points, batch), pool, inflight)),
         )
-    msg = await ctl.recv()
-    positions = msg.get("positions") if isinstance(msg, dict) else None
-    if (
-        not isinstance(positions, np.ndarray)
-        or positions.ndim != 1
-        or positions.dtype != np.int64
-        or positions.size > min(len(items), guest_size)
-    ):
-        raise RemoteProtocolError("PSI result: expected a 1-D int64 array of positions", peer=guest)
-    if positions.size and (positions.min() < 0 or positions.max() >= len(items)):
-        raise RemoteProtocolError("PSI result: a position is out of range", peer=guest)
-    if np.unique(positions).size != positions.size:
-        raise RemoteProtocolError("PSI result: positions repeat", peer=guest)
+    positions = (await recv(ctl, Positions)).positions
+    if positions.size > min(len(items), guest_size):
+        raise reject(guest, "PSI result: more positions than common ids can be")
+    if positions.size and positions.max() >= len(items):
+        raise reject(guest, "PSI result: a position is out of range")
     return PsiResult(positions.copy(), {guest: guest_size})

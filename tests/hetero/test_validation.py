@@ -40,7 +40,16 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
                 await ctl.recv()  # setup
                 await ctl.recv()  # tree
                 await grad.recv()  # gradients
-                await info.send({"t": "pkg", "tree": 0, "node": 99, "pkg": {}})
+                await info.send(
+                    {
+                        "t": "pkg",
+                        "tree": 0,
+                        "node": 99,
+                        "ids": np.zeros(0, np.uint64),
+                        "counts": np.zeros(0, np.int64),
+                        "ciphertexts": CiphertextBatch(keys[0].fingerprint, 256, b""),
+                    }
+                )
                 await asyncio.sleep(5)
 
         async def guest() -> None:

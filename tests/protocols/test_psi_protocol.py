@@ -91,7 +91,7 @@ async def test_a_host_that_sends_too_many_points_is_named(pool: Executor) -> Non
         async def lying_host() -> None:
             async with c["b"].session("psi-x", peers=["a"]) as s:
                 ctl = s.channel("a", "psi")
-                await ctl.send({"v": 1, "n": 2})
+                await ctl.send({"t": "hello", "v": 1, "n": 2})
                 await ctl.recv()
                 await s.channel("a", "theirs").send_stream([b"\x09" * 32 * 5])
                 await asyncio.sleep(0.5)

@@ -1,0 +1,324 @@
+"""Every message of the vertical family, as values (see :mod:`p2pboost.protocols._messages`).
+
+Three protocols, three families: training (``hetero-train``, :mod:`p2pboost.hetero.train`),
+batch prediction (``hetero-predict``, :mod:`p2pboost.hetero.predict`) and online serving
+(``hetero-serve``, :mod:`p2pboost.hetero.serve`). The field rules bound what a peer can make
+us allocate or compute; what depends on the run (which nodes are being split, how many rows a
+bitmap covers) is checked by the protocol code that holds that state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.gbdt.params import MAX_BIN_LIMIT
+from p2pboost.protocols._messages import (
+    Array,
+    Bool,
+    Instance,
+    Int,
+    ListOf,
+    Message,
+    OneOf,
+    Optional,
+    Str,
+)
+
+__all__ = [
+    "MAX_FEATURES",
+    "MAX_ID_CHARS",
+    "MAX_ROWS",
+    "MAX_SERVE_ROWS",
+    "Bye",
+    "Chunk",
+    "Decide",
+    "Decided",
+    "Done",
+    "Hello",
+    "Layer",
+    "Package",
+    "Predict",
+    "PredictBits",
+    "Query",
+    "QueryBits",
+    "ServeBye",
+    "ServeHello",
+    "ServePsi",
+    "ServePsiReady",
+    "ServeReady",
+    "ServeRefuse",
+    "Setup",
+    "TreeStart",
+]
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+U8 = npt.NDArray[np.uint8]
+
+#: Largest row count a host may announce (bounds what a peer can make us allocate).
+MAX_ROWS = 100_000_000
+MAX_FEATURES = 1_000_000
+#: Evaluation sets one training may carry.
+MAX_EVAL_SETS = 64
+#: Node ids (a tree of depth 40 at most has fewer) and tree counts.
+MAX_NODE = 1 << 40
+#: Nodes one layer may split (a layer of depth 24).
+MAX_LAYER = 1 << 24
+#: Split candidates of one node (features x bins x directions).
+MAX_CANDIDATES = 1 << 26
+#: Rows one serving query may name (the guest splits larger batches).
+MAX_SERVE_ROWS = 1_000_000
+#: Longest string id accepted from a peer.
+MAX_ID_CHARS = 256
+_VERSION = Int(0, 1 << 16)
+_NODES = Array("int64", max_len=MAX_LAYER)
+_BITMAP = Array("uint8")
+
+
+def _same_length(**arrays: object) -> str | None:
+    lengths = {k: len(v) for k, v in arrays.items()}  # type: ignore[arg-type]
+    if len(set(lengths.values())) > 1:
+        return "must hold one entry per node: " + ", ".join(f"{k} {n}" for k, n in lengths.items())
+    return None
+
+
+# -- training ------------------------------------------------------------------------------------
+
+
+class TrainMessage(Message):
+    FAMILY = "hetero-train"
+
+
+@dataclass(frozen=True)
+class Hello(TrainMessage, tag="hello"):
+    """Host -> guest: what the host holds."""
+
+    version: Annotated[int, _VERSION]
+    n_rows: Annotated[int, Int(1, MAX_ROWS)]
+    n_features: Annotated[int, Int(1, MAX_FEATURES)]
+    n_eval: Annotated[list[int], ListOf(Int(0, MAX_ROWS), MAX_EVAL_SETS)]
+
+
+@dataclass(frozen=True)
+class Setup(TrainMessage, tag="setup"):
+    """Guest -> host: the public key and the binning settings."""
+
+    version: Annotated[int, _VERSION]
+    key: Annotated[PublicKey, Instance(PublicKey)]
+    max_bin: Annotated[int, Int(2, MAX_BIN_LIMIT)]
+    min_samples_leaf: Annotated[int, Int(1, MAX_ROWS)]
+
+
+@dataclass(frozen=True)
+class TreeStart(TrainMessage, tag="tree"):
+    """Guest -> host: a tree begins; the gradients' fixed-point grids (g bits, g magnitude,
+    h bits, h magnitude), the sampled rows (a bitmap; nil: all) and the host's features the
+    tree may use (0/1 per feature)."""
+
+    tree: Annotated[int, Int(0, MAX_NODE)]
+    grid: Annotated[list[int], ListOf(Int(-1100, 1100), 4, min_len=4)]
+    sample: Annotated[U8 | None, Optional(_BITMAP)]
+    features: Annotated[U8, Array("uint8", max_len=MAX_FEATURES)]
+
+
+@dataclass(frozen=True)
+class Chunk(TrainMessage, tag="chunk"):
+    """Guest -> host: encrypted packed gradients of the sampled rows ``start ..``."""
+
+    start: Annotated[int, Int(0, MAX_ROWS)]
+    ct: Annotated[CiphertextBatch, Instance(CiphertextBatch)]
+
+
+@dataclass(frozen=True)
+class Package(TrainMessage, tag="pkg"):
+    """Host -> guest: one node's split candidates, shuffled, under opaque ids, their left
+    sums compressed into few ciphertexts, and each candidate's left row count."""
+
+    tree: Annotated[int, Int(0, MAX_NODE)]
+    node: Annotated[int, Int(0, MAX_NODE)]
+    ids: Annotated[U64, Array("uint64", max_len=MAX_CANDIDATES)]
+    counts: Annotated[I64, Array("int64", max_len=MAX_CANDIDATES)]
+    ciphertexts: Annotated[CiphertextBatch, Instance(CiphertextBatch)]
+
+    def check(self) -> str | None:
+        if self.ids.shape != self.counts.shape:
+            return "ids and counts differ in length"
+        if self.counts.size and self.counts.min() < 0:
+            return "a count is negative"
+        if np.unique(self.ids).size != self.ids.size:
+            return "duplicate split ids"
+        return None
+
+
+@dataclass(frozen=True)
+class Decide(TrainMessage, tag="decide"):
+    """Guest -> owner: for each node it won, the opaque ids tied at the best gain."""
+
+    nodes: Annotated[I64, _NODES]
+    ids: Annotated[list[U64], ListOf(Array("uint64", max_len=MAX_CANDIDATES), MAX_LAYER)]
+
+    def check(self) -> str | None:
+        if np.unique(self.nodes).size != self.nodes.size:
+            return "node decided twice"
+        if any(ids.size == 0 for ids in self.ids):
+            return "a node without ids"
+        return _same_length(nodes=self.nodes, ids=self.ids)
+
+
+@dataclass(frozen=True)
+class Decided(TrainMessage, tag="decided"):
+    """Owner -> guest: the chosen id per node, its left set (a bitmap over the node's rows)
+    and the left sets of every evaluation set's rows."""
+
+    ids: Annotated[U64, Array("uint64", max_len=MAX_LAYER)]
+    bitmaps: Annotated[list[U8], ListOf(_BITMAP, MAX_LAYER)]
+    eval: Annotated[list[list[U8]], ListOf(ListOf(_BITMAP, MAX_EVAL_SETS), MAX_LAYER)]
+
+    def check(self) -> str | None:
+        return _same_length(ids=self.ids, bitmaps=self.bitmaps, eval=self.eval)
+
+
+@dataclass(frozen=True)
+class Layer(TrainMessage, tag="layer"):
+    """Guest -> hosts: the layer's splits (node -> left, right children) with each node's
+    left set, and whether the tree grows another layer."""
+
+    nodes: Annotated[I64, _NODES]
+    left: Annotated[I64, _NODES]
+    right: Annotated[I64, _NODES]
+    bitmaps: Annotated[list[U8], ListOf(_BITMAP, MAX_LAYER)]
+    grow: Annotated[bool, Bool()]
+
+    def check(self) -> str | None:
+        return _same_length(
+            nodes=self.nodes, left=self.left, right=self.right, bitmaps=self.bitmaps
+        )
+
+
+@dataclass(frozen=True)
+class Done(TrainMessage, tag="done"):
+    """Guest -> hosts: training ended; the model's fingerprint and its number of trees."""
+
+    fingerprint: Annotated[str, Str(1, 128)]
+    n_trees: Annotated[int, Int(0, MAX_NODE)]
+
+
+@dataclass(frozen=True)
+class Bye(TrainMessage, tag="bye"):
+    """Host -> guest: the host kept its model part."""
+
+
+# -- batch prediction ----------------------------------------------------------------------------
+
+
+class PredictMessage(Message):
+    FAMILY = "hetero-predict"
+
+
+@dataclass(frozen=True)
+class Predict(PredictMessage, tag="predict"):
+    """Guest -> host: predict ``n`` aligned rows with the model ``fingerprint``."""
+
+    fingerprint: Annotated[str, Str(0, 128)]
+    n: Annotated[int, Int(0, MAX_ROWS)]
+
+
+@dataclass(frozen=True)
+class PredictBits(PredictMessage, tag="bits"):
+    """Host -> guest: ``go_left`` of every split it owns (tree, node) for every row, packed."""
+
+    tree: Annotated[I64, Array("int64")]
+    node: Annotated[I64, Array("int64")]
+    bits: Annotated[U8, Array("uint8")]
+
+    def check(self) -> str | None:
+        return None if self.tree.shape == self.node.shape else "tree and node differ in length"
+
+
+# -- online serving ------------------------------------------------------------------------------
+
+
+class ServeMessage(Message):
+    FAMILY = "hetero-serve"
+
+
+_SEQ = Int(0, 1 << 62)
+_IDS = OneOf(
+    (
+        Array("int64", max_len=MAX_SERVE_ROWS),
+        ListOf(Str(0, MAX_ID_CHARS), MAX_SERVE_ROWS),
+    )
+)
+
+
+@dataclass(frozen=True)
+class ServeHello(ServeMessage, tag="hello"):
+    """Guest -> host: the model's fingerprint and how many trees the guest predicts with."""
+
+    v: Annotated[int, _VERSION]
+    fingerprint: Annotated[str, Str(0, 128)]
+    trees: Annotated[int, Int(0, MAX_NODE)]
+
+
+@dataclass(frozen=True)
+class ServeReady(ServeMessage, tag="ready"):
+    """Host -> guest: the splits it answers for, in the order of its bits."""
+
+    v: Annotated[int, _VERSION]
+    tree: Annotated[I64, Array("int64")]
+    node: Annotated[I64, Array("int64")]
+
+    def check(self) -> str | None:
+        return None if self.tree.shape == self.node.shape else "tree and node differ in length"
+
+
+@dataclass(frozen=True)
+class ServeRefuse(ServeMessage, tag="refuse"):
+    """Host -> guest: the session is refused, and why."""
+
+    reason: Annotated[str, Str(0, 4096)]
+
+
+@dataclass(frozen=True)
+class Query(ServeMessage, tag="q"):
+    """Guest -> host: the rows of one batch, by id (int64 ids or strings)."""
+
+    seq: Annotated[int, _SEQ]
+    ids: Annotated[I64 | list[str], _IDS]
+
+
+@dataclass(frozen=True)
+class QueryBits(ServeMessage, tag="bits"):
+    """Host -> guest: the batch's decisions, packed, and the positions of unknown ids."""
+
+    seq: Annotated[int, _SEQ]
+    bits: Annotated[U8, Array("uint8")]
+    unknown: Annotated[I64, Array("int64", max_len=MAX_SERVE_ROWS)]
+
+
+@dataclass(frozen=True)
+class ServePsi(ServeMessage, tag="psi"):
+    """Guest -> host: align the next batch by PSI in sub-session ``session``."""
+
+    seq: Annotated[int, _SEQ]
+    session: Annotated[str, Str(5, 255)]
+
+    def check(self) -> str | None:
+        return None if self.session.startswith("psi-") else "'session' must name a psi- session"
+
+
+@dataclass(frozen=True)
+class ServePsiReady(ServeMessage, tag="psi-ready"):
+    """Host -> guest: the host has opened the PSI sub-session."""
+
+    seq: Annotated[int, _SEQ]
+
+
+@dataclass(frozen=True)
+class ServeBye(ServeMessage, tag="bye"):
+    """Guest -> host: the session ends."""
