@@ -58,7 +58,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +65,10 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks._common import data_dir, emit_json, median_time, print_table, read_csv
-from benchmarks._parties import Parties
-from benchmarks.hetero import GUEST
+from benchmarks.hetero import GUEST, PARTY_TIMEOUT
 from benchmarks.lossless import DATASETS
 from p2pboost import certs
+from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
@@ -155,21 +154,21 @@ def _host_node(fed: str, name: str) -> Node:
 
 
 async def _train_host(
-    conn: Connection, fed: str, name: str, X: F64, workers: int, out: str
+    report: Report, fed: str, name: str, X: F64, workers: int, out: str
 ) -> dict[str, Any]:
     from p2pboost.hetero.estimators import HeteroHost
     from p2pboost.workers import process_pool
 
     with process_pool(workers) as pool:
         async with _host_node(fed, name) as node:
-            conn.send(("address", node.address))
+            report("address", node.address)
             host = await HeteroHost(executor=pool, workers=workers).afit(node, GUEST, X)
     host.save(Path(out) / f"{name}.json")
     return {}
 
 
 async def _train_guest(
-    conn: Connection,
+    report: Report,
     fed: str,
     addresses: dict[str, str],
     X: F64,
@@ -210,7 +209,7 @@ def train_models(
     Returns the guest's training wall time (key generation included).
     """
     names = [f"host{k}" for k in range(1, len(blocks) + 1)]
-    with Parties() as parties:
+    with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
         for name, block in zip(names, blocks, strict=True):
             parties.start(
                 name,
@@ -221,7 +220,7 @@ def train_models(
                 workers=workers,
                 out=str(out),
             )
-        addresses = {name: parties.receive(name, "address") for name in names}
+        addresses = {name: parties.expect(name, "address") for name in names}
         parties.start(
             GUEST,
             _train_guest,
@@ -234,9 +233,7 @@ def train_models(
             workers=workers,
             out=str(out),
         )
-        seconds: float = parties.receive(GUEST, "ok")["seconds"]
-        for name in names:
-            parties.receive(name, "ok")
+        seconds: float = parties.wait()[GUEST]["seconds"]
     return seconds
 
 
@@ -293,7 +290,7 @@ def _guest_work_seconds(forest: FlatForest, X: F64, repeats: int, seed: int) -> 
 
 
 async def _serve_host(
-    conn: Connection,
+    report: Report,
     fed: str,
     name: str,
     model_path: str,
@@ -305,13 +302,13 @@ async def _serve_host(
     store = CountingStore(ArrayStore.from_csv(csv, "id", features=columns))
     work_s = _host_work_seconds(model, store.inner, repeats)
     async with _host_node(fed, name) as node:
-        conn.send(("address", node.address))
+        report("address", node.address)
         await serve_host(node, model, store, sessions=1)
     return {"work_s": work_s, "batch_sizes": store.sizes, "batch_cpu": store.cpu}
 
 
 async def _serve_guest(
-    conn: Connection,
+    report: Report,
     fed: str,
     addresses: dict[str, str],
     model_path: str,
@@ -430,7 +427,7 @@ def serve_and_measure(
     def prof(name: str) -> str | None:
         return str(profile / f"{name}.prof") if profile is not None else None
 
-    with Parties() as parties:
+    with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
         for name, columns in zip(names, blocks, strict=True):
             parties.start(
                 name,
@@ -443,7 +440,7 @@ def serve_and_measure(
                 columns=columns,
                 repeats=load.repeats,
             )
-        addresses = {name: parties.receive(name, "address") for name in names}
+        addresses = {name: parties.expect(name, "address") for name in names}
         parties.start(
             GUEST,
             _serve_guest,
@@ -454,9 +451,8 @@ def serve_and_measure(
             csv=str(directory / f"{dataset}_hetero_guest.csv"),
             load=load,
         )
-        guest = parties.receive(GUEST, "ok")
-        hosts = [parties.receive(name, "ok") for name in names]
-    return guest, hosts
+        results = parties.wait()
+    return results[GUEST], [results[name] for name in names]
 
 
 # -- the parent -----------------------------------------------------------------------------

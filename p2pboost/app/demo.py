@@ -33,33 +33,20 @@ metric's value under the metric's name (``"auc": ...``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import math
-import multiprocessing
 import os
-import signal
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import (
-    ConfigError,
-    DeadlineExceeded,
-    P2PBoostError,
-    PeerDisconnected,
-    SessionClosed,
-)
+from p2pboost.app._local import LocalParties, Report
+from p2pboost.exceptions import ConfigError, P2PBoostError
 from p2pboost.gbdt.estimators import GBDTClassifier
 from p2pboost.gbdt.metrics import auc
 from p2pboost.gbdt.params import BoostParams
@@ -91,12 +78,6 @@ SECURE_KEY_BITS = 2048
 DEFAULT_TIMEOUT = 300.0
 #: Features the hetero guest holds (the first ones); the host holds the rest.
 GUEST_FEATURES = 10
-#: After a party reported its result, how long it may take to exit.
-EXIT_GRACE = 15.0
-#: How often a party checks that the demo that started it is still alive (seconds).
-PARENT_CHECK = 1.0
-#: After one party failed, how long the others have to report their own errors.
-FAILURE_GRACE = 3.0
 
 LEARNING_RATE = 0.3
 MAX_BIN = 32
@@ -391,193 +372,37 @@ def _run_federation(
     """Run every party as a process; return each one's result, or kill them all and raise."""
     from p2pboost import certs
 
-    with tempfile.TemporaryDirectory(prefix="p2pboost-demo-") as tmp:
-        certs.init(tmp, parties)
-        say(f"certificates for {', '.join(parties)} made in a temporary directory")
-        deadline = time.monotonic() + timeout
-        run = _Run(Path(tmp), listener, dialers, len(parties), deadline, say, on_tree)
-        try:
-            run.start(listener)
-            run.collect(timeout)
-        finally:
-            run.kill_all()
-        return run.results
+    tree = on_tree or (lambda party, _i, _n, label: say(f"{party}: {label}"))
 
-
-class _Run:
-    """The parent's view of one federated run: party processes, their pipes, their results."""
-
-    def __init__(
-        self,
-        certs_dir: Path,
-        listener: _Job,
-        dialers: list[_Job],
-        n_parties: int,
-        deadline: float,
-        say: Progress,
-        on_tree: TreeProgress | None = None,
-    ) -> None:
-        self.ctx = multiprocessing.get_context("spawn")
-        self.certs_dir = certs_dir
-        self.listener = listener
-        self.dialers = dialers
-        self.n_parties = n_parties
-        self.deadline = deadline
-        self.say = say
-        self.on_tree = on_tree or (lambda party, _i, _n, label: say(f"{party}: {label}"))
-        self.procs: dict[str, BaseProcess] = {}
-        self.conns: dict[str, Connection] = {}
-        self.results: dict[str, dict[str, float]] = {}
-        #: party -> (what it reported, whether it is a cause rather than a consequence)
-        self.errors: dict[str, tuple[str, bool]] = {}
-
-    def start(self, job: _Job, address: str | None = None) -> None:
-        peers = {p: (address if p == self.listener.party else a) for p, a in job.peers.items()}
-        job = replace(job, peers=peers, cert_dir=str(self.certs_dir / job.party))
-        reader, writer = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(
-            target=_party_main, args=(job, writer), name=f"p2pboost-{job.party}"
-        )
-        proc.start()
-        writer.close()  # the child holds the only writer: EOF once it is gone
-        self.procs[job.party], self.conns[job.party] = proc, reader
-
-    def collect(self, timeout: float) -> None:
-        """Wait for every party's result and clean exit; raise on failure or deadline.
-
-        One party's failure usually makes the others fail too (the session is aborted), so
-        after the first one the others get :data:`FAILURE_GRACE` seconds to report theirs;
-        the error then names the causes first and the consequences after.
-        """
-        grace_end = math.inf
-        while len(self.results) < self.n_parties:
-            now = time.monotonic()
-            waiting = [p for p in self.procs if p not in self.results and p not in self.errors]
-            if self.errors:
-                grace_end = min(grace_end, now + FAILURE_GRACE)
-                if not waiting or now >= grace_end:
-                    raise self.failure()
-            if not waiting and not self.errors:
-                raise P2PBoostError(f"demo party {self.listener.party!r} ended before listening")
-            if now >= self.deadline:
-                if self.errors:
-                    raise self.failure()
-                raise DeadlineExceeded(
-                    f"the demo did not finish within {timeout:g} s (waiting for "
-                    f"{', '.join(waiting)}); every party was stopped (a bigger run needs a larger "
-                    "timeout)"
-                )
-            handles = [self.conns[p] for p in waiting] + [self.procs[p].sentinel for p in waiting]
-            ready = wait(handles, timeout=min(self.deadline, grace_end) - now)
-            for party in waiting:
-                proc = self.procs[party]
-                if self.conns[party] in ready or proc.sentinel in ready:
-                    self.drain(party)
-                if (
-                    proc.sentinel in ready
-                    and party not in self.results
-                    and party not in self.errors
-                ):
-                    self.errors[party] = (f"exited (code {proc.exitcode}) without a result", True)
-        for party, proc in self.procs.items():
-            proc.join(max(0.0, min(EXIT_GRACE, self.deadline - time.monotonic())))
-            if proc.exitcode != 0:
-                raise P2PBoostError(
-                    f"demo party {party!r} reported its result but did not exit cleanly "
-                    f"(exit code {proc.exitcode})"
-                )
-
-    def failure(self) -> P2PBoostError:
-        ordered = sorted(self.errors.items(), key=lambda item: not item[1][1])
-        return P2PBoostError(
-            "; ".join(f"demo party {party!r} failed: {text}" for party, (text, _) in ordered)
-        )
-
-    def drain(self, party: str) -> None:
-        conn = self.conns[party]
-        with contextlib.suppress(EOFError, OSError):
-            while conn.poll():
-                self.handle(party, conn.recv())
-
-    def handle(self, party: str, message: object) -> None:
-        if not (isinstance(message, tuple) and len(message) == 2):
-            raise P2PBoostError(f"demo party {party!r} sent an unexpected message")
-        kind, value = message
+    def on_message(party: str, kind: str, value: Any) -> None:
         if kind == "progress":
-            self.say(f"{party}: {value}")
+            say(f"{party}: {value}")
         elif kind == "tree" and isinstance(value, tuple) and len(value) == 3:
-            self.on_tree(party, int(value[0]), int(value[1]), str(value[2]))
-        elif kind == "listening" and party == self.listener.party and isinstance(value, str):
-            self.say(f"{party} listening on {value}")
-            for job in self.dialers:
-                self.start(job, value)
-        elif kind == "done" and isinstance(value, dict):
-            self.results[party] = value
-        elif kind == "error" and isinstance(value, tuple) and len(value) == 2:
-            self.errors[party] = (str(value[0]), bool(value[1]))
+            tree(party, int(value[0]), int(value[1]), str(value[2]))
         else:
             raise P2PBoostError(f"demo party {party!r} sent an unexpected {kind!r} message")
 
-    def kill_all(self) -> None:
-        for proc in self.procs.values():
-            _kill(proc)
-        for conn in self.conns.values():
-            conn.close()
-
-
-def _kill(proc: BaseProcess) -> None:
-    """Kill a party and its worker processes (its own process group) if still running."""
-    if proc.pid is None:
-        return
-    if proc.exitcode is None:
-        # Each party leads its own process group (see _party_main), so its worker
-        # processes go with it; a party too young to have one is killed alone.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, AttributeError):
-            proc.kill()
-    proc.join(5.0)
-    if proc.exitcode is not None:
-        proc.close()
+    with tempfile.TemporaryDirectory(prefix="p2pboost-demo-") as tmp:
+        certs.init(tmp, parties)
+        say(f"certificates for {', '.join(parties)} made in a temporary directory")
+        home = Path(tmp)
+        with LocalParties("demo", timeout=timeout) as run:
+            own = replace(listener, cert_dir=str(home / listener.party))
+            run.start(listener.party, _party, job=own)
+            address = run.expect(listener.party, "listening", on_message)
+            say(f"{listener.party} listening on {address}")
+            for job in dialers:
+                peers = {p: (address if p == listener.party else a) for p, a in job.peers.items()}
+                own = replace(job, peers=peers, cert_dir=str(home / job.party))
+                run.start(job.party, _party, job=own)
+            results: dict[str, dict[str, float]] = run.wait(on_message)
+            return results
 
 
 # -- the federated modes: what each party process does -----------------------------------------
 
 
-def _party_main(job: _Job, conn: Connection) -> None:
-    """Entry point of a party process: run the role, send ("done", result) or ("error", text)."""
-    with contextlib.suppress(OSError, AttributeError):  # POSIX only: lead a process group
-        os.setpgid(0, 0)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-
-    def send(kind: str, value: Any) -> None:
-        with contextlib.suppress(OSError):  # the parent is gone: nobody to tell
-            conn.send((kind, value))
-
-    try:
-        result = asyncio.run(_party(job, send))
-    except Exception as exc:
-        # A session aborted by a peer or a peer gone is a consequence of another failure.
-        cause = not isinstance(exc, SessionClosed | PeerDisconnected)
-        send("error", (f"{type(exc).__name__}: {exc}", cause))
-        conn.close()
-        raise SystemExit(1) from None
-    send("done", result)
-    conn.close()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Die with the demo: a parent killed outright (no chance to clean up) must not leave a
-    party, with its worker processes and open port, waiting for peers that never come."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK)
-    with contextlib.suppress(OSError, AttributeError):
-        if os.getpgid(0) == os.getpid():
-            os.killpg(0, signal.SIGKILL)  # this party and its workers
-    os._exit(1)
-
-
-async def _party(job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+async def _party(report: Report, job: _Job) -> dict[str, float]:
     from p2pboost.certs import TLSConfig
     from p2pboost.net.node import Node
 
@@ -587,11 +412,11 @@ async def _party(job: _Job, send: Callable[[str, Any], None]) -> dict[str, float
         job.party, listen=listen, peers=peers, tls=TLSConfig.from_dir(job.cert_dir)
     ) as node:
         if job.listen:
-            send("listening", node.address)
-        return await _ROLES[job.role](node, job, send)
+            report("listening", node.address)
+        return await _ROLES[job.role](node, job, report)
 
 
-async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.gbdt.callbacks import CallbackEnv
     from p2pboost.hetero.estimators import HeteroGuest
     from p2pboost.hetero.train import HeteroConfig
@@ -620,7 +445,7 @@ async def _guest(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict
     return {"seconds": seconds, "auc": value}
 
 
-async def _host(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+async def _host(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.hetero.estimators import HeteroHost
 
     host = await HeteroHost().afit(node, "guest", job.X, eval_set=[job.X_test])
@@ -629,7 +454,7 @@ async def _host(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[
     return {}
 
 
-async def _server(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+async def _server(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.homo.estimators import HomoServer
 
     clients = sorted(job.peers)
@@ -639,7 +464,7 @@ async def _server(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dic
     return {"seconds": time.perf_counter() - t0}
 
 
-async def _client(node: Any, job: _Job, send: Callable[[str, Any], None]) -> dict[str, float]:
+async def _client(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.homo.estimators import HomoClient
 
     client = await HomoClient(job.params, identity=job.cert_dir).afit(node, "server", job.X, job.y)
@@ -653,5 +478,5 @@ def _auc(y: F64, proba: Any) -> float:
     return float(auc(y, p if p.ndim == 1 else p[:, -1]))
 
 
-_ROLES: dict[str, Callable[[Any, _Job, Callable[[str, Any], None]], Awaitable[dict[str, float]]]]
+_ROLES: dict[str, Callable[[Any, _Job, Report], Awaitable[dict[str, float]]]]
 _ROLES = {"guest": _guest, "host": _host, "server": _server, "client": _client}
