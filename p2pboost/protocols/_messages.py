@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar, overload
 
@@ -451,10 +451,11 @@ def families() -> Mapping[str, Mapping[str, type[Message]]]:
     return _FAMILIES
 
 
-def wire_reference(order: Callable[[str], int] | None = None) -> str:
-    """The Markdown tables of every message of every family (for docs/reference/wire.md)."""
+def wire_reference(names: Sequence[str]) -> str:
+    """The Markdown tables of every message of the families ``names``, in that order (for
+    docs/reference/wire.md)."""
     lines = []
-    for family in sorted(_FAMILIES, key=order):
+    for family in names:
         lines += [f"### `{family}`", "", "| tag | field | rule |", "|---|---|---|"]
         for tag, cls in _FAMILIES[family].items():
             doc = " ".join((cls.__dict__.get("__doc__") or "").split())
