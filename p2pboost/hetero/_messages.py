@@ -9,6 +9,7 @@ bitmap covers) is checked by the protocol code that holds that state.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -80,10 +81,11 @@ _NODES = Array("int64", max_len=MAX_LAYER)
 _BITMAP = Array("uint8")
 
 
-def _same_length(**arrays: object) -> str | None:
-    lengths = {k: len(v) for k, v in arrays.items()}  # type: ignore[arg-type]
+def _same_length(**arrays: Sized) -> str | None:
+    """The rule of messages whose fields run in parallel (one entry per node or split)."""
+    lengths = {k: len(v) for k, v in arrays.items()}
     if len(set(lengths.values())) > 1:
-        return "must hold one entry per node: " + ", ".join(f"{k} {n}" for k, n in lengths.items())
+        return "must hold one entry each: " + ", ".join(f"{k} {n}" for k, n in lengths.items())
     return None
 
 
@@ -237,7 +239,7 @@ class PredictBits(PredictMessage, tag="bits"):
     bits: Annotated[U8, Array("uint8")]
 
     def check(self) -> str | None:
-        return None if self.tree.shape == self.node.shape else "tree and node differ in length"
+        return _same_length(tree=self.tree, node=self.node)
 
 
 # -- online serving ------------------------------------------------------------------------------
@@ -274,7 +276,7 @@ class ServeReady(ServeMessage, tag="ready"):
     node: Annotated[I64, Array("int64")]
 
     def check(self) -> str | None:
-        return None if self.tree.shape == self.node.shape else "tree and node differ in length"
+        return _same_length(tree=self.tree, node=self.node)
 
 
 @dataclass(frozen=True)
