@@ -35,14 +35,8 @@ import numpy.typing as npt
 from p2pboost.exceptions import NotFittedError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo.train import (
-    ClientIdentity,
-    HomoConfig,
-    HomoResult,
-    Tap,
-    client_train,
-    server_train,
-)
+from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoResult, Tap
+from p2pboost.homo.train import client_train, server_train
 from p2pboost.net.node import Node
 from p2pboost.protocols._blocking import run_with_node
 

@@ -39,23 +39,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import math
-import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from p2pboost.crypto.secagg import (
     KEY_BYTES,
@@ -78,7 +69,6 @@ from p2pboost.crypto.secagg import (
     verify_advert,
 )
 from p2pboost.exceptions import (
-    ConfigError,
     CryptoError,
     InputError,
     ModelError,
@@ -106,6 +96,15 @@ from p2pboost.gbdt.rounds import RoundLoop, add_tree
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import EdgeSearch, Query, child_counts, float_keys
+from p2pboost.homo.config import (
+    CHANNEL,
+    VERSION,
+    ClientIdentity,
+    HomoConfig,
+    HomoPhase,
+    HomoResult,
+    Tap,
+)
 from p2pboost.net.node import Channel, Session
 
 __all__ = [
@@ -123,136 +122,11 @@ logger = logging.getLogger("p2pboost.homo.estimators")
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
-#: The one channel between the server and each client.
-CHANNEL = "homo"
-_VERSION = 1
 #: frexp exponents of finite positive doubles lie in [-1073, 1024].
 _EXP_MIN, _EXP_MAX = -1073, 1024
 _EXP_SLOTS = _EXP_MAX - _EXP_MIN + 1
 #: Fixed-point bits of label sums and validation losses.
 _STAT_BITS = 24
-#: Objectives whose base margin and leaves follow from sums (no per-row refits).
-SUPPORTED_OBJECTIVES = ("binary:logistic", "multi:softmax", "reg:squarederror")
-#: Metrics that are means of per-row values, so they aggregate as sums.
-SUM_METRICS = ("logloss", "mlogloss", "rmse", "mae", "accuracy")
-#: A tap sees every message the server receives and every aggregate it computes.
-Tap = Callable[[str, str, object], None]
-
-
-class HomoPhase(Enum):
-    """Where a run is, for logs and errors."""
-
-    HELLO = "hello"
-    KEYS = "keys"
-    STATS = "stats"
-    BINNING = "binning"
-    TREES = "trees"
-    EVAL = "eval"
-    DONE = "done"
-
-
-@dataclass(frozen=True, slots=True)
-class HomoConfig:
-    """What server and clients agree on (checked through a digest at hello).
-
-    Validation (``eval_metric`` or ``early_stopping_rounds`` set): after every round the mean
-    of the metric over all clients' validation rows is aggregated; early stopping keeps the
-    best round, as :class:`~p2pboost.gbdt.callbacks.EarlyStopping`.
-
-    ``threshold``: Shamir threshold ``t`` of the self-mask seeds (``None``: a majority of the
-    epoch's clients); a client that dies after sending its vector is recovered only if ``t``
-    others answer. ``min_clients``: the fewest vectors an aggregate may sum (a client refuses
-    to unmask a smaller one). ``masking=False`` sends plaintext vectors to the server: an
-    insecure mode for measuring the cost of masking, which every party must opt into.
-    """
-
-    params: BoostParams = field(default_factory=BoostParams)
-    threshold: int | None = None
-    min_clients: int = 2
-    masking: bool = True
-    round_timeout: float = 120.0
-    eval_metric: str | None = None
-    early_stopping_rounds: int | None = None
-
-    def validate(self) -> HomoConfig:
-        self.params.validate()
-        p = self.params
-        if p.objective not in SUPPORTED_OBJECTIVES:
-            raise InputError(
-                f"homo training supports {', '.join(SUPPORTED_OBJECTIVES)}, not {p.objective!r}"
-            )
-        if p.subsample < 1.0 or p.goss:
-            raise InputError("homo training does not sample rows (subsample=1, goss=False)")
-        if self.threshold is not None and self.threshold < 1:
-            raise InputError("threshold must be at least 1")
-        if self.min_clients < 2:
-            raise InputError("min_clients must be at least 2: one vector is no aggregate")
-        if not self.round_timeout > 0:
-            raise InputError("round_timeout must be positive")
-        metric = self.metric
-        if metric not in SUM_METRICS:
-            raise InputError(f"eval_metric must be one of {', '.join(SUM_METRICS)}")
-        if self.early_stopping_rounds is not None and self.early_stopping_rounds < 1:
-            raise InputError("early_stopping_rounds must be at least 1")
-        return self
-
-    @property
-    def evaluating(self) -> bool:
-        """Clients' validation sets are evaluated (an aggregation per round) only when asked."""
-        return self.eval_metric is not None or self.early_stopping_rounds is not None
-
-    @property
-    def metric(self) -> str:
-        return self.eval_metric or get_objective(self.params).default_metric
-
-    def digest(self) -> str:
-        """What every party must agree on (timeouts may differ)."""
-        body = {
-            "params": self.params.to_dict(),
-            "threshold": self.threshold,
-            "min_clients": self.min_clients,
-            "masking": self.masking,
-            "metric": self.metric,
-            "early_stopping_rounds": self.early_stopping_rounds,
-        }
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ClientIdentity:
-    """A client's certificate key (to sign its key adverts) and the federation CA (to check
-    the others'). ``from_dir`` reads the files :func:`p2pboost.certs.init` writes."""
-
-    signing_key: ec.EllipticCurvePrivateKey
-    cert_pem: bytes
-    ca: x509.Certificate
-
-    @classmethod
-    def from_dir(cls, directory: str | os.PathLike[str]) -> ClientIdentity:
-        base = Path(directory)
-        try:
-            key = serialization.load_pem_private_key((base / "key.pem").read_bytes(), None)
-            ca = x509.load_pem_x509_certificate((base / "ca.pem").read_bytes())
-            cert = (base / "cert.pem").read_bytes()
-        except (OSError, ValueError, TypeError) as exc:
-            raise ConfigError(f"cannot read the identity in {base}: {exc}") from None
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ConfigError(f"{base / 'key.pem'} is not an ECDSA key")
-        return cls(key, cert, ca)
-
-
-@dataclass
-class HomoResult:
-    """The server's outcome: the model (which every client also holds) and statistics."""
-
-    booster: Booster
-    clients: list[str]
-    rounds: int
-    epochs: int
-    seconds_setup: float
-    seconds_trees: float
-    n_trees: int
-    evaluation: list[float] = field(default_factory=list)
 
 
 # ============================================================================== the server side
@@ -362,8 +236,7 @@ class _Federation:
             self.epoch += 1
             members = list(self.active)
             n = len(members)
-            t = self.config.threshold or n // 2 + 1
-            t = min(t, n)
+            t = self.config.shamir_threshold(n)
             head = {"epoch": self.epoch, "members": members, "t": t}
             adverts = await self.ask_same(members, {"op": "epoch", **head}, "advert")
             if len(adverts) < n:
@@ -572,7 +445,7 @@ async def server_train(
     k_out = objective.n_outputs
 
     fed.run_id = run_id or secrets.token_hex(16)
-    hello = {"op": "hello", "v": _VERSION, "digest": config.digest(), "run": fed.run_id}
+    hello = {"op": "hello", "v": VERSION, "digest": config.digest(), "run": fed.run_id}
     replies = await fed.ask_same(list(fed.active), hello, "hello")
     for c, rep in replies.items():
         f = rep.get("n_features")
@@ -835,7 +708,7 @@ class _Client:
         return result
 
     def on_hello(self, msg: dict[str, Any]) -> dict[str, Any]:
-        if self.phase is not HomoPhase.HELLO or msg.get("v") != _VERSION:
+        if self.phase is not HomoPhase.HELLO or msg.get("v") != VERSION:
             raise self.bad("unexpected hello")
         if msg.get("digest") != self.config.digest():
             raise self.bad("the server's training settings differ from ours")
@@ -862,7 +735,7 @@ class _Client:
         ):
             raise self.bad("bad member list")
         n = len(members)
-        want_t = min(self.config.threshold or n // 2 + 1, n)
+        want_t = self.config.shamir_threshold(n)
         if n < self.config.min_clients or not isinstance(t, int) or not want_t <= t <= n:
             raise self.bad(f"threshold {t!r} for {n} members is not acceptable")
         if self.identity is None:
