@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -79,7 +78,7 @@ from p2pboost.exceptions import (
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.callbacks import EarlyStopping
-from p2pboost.gbdt.fixedpoint import Grid, choose_grid, quantize, to_fixed
+from p2pboost.gbdt.fixedpoint import Grid, quantize
 from p2pboost.gbdt.grower import (
     ChooseSplits,
     GrowStep,
@@ -88,14 +87,27 @@ from p2pboost.gbdt.grower import (
     drive_async,
     partition_rows,
 )
-from p2pboost.gbdt.histogram import Histogram, HistogramBuilder, make_builder
-from p2pboost.gbdt.metrics import get_metric
+from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
 from p2pboost.gbdt.rounds import RoundLoop, add_tree
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import EdgeSearch, Query, child_counts, float_keys
+from p2pboost.homo._vectors import (
+    EVAL_LENGTH,
+    GRID_LENGTH,
+    HistLayout,
+    Stats,
+    announced_grid,
+    eval_vector,
+    grid_vector,
+    read_eval,
+    read_grid,
+    read_stats,
+    stats_length,
+    stats_vector,
+)
 from p2pboost.homo.config import (
     CHANNEL,
     VERSION,
@@ -122,11 +134,6 @@ logger = logging.getLogger("p2pboost.homo.estimators")
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
-#: frexp exponents of finite positive doubles lie in [-1073, 1024].
-_EXP_MIN, _EXP_MAX = -1073, 1024
-_EXP_SLOTS = _EXP_MAX - _EXP_MIN + 1
-#: Fixed-point bits of label sums and validation losses.
-_STAT_BITS = 24
 
 
 # ============================================================================== the server side
@@ -394,30 +401,6 @@ class _Federation:
             raise ProtocolError(f"round {r}: cannot recover {of}: {exc}") from None
 
 
-def _hist_length(k: int, n_features: int, n_slots: int, k_out: int) -> int:
-    cells = k * n_features * n_slots
-    return 2 * cells * k_out + cells
-
-
-def _decode_hist(
-    total: I64, grid_g: Grid, grid_h: Grid, k: int, n_features: int, n_slots: int, k_out: int
-) -> Histogram:
-    cells = k * n_features * n_slots
-    shape = (k, n_features, n_slots, k_out)
-    g = np.ldexp(total[: cells * k_out].astype(np.float64), -grid_g.bits).reshape(shape)
-    h = np.ldexp(total[cells * k_out : 2 * cells * k_out].astype(np.float64), -grid_h.bits)
-    cnt = total[2 * cells * k_out :].reshape(k, n_features, n_slots)
-    return Histogram(g, h.reshape(shape), cnt.copy())
-
-
-def _grid_from_onehot(counts: I64, n_rows: int) -> Grid:
-    present = np.flatnonzero(counts)
-    if present.size == 0:
-        return choose_grid(np.zeros(1), n_rows)
-    exp = int(present[-1]) + _EXP_MIN
-    return choose_grid(np.array([math.ldexp(0.5, exp)]), n_rows)
-
-
 async def server_train(
     sessions: Mapping[str, Session],
     config: HomoConfig,
@@ -459,7 +442,7 @@ async def server_train(
     while True:
         try:
             fed.phase = HomoPhase.STATS
-            stats = await fed.aggregate("stats", {}, 2 + k_out)
+            stats = read_stats(await fed.aggregate("stats", {}, stats_length(k_out)))
             fed.phase = HomoPhase.BINNING
             search = EdgeSearch(n_features, params.max_bin)
             while not search.done:
@@ -469,10 +452,9 @@ async def server_train(
             break
         except _Restart:
             continue
-    n_rows = int(stats[0])
-    if n_rows < 1:
+    if stats.n_rows < 1:
         raise ProtocolError("the clients hold no rows")
-    base = _base_margin(objective, params, stats, n_rows)
+    base = _base_margin(objective, params, stats)
     mapper = BinMapper.from_dict(
         {"max_bin": params.max_bin, "edges": [e.tolist() for e in search.edges()]}
     )
@@ -532,21 +514,21 @@ async def server_train(
     )
 
 
-def _base_margin(objective: Objective, params: BoostParams, stats: I64, n: int) -> list[float]:
+def _base_margin(objective: Objective, params: BoostParams, stats: Stats) -> list[float]:
     """The core's ``init_margin`` from summed label statistics."""
     if params.base_score is not None:
         return [float(v) for v in objective.margin_from_score(params.base_score)]
-    k = objective.n_outputs
+    k, n = objective.n_outputs, stats.n_rows
     if objective.name == "binary:logistic":
         y = np.zeros(n)
-        y[: int(stats[2])] = 1.0  # only the count of ones matters to the mean
+        y[: int(stats.label_counts[0])] = 1.0  # only the count of ones matters to the mean
         return [float(v) for v in objective.init_margin(y)]
     if objective.name == "multi:softmax":
-        y = np.repeat(np.arange(k, dtype=np.float64), stats[2 : 2 + k])
+        y = np.repeat(np.arange(k, dtype=np.float64), stats.label_counts[:k])
         if y.size != n:
             raise ProtocolError("class counts do not add up to the rows")
         return [float(v) for v in objective.init_margin(y)]
-    return [float(np.ldexp(float(stats[1]), -_STAT_BITS) / n)]
+    return [stats.label_sum / n]
 
 
 async def _grow(
@@ -559,12 +541,10 @@ async def _grow(
     k_obj: int,
 ) -> Tree:
     """One tree by the core's schedule, its histograms securely aggregated from the clients."""
-    k = k_obj if out < 0 else 1
-    n_feat, n_slots = mapper.n_features, mapper.n_slots
-    onehot = await fed.aggregate("grid", {"it": it, "output": out}, 2 * _EXP_SLOTS + 1)
-    n_rows = int(onehot[-1])
-    grid_g = _grid_from_onehot(onehot[:_EXP_SLOTS], n_rows)
-    grid_h = _grid_from_onehot(onehot[_EXP_SLOTS : 2 * _EXP_SLOTS], n_rows)
+    layout = HistLayout(mapper.n_features, mapper.n_slots, k_obj if out < 0 else 1)
+    n_slots = mapper.n_slots
+    grid_g, grid_h = read_grid(await fed.aggregate("grid", {"it": it, "output": out}, GRID_LENGTH))
+    n_rows = grid_g.max_rows
     bits = {
         "g_bits": grid_g.bits,
         "g_mag": grid_g.magnitude_bits,
@@ -572,9 +552,9 @@ async def _grow(
         "h_mag": grid_h.magnitude_bits,
         "n_rows": n_rows,
     }
-    grower = HistogramGrower(params, k, candidates, mapper.thresholds)
-    total = await fed.aggregate("hist", {**bits, "root": True}, _hist_length(1, n_feat, n_slots, k))
-    hist = _decode_hist(total, grid_g, grid_h, 1, n_feat, n_slots, k)
+    grower = HistogramGrower(params, layout.n_outputs, candidates, mapper.thresholds)
+    total = await fed.aggregate("hist", {**bits, "root": True}, layout.length(1))
+    hist = layout.read(total, 1, grid_g, grid_h)
     assert hist.count is not None
     root = grower.start(
         hist,
@@ -609,8 +589,8 @@ async def _grow(
             "n_nodes": grower.tree.n_nodes,
             "build": small,
         }
-        total = await fed.aggregate("hist", args, _hist_length(small.size, n_feat, n_slots, k))
-        small_hist = _decode_hist(total, grid_g, grid_h, small.size, n_feat, n_slots, k)
+        total = await fed.aggregate("hist", args, layout.length(small.size))
+        small_hist = layout.read(total, small.size, grid_g, grid_h)
         return grower.next_frontier(frontier, plan, small_hist, n_left, n_right)
 
     return await drive_async(grower.schedule(root), answer)
@@ -619,14 +599,11 @@ async def _grow(
 async def _evaluate(fed: _Federation, config: HomoConfig, it: int) -> float | None:
     while True:
         try:
-            total = await fed.aggregate("eval", {"it": it}, 2)
+            total = await fed.aggregate("eval", {"it": it}, EVAL_LENGTH)
             break
         except _Restart:
             continue
-    if total[1] == 0:
-        return None
-    mean = float(np.ldexp(float(total[0]), -_STAT_BITS)) / float(total[1])
-    return math.sqrt(mean) if config.metric == "rmse" else mean
+    return read_eval(total, config.metric)
 
 
 # ============================================================================== the client side
@@ -870,7 +847,7 @@ class _Client:
         long enough for a vector twice the last one or a gradient-grid vector."""
         if not self.config.masking or not self.usable or self.keys is None:
             return
-        length = max(2 * self.last_length, 2 * _EXP_SLOTS + 1)
+        length = max(2 * self.last_length, GRID_LENGTH)
         nxt = self.round + 1
         y_mask, z_mask = mask_streams(self.me, self.keys.self_seed, self.pairs, nxt, length)
         self.ahead = (self.epoch, nxt, y_mask, z_mask)
@@ -977,15 +954,7 @@ class _Client:
     # -- the vectors --------------------------------------------------------------------------
 
     def _stats(self, args: dict[str, Any]) -> I64:
-        k = self.objective.n_outputs
-        out = np.zeros(2 + k, dtype=np.int64)
-        out[0] = self.y.size
-        out[1] = int(to_fixed(np.array([self.y.sum()]), Grid(_STAT_BITS, 0, 1))[0])
-        if self.objective.name == "binary:logistic":
-            out[2] = int((self.y == 1.0).sum())
-        elif self.objective.name == "multi:softmax":
-            out[2 : 2 + k] = np.bincount(self.y.astype(np.intp), minlength=k)
-        return out
+        return stats_vector(self.y, self.objective)
 
     def _bins(self, args: dict[str, Any]) -> I64:
         feature = np.asarray(args["feature"], dtype=np.int64)
@@ -1023,28 +992,17 @@ class _Client:
     def _grid(self, args: dict[str, Any]) -> I64:
         g, h = self._columns(args)
         self.tree_args = dict(args)
-        vec = np.zeros(2 * _EXP_SLOTS + 1, dtype=np.int64)
-        for j, arr in enumerate((g, h)):
-            largest = max(float(arr.max()), -float(arr.min()))
-            if largest > 0:
-                vec[j * _EXP_SLOTS + math.frexp(largest)[1] - _EXP_MIN] = 1
-        vec[-1] = self.y.size
-        return vec
+        return grid_vector(g, h)
 
     def _hist(self, args: dict[str, Any]) -> I64:
-        if self.data is None or self.builder is None:
+        if self.data is None or self.builder is None or self.mapper is None:
             raise ValueError("histograms before the model header")
         g, h = self._columns(self.tree_args)
         if args["root"]:
             n = int(args["n_rows"])
-            grid_g = Grid(int(args["g_bits"]), int(args["g_mag"]), n)
-            grid_h = Grid(int(args["h_bits"]), int(args["h_mag"]), n)
-            for grid, arr in ((grid_g, g), (grid_h, h)):
-                # The grid must be the core's for that magnitude, and our values must fit it.
-                if grid != choose_grid(np.array([math.ldexp(0.5, grid.magnitude_bits)]), n):
-                    raise ValueError("inconsistent gradient grid")
-                if max(float(arr.max()), -float(arr.min())) > math.ldexp(1.0, grid.magnitude_bits):
-                    raise ValueError("our gradients exceed the announced magnitude")
+            # The grid must be the core's for that magnitude, and our values must fit it.
+            grid_g = announced_grid(int(args["g_bits"]), int(args["g_mag"]), n, g)
+            grid_h = announced_grid(int(args["h_bits"]), int(args["h_mag"]), n, h)
             self.grids = (grid_g, grid_h)
             self.gq, self.hq = quantize(g, grid_g), quantize(h, grid_h)
             self.positions = np.zeros(self.data.n_rows, dtype=np.int64)
@@ -1092,28 +1050,15 @@ class _Client:
         if self.grids is None:
             raise ValueError("histograms before the grid")
         grid_g, grid_h = self.grids
-        assert hist.count is not None
-        return np.concatenate(
-            [
-                to_fixed(hist.grad, grid_g).reshape(-1),
-                to_fixed(hist.hess, grid_h).reshape(-1),
-                hist.count.reshape(-1),
-            ]
-        )
+        layout = HistLayout(self.data.n_features, self.mapper.n_slots, g.shape[1])
+        return layout.write(hist, grid_g, grid_h)
 
     def _eval(self, args: dict[str, Any]) -> I64:
-        out = np.zeros(2, dtype=np.int64)
         if self.eval_set is None or self.eval_margin is None:
-            return out
-        y = self.eval_set[1]
+            return eval_vector(self.config.metric, None)
         pred = self.objective.transform(self.eval_margin)
         pred = pred[:, 0] if pred.shape[1] == 1 else pred
-        metric = self.config.metric
-        value = get_metric(metric)(y, pred)
-        total = value * value * y.size if metric == "rmse" else value * y.size
-        out[0] = int(np.rint(np.ldexp(total, _STAT_BITS)))
-        out[1] = y.size
-        return out
+        return eval_vector(self.config.metric, (self.eval_set[1], pred))
 
 
 async def client_train(
