@@ -32,8 +32,8 @@ from p2pboost.hetero.feature_store import ArrayStore, CallbackStore, FeatureStor
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.hetero.serving import GuestPredictor, Prediction, ServingStats, serve_host
 from p2pboost.hetero.train import HeteroConfig
+from p2pboost.homo.config import ClientIdentity, HomoConfig
 from p2pboost.homo.estimators import HomoClient, HomoServer
-from p2pboost.homo.train import ClientIdentity, HomoConfig
 from p2pboost.net.node import (
     Channel,
     Node,

@@ -1,8 +1,8 @@
 """The facade for horizontal (homo) SecureBoost: a server and any number of clients.
 
 Clients hold rows with the same features and their own labels; the server holds nothing and
-learns only securely aggregated sums (see :mod:`p2pboost.homo.train`). Every client
-ends with the same model and predicts locally::
+learns only securely aggregated sums (the protocol: :mod:`p2pboost.homo`). Every client ends
+with the same model and predicts locally::
 
     async with Node("server", listen="wss://0.0.0.0:8443", peers={"bank1": None, ...},
                     tls="certs/server") as node:
@@ -35,14 +35,9 @@ import numpy.typing as npt
 from p2pboost.exceptions import NotFittedError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo.train import (
-    ClientIdentity,
-    HomoConfig,
-    HomoResult,
-    Tap,
-    client_train,
-    server_train,
-)
+from p2pboost.homo.client import client_train
+from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoResult, Tap
+from p2pboost.homo.server import server_train
 from p2pboost.net.node import Node
 from p2pboost.protocols._blocking import run_with_node
 

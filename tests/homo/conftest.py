@@ -14,14 +14,10 @@ import pytest
 
 from p2pboost import certs
 from p2pboost.gbdt.booster import Booster
-from p2pboost.homo.train import (
-    ClientIdentity,
-    HomoConfig,
-    HomoPhase,
-    HomoResult,
-    client_train,
-    server_train,
-)
+from p2pboost.homo._messages import Reply
+from p2pboost.homo.client import client_train
+from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoPhase, HomoResult
+from p2pboost.homo.server import server_train
 from p2pboost.net.node import Node
 from tests.node.conftest import FAST, wait_until
 from transports.memory import MemoryNetwork, MemoryTransport
@@ -122,7 +118,7 @@ async def run_homo(
     federation: Path,
     *,
     eval_sets: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
-    hooks: dict[str, Callable[[dict[str, Any], HomoPhase], dict[str, Any]]] | None = None,
+    hooks: dict[str, Callable[[Reply, HomoPhase], Reply]] | None = None,
     identities: dict[str, ClientIdentity] | None = None,
     n_features: int | None = None,
 ) -> Run:
@@ -195,15 +191,15 @@ class Crash(Exception):
     """A simulated client crash."""
 
 
-def crash_at(op: str, nth: int, phase: HomoPhase = HomoPhase.TREES) -> Callable[..., Any]:
-    """A hook that kills the client before its ``nth`` ``op`` reply in ``phase``."""
+def crash_at(tag: str, nth: int, phase: HomoPhase = HomoPhase.TREES) -> Callable[..., Any]:
+    """A hook that kills the client before its ``nth`` ``tag`` reply in ``phase``."""
     seen = [0]
 
-    def hook(reply: dict[str, Any], now: HomoPhase) -> dict[str, Any]:
-        if reply["op"] == op and now is phase:
+    def hook(reply: Reply, now: HomoPhase) -> Reply:
+        if reply.TAG == tag and now is phase:
             seen[0] += 1
             if seen[0] == nth:
-                raise Crash(f"killed before {op} #{nth}")
+                raise Crash(f"killed before {tag} #{nth}")
         return reply
 
     return hook

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo.train import ClientIdentity, HomoConfig, HomoPhase
+from p2pboost.homo._messages import Advert, Joined, Reply
+from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoPhase
 from tests.homo.conftest import run_homo
 
 PARAMS = BoostParams(n_estimators=2, max_depth=2, max_bin=8)
@@ -25,10 +27,10 @@ def _parts(breast: list[tuple[np.ndarray, np.ndarray]], n: int) -> dict[str, Any
 
 def _on_nth_masked(nth: int, change: Any) -> Any:
     seen = [0]
-    last: list[dict[str, Any]] = []
+    last: list[Reply] = []
 
-    def hook(reply: dict[str, Any], phase: HomoPhase) -> dict[str, Any]:
-        if reply["op"] == "masked" and phase is HomoPhase.TREES:
+    def hook(reply: Reply, phase: HomoPhase) -> Reply:
+        if reply.TAG == "masked" and phase is HomoPhase.TREES:
             seen[0] += 1
             if seen[0] == nth:
                 return change(reply, last[-1])
@@ -41,10 +43,10 @@ def _on_nth_masked(nth: int, change: Any) -> Any:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda r, _: {**r, "z": r["z"][:-1]}, "expected uint64 vectors of length"),
-        (lambda r, _: {**r, "z": r["z"].view(np.int64)}, "expected uint64 vectors"),
+        (lambda r, _: replace(r, z=r.z[:-1]), "expected uint64 vectors of length"),
+        (lambda r, _: replace(r, z=r.z.view(np.int64)), "'z' must be a 1-d uint64 array"),
         (lambda r, prev: prev, "replayed or stale"),
-        (lambda r, _: {"op": "hello"}, "expected 'masked'"),
+        (lambda r, _: Joined(n_features=30), "expected a 'masked' message"),
     ],
     ids=["wrong-shape", "wrong-dtype", "replayed-round", "wrong-message"],
 )
@@ -77,9 +79,9 @@ async def test_altered_key_advert_is_refused(
 ) -> None:
     """A server (or anyone) swapping c1's public key breaks c1's signature."""
 
-    def swap(reply: dict[str, Any], phase: HomoPhase) -> dict[str, Any]:
-        if reply["op"] == "advert":
-            return {**reply, "public": bytes(reversed(reply["public"]))}
+    def swap(reply: Reply, phase: HomoPhase) -> Reply:
+        if isinstance(reply, Advert):
+            return replace(reply, public=bytes(reversed(reply.public)))
         return reply
 
     run = await run_homo(_parts(breast, 3), CONFIG, federation, hooks={"c1": swap})

@@ -8,7 +8,7 @@ import numpy as np
 
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo.train import HomoConfig, HomoResult
+from p2pboost.homo.config import HomoConfig, HomoResult
 from tests.homo.conftest import Crash, Run, crash_at, run_homo, same_trees
 
 PARAMS = BoostParams(n_estimators=3, max_depth=3, max_bin=8)
@@ -73,9 +73,7 @@ async def test_died_after_sending_while_another_never_sent_is_recovered_by_shami
     run = await run_homo(parts, config, federation, hooks=hooks)
     assert isinstance(run.result, HomoResult), run.result
     assert run.result.clients == ["c1", "c2", "c3"]
-    recovered = [
-        obj for kind, _, obj in run.received if kind == "recv" and obj["op"] == "recovered"
-    ]
+    recovered = [obj for kind, _, obj in run.received if kind == "recv" and obj["t"] == "recovered"]
     assert len(recovered) == 3
     aggregates = _check_aggregates(run)
     # The recovered round's sum includes c4 (it sent) and not c5 (it did not).

@@ -8,7 +8,7 @@ import numpy as np
 
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo.train import HomoConfig, HomoResult
+from p2pboost.homo.config import HomoConfig, HomoResult
 from tests.homo.conftest import run_homo
 
 
@@ -51,7 +51,7 @@ async def test_server_sees_no_client_vector_gradient_or_label(
     for _, obj in received:
         assert isinstance(obj, dict)
         assert set(obj) <= {
-            "op",
+            "t",
             "round",
             "y",
             "z",

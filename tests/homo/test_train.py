@@ -10,7 +10,7 @@ import pytest
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.metrics import logloss
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.homo.train import HomoConfig, HomoResult
+from p2pboost.homo.config import HomoConfig, HomoResult
 from tests.homo.conftest import bundled, run_homo, same_trees
 
 

@@ -1,0 +1,309 @@
+"""The server's view of the clients: membership, key epochs, asking, dropping, and secure
+aggregation rounds with Bonawitz's unmasking and Shamir recovery.
+
+:meth:`Federation.aggregate` is the one thing the training code needs: the exact sum of every
+active client's vector for a request. Everything about who is still there lives here:
+
+- a client that does not answer in ``round_timeout``, or whose session fails, is *dropped*
+  (its session is aborted); fewer than ``min_clients`` left ends the run with a
+  :class:`~p2pboost.exceptions.ProtocolError`;
+- a client that answers something invalid ends the run with a
+  :class:`~p2pboost.exceptions.RemoteProtocolError` naming it (every reply goes through the
+  message kit's :func:`~p2pboost.protocols._messages.decode`);
+- masking needs keys among exactly the active clients: after a dropout the round is still
+  completed (the survivors reveal that round's keys; a client that died after sending is
+  recovered from ``t`` Shamir shares), then :class:`Restart` tells the caller to start its
+  stage again, and the next aggregate renews the keys among the survivors (a new epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.crypto.secagg import (
+    KEY_BYTES,
+    Share,
+    epoch_context,
+    from_signed,
+    mask_seed,
+    round_key,
+    shamir_combine,
+    unmask,
+)
+from p2pboost.exceptions import CryptoError, P2PBoostError, ProtocolError, RemoteProtocolError
+from p2pboost.homo._messages import (
+    Advert,
+    Adverts,
+    Collect,
+    Command,
+    Epoch,
+    Masked,
+    Ready,
+    Recover,
+    Recovered,
+    Reply,
+    Reveal,
+    Sealed,
+    Shares,
+    Unmask,
+)
+from p2pboost.homo.config import CHANNEL, HomoConfig, HomoPhase, Tap
+from p2pboost.net.node import Channel, Session
+from p2pboost.protocols._messages import decode, send
+
+__all__ = ["Federation", "Restart"]
+
+logger = logging.getLogger("p2pboost.homo.estimators")
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+R = TypeVar("R", bound=Reply)
+
+
+class Restart(Exception):
+    """Membership changed: the current stage starts again with the survivors."""
+
+
+class _Dropped(Exception):
+    """A client did not answer in time or its session ended."""
+
+
+class Federation:
+    """The server's view of the clients: channels, membership, epochs and aggregation.
+
+    ``run_id`` names the run in every signature and key derivation (see
+    :func:`~p2pboost.crypto.secagg.epoch_context`).
+    """
+
+    def __init__(
+        self, sessions: Mapping[str, Session], config: HomoConfig, tap: Tap | None, run_id: str
+    ) -> None:
+        self.channels: dict[str, Channel] = {c: s.channel(c, CHANNEL) for c, s in sessions.items()}
+        self.sessions = dict(sessions)
+        self.config = config
+        self.tap = tap
+        self.run_id = run_id
+        self.active = sorted(sessions)
+        self.members: list[str] | None = None  # the current epoch's (None: must renew keys)
+        self.epoch = 0
+        self.round = 0
+        self.threshold = 0
+        self.phase = HomoPhase.HELLO
+        self.mask_publics: dict[str, bytes] = {}
+
+    def _tap(self, kind: str, who: str, obj: object) -> None:
+        if self.tap is not None:
+            self.tap(kind, who, obj)
+
+    # -- asking -------------------------------------------------------------------------------
+
+    async def _ask(self, client: str, msg: Command, expect: type[R]) -> R:
+        ch = self.channels[client]
+        try:
+            async with asyncio.timeout(self.config.round_timeout):
+                await send(ch, msg)
+                reply = await ch.recv()
+        except TimeoutError:
+            raise _Dropped(client) from None
+        except RemoteProtocolError:
+            raise
+        except (P2PBoostError, ConnectionError) as exc:
+            logger.warning("client %s dropped (%s): %s", client, self.phase.value, exc)
+            raise _Dropped(client) from None
+        self._tap("recv", client, reply)
+        return decode(reply, expect, client)
+
+    async def ask_all(
+        self, clients: Sequence[str], msgs: Mapping[str, Command], expect: type[R]
+    ) -> dict[str, R]:
+        """Send each client its message and collect replies; silent clients are dropped."""
+
+        async def one(c: str) -> tuple[str, R | None]:
+            try:
+                return c, await self._ask(c, msgs[c], expect)
+            except _Dropped:
+                return c, None
+
+        results = await asyncio.gather(*(one(c) for c in clients))
+        replies = {c: r for c, r in results if r is not None}
+        for c, r in results:
+            if r is None:
+                await self.drop(c)
+        return replies
+
+    async def ask_same(self, clients: Sequence[str], msg: Command, expect: type[R]) -> dict[str, R]:
+        """:meth:`ask_all` with one message for everyone."""
+        return await self.ask_all(clients, dict.fromkeys(clients, msg), expect)
+
+    async def drop(self, client: str) -> None:
+        if client in self.active:
+            self.active.remove(client)
+            logger.warning("client %s dropped out; %d remain", client, len(self.active))
+            with contextlib.suppress(Exception):
+                await self.sessions[client].abort("dropped from the federation")
+        if len(self.active) < self.config.min_clients:
+            raise ProtocolError(
+                f"only {len(self.active)} clients remain, fewer than min_clients "
+                f"{self.config.min_clients}"
+            )
+
+    async def broadcast(self, msg: Command) -> None:
+        """Send ``msg`` to every active client (one-way: no answer is expected)."""
+
+        async def one(c: str) -> None:
+            try:
+                async with asyncio.timeout(self.config.round_timeout):
+                    await send(self.channels[c], msg)
+            except (TimeoutError, P2PBoostError, ConnectionError):
+                await self.drop(c)
+
+        await asyncio.gather(*(one(c) for c in list(self.active)))
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    async def renew_keys(self) -> None:
+        """AdvertiseKeys and ShareKeys among the active clients (a new epoch)."""
+        self.phase = HomoPhase.KEYS
+        while True:
+            self.epoch += 1
+            members = list(self.active)
+            n = len(members)
+            t = self.config.shamir_threshold(n)
+            adverts = await self.ask_same(members, Epoch(self.epoch, members, t), Advert)
+            if len(adverts) < n:
+                continue
+            for c, a in adverts.items():
+                self.mask_publics[c] = a.public[:KEY_BYTES]
+            relay = Adverts(
+                self.epoch,
+                public={c: a.public for c, a in adverts.items()},
+                signature={c: a.signature for c, a in adverts.items()},
+                cert={c: a.cert for c, a in adverts.items()},
+            )
+            sealed = await self.ask_same(members, relay, Sealed)
+            if len(sealed) < n:
+                continue
+            inbox: dict[str, dict[str, bytes]] = {c: {} for c in members}
+            for sender, reply in sealed.items():
+                if sorted(reply.shares) != sorted(m for m in members if m != sender):
+                    raise RemoteProtocolError("shares must address every other member", peer=sender)
+                for holder, blob in reply.shares.items():
+                    inbox[holder][sender] = blob
+            msgs = {c: Shares(self.epoch, inbox[c]) for c in members}
+            ready = await self.ask_all(members, msgs, Ready)
+            if len(ready) < n:
+                continue
+            self.members, self.threshold = members, t
+            return
+
+    # -- one aggregation ----------------------------------------------------------------------
+
+    async def aggregate(self, request: Callable[[int], Collect], length: int) -> I64:
+        """The sum over the active clients of their vectors of length ``length`` (int64,
+        exact) for ``request(round)``.
+
+        Raises :class:`Restart` after completing the round if membership changed.
+        """
+        if self.config.masking and self.members != self.active:
+            await self.renew_keys()
+        self.round += 1
+        r = self.round
+        members = list(self.active)
+        msg = request(r)
+        replies = await self.ask_same(members, msg, Masked)
+        y_vecs: dict[str, U64] = {}
+        z_vecs: dict[str, U64] = {}
+        for c, reply in replies.items():
+            if reply.round != r:
+                raise RemoteProtocolError(
+                    f"masked vector for round {reply.round!r}, expected round {r}"
+                    " (a replayed or stale message)",
+                    peer=c,
+                )
+            y = reply.y
+            if reply.z.shape != (length,) or (
+                self.config.masking and (y is None or y.shape != (length,))
+            ):
+                raise RemoteProtocolError(
+                    f"round {r} ({msg.TAG}): expected uint64 vectors of length {length}", peer=c
+                )
+            z_vecs[c] = reply.z
+            if y is not None and self.config.masking:
+                y_vecs[c] = y
+        survivors = sorted(z_vecs)
+        if len(survivors) < self.config.min_clients:
+            raise ProtocolError(f"round {r}: only {len(survivors)} clients sent a vector")
+        changed = len(survivors) < len(members)
+        total = np.zeros(length, dtype=np.uint64)
+        if not changed or not self.config.masking:
+            for v in z_vecs.values():  # everyone sent: the pairwise masks cancel
+                total += v
+        else:
+            for v in y_vecs.values():
+                total += v
+            total = await self._unmask(r, total, members, survivors)
+        result = from_signed(total).copy()
+        self._tap("aggregate", msg.TAG, {"round": r, "contributors": survivors, "total": result})
+        if changed:
+            self.members = None
+            raise Restart(msg.TAG)
+        return result
+
+    async def _unmask(self, r: int, total: U64, members: list[str], survivors: list[str]) -> U64:
+        """Bonawitz's unmasking round: some members sent nothing in round ``r``."""
+        dropped = sorted(set(members) - set(survivors))
+        reveals = await self.ask_same(survivors, Unmask(r, survivors, dropped), Reveal)
+        self_keys: list[bytes] = []
+        pair_keys: list[tuple[str, str, bytes]] = []
+        for c, rep in reveals.items():
+            if rep.round != r or sorted(rep.pair_keys) != dropped:
+                raise RemoteProtocolError(f"round {r}: malformed unmasking keys", peer=c)
+            self_keys.append(rep.self_key)
+            pair_keys += [(c, d, k) for d, k in rep.pair_keys.items()]
+        missing = sorted(set(survivors) - set(reveals))
+        if missing:
+            # They sent, then died: rebuild their self seeds and the dropped clients' mask keys
+            # from t Shamir shares (never both for one client).
+            holders = sorted(reveals)
+            if len(holders) < self.threshold:
+                raise ProtocolError(
+                    f"round {r}: {missing} died after sending and only {len(holders)} clients"
+                    f" answered; {self.threshold} shares are needed"
+                )
+            recs = await self.ask_same(holders, Recover(r, missing, dropped), Recovered)
+            if len(recs) < self.threshold:
+                raise ProtocolError(f"round {r}: too few clients answered the recovery")
+            seed_shares = {c: rep.self_seeds for c, rep in recs.items()}
+            key_shares = {c: rep.mask_keys for c, rep in recs.items()}
+            seeds = {u: self._combine(seed_shares, "self", u, r) for u in missing}
+            keys = {d: self._combine(key_shares, "key", d, r) for d in dropped}
+            ctx = epoch_context(self.run_id, self.epoch)
+            for u in missing:
+                self_keys.append(round_key(seeds[u], r, "self"))
+                for d in dropped:
+                    seed = mask_seed(keys[d], d, u, self.mask_publics[u], ctx)
+                    pair_keys.append((u, d, round_key(seed, r, "pair")))
+        return unmask(total, r, self_keys, pair_keys)
+
+    def _combine(self, shares_of: dict[str, dict[str, bytes]], kind: str, of: str, r: int) -> bytes:
+        """``of``'s secret from the holders' shares (``shares_of[holder][of]``)."""
+        shares = []
+        for c, blobs in shares_of.items():
+            blob = blobs.get(of)
+            if blob is None:
+                raise RemoteProtocolError(f"round {r}: no {kind} share of {of}", peer=c)
+            try:
+                shares.append(Share.from_bytes(blob))
+            except CryptoError as exc:
+                raise RemoteProtocolError(f"round {r}: {exc}", peer=c) from None
+        try:
+            return shamir_combine(shares, self.threshold)
+        except CryptoError as exc:
+            raise ProtocolError(f"round {r}: cannot recover {of}: {exc}") from None

@@ -1,0 +1,219 @@
+"""A client's copy of the model as it grows, and the vectors its rows give for each tree.
+
+Every client holds the federation's model (the server sends the bin edges, the base margin and
+every finished tree); :class:`LocalModel` keeps it with what the client derives from it: its
+binned rows, their margins (and the validation rows'), the current round's gradients, and per
+tree the gradient columns (from the tree's ``grid`` request) and each row's node (from its
+``root`` request). It answers the tree requests with plain int64 vectors (layouts in
+:mod:`p2pboost.homo._vectors`); masking them is the client's job
+(:mod:`p2pboost.homo.client`).
+
+A request that does not fit this state or these rows raises ``ValueError``; the client turns
+it into a :class:`~p2pboost.exceptions.RemoteProtocolError` naming the server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.gbdt.binning import BinMapper, BinnedData
+from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.fixedpoint import Grid, quantize
+from p2pboost.gbdt.grower import partition_rows
+from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
+from p2pboost.gbdt.objectives import Objective
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.rounds import add_tree
+from p2pboost.gbdt.tree import Tree
+from p2pboost.homo._messages import CollectChildren, CollectRoot
+from p2pboost.homo._vectors import HistLayout, announced_grid, eval_vector, grid_vector
+
+__all__ = ["LocalModel"]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class _Validation:
+    """The client's validation rows, binned, and their margins."""
+
+    y: F64
+    data: BinnedData
+    margin: F64
+
+
+@dataclass(frozen=True, slots=True)
+class _Tree:
+    """A tree being grown, from its ``grid`` request on: its gradient columns."""
+
+    g: F64
+    h: F64
+
+
+@dataclass
+class _TreeRows:
+    """A tree's rows, from its ``root`` request on: grids, quantized gradients, each row's
+    node."""
+
+    grid_g: Grid
+    grid_h: Grid
+    gq: F64
+    hq: F64
+    positions: I64
+
+
+@dataclass
+class LocalModel:
+    """The federation's model at one client, from the ``model`` message on (see
+    :meth:`start`)."""
+
+    params: BoostParams
+    objective: Objective
+    trees_per_round: int
+    mapper: BinMapper
+    base: F64
+    y: F64
+    data: BinnedData
+    builder: HistogramBuilder
+    margin: F64
+    validation: _Validation | None
+    trees: list[Tree] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    #: Gradients of one boosting round: (round, grad, hess), shared by the round's trees.
+    gradients: tuple[int, F64, F64] | None = None
+    tree: _Tree | None = None
+    rows: _TreeRows | None = None
+
+    @classmethod
+    def start(
+        cls,
+        params: BoostParams,
+        objective: Objective,
+        trees_per_round: int,
+        mapper: BinMapper,
+        base: F64,
+        X: F64,
+        y: F64,
+        eval_set: tuple[F64, F64] | None,
+    ) -> LocalModel:
+        """Bin the rows (and validation rows) with the federation's edges; margins at
+        ``base``."""
+        data = mapper.transform(X)
+        validation = None
+        if eval_set is not None:
+            Xv, yv = eval_set
+            validation = _Validation(yv, mapper.transform(Xv), np.tile(base, (Xv.shape[0], 1)))
+        return cls(
+            params=params,
+            objective=objective,
+            trees_per_round=trees_per_round,
+            mapper=mapper,
+            base=base,
+            y=y,
+            data=data,
+            builder=make_builder(data, params.sparse_aware, with_counts=True),
+            margin=np.tile(base, (X.shape[0], 1)),
+            validation=validation,
+        )
+
+    def add_tree(self, tree: Tree, out: int) -> None:
+        """A finished tree: keep it and add it to every margin."""
+        self.trees.append(tree)
+        self.outputs.append(out)
+        add_tree(self.margin, tree.predict_binned(self.data), out)
+        if self.validation is not None:
+            v = self.validation
+            add_tree(v.margin, tree.predict_binned(v.data), out)
+
+    def booster(self, best_iteration: int | None) -> Booster:
+        return Booster(
+            self.params,
+            self.mapper,
+            self.base,
+            self.trees,
+            self.outputs,
+            self.trees_per_round,
+            best_iteration,
+        )
+
+    # -- the vectors --------------------------------------------------------------------------
+
+    def grid(self, it: int, out: int) -> I64:
+        """A tree begins (round ``it``, output ``out``): its gradient grid vector."""
+        g, h = self._columns(it, out)
+        self.tree, self.rows = _Tree(g, h), None
+        return grid_vector(g, h)
+
+    def root(self, msg: CollectRoot) -> I64:
+        """The root's histogram on the grids the server announced."""
+        tree = self.tree
+        if tree is None:
+            raise ValueError("the root's histogram before the gradient grid")
+        # The grid must be the core's for that magnitude, and our values must fit it.
+        grid_g = announced_grid(msg.g_bits, msg.g_mag, msg.n_rows, tree.g)
+        grid_h = announced_grid(msg.h_bits, msg.h_mag, msg.n_rows, tree.h)
+        gq, hq = quantize(tree.g, grid_g), quantize(tree.h, grid_h)
+        positions = np.zeros(self.data.n_rows, dtype=np.int64)
+        self.rows = _TreeRows(grid_g, grid_h, gq, hq, positions)
+        hist = self.builder.build(None, None, 1, gq, hq)
+        return self._layout(tree).write(hist, grid_g, grid_h)
+
+    def children(self, msg: CollectChildren) -> I64:
+        """Move the rows by the layer's splits; the histograms of the nodes to build."""
+        tree, rows = self.tree, self.rows
+        if tree is None or rows is None:
+            raise ValueError("child histograms before the root")
+        n_nodes, depth = msg.n_nodes, self.params.max_depth
+        if not 1 <= n_nodes < 2 ** (depth + 1):
+            raise ValueError(f"a tree of depth {depth} has no {n_nodes} nodes")
+        f = msg.feature
+        if f.size and (f.min() < 0 or f.max() >= self.data.n_features):
+            raise ValueError("feature out of range")
+        rows.positions = partition_rows(
+            self.data,
+            rows.positions,
+            msg.nodes,
+            f,
+            msg.threshold_bin,
+            msg.default_left,
+            msg.left,
+            msg.right,
+            n_nodes,
+        )
+        build = msg.build
+        slot_of = np.full(n_nodes, -1, dtype=np.int64)
+        slot_of[build] = np.arange(build.size)
+        slots = slot_of[rows.positions]
+        picked = np.flatnonzero(slots >= 0)
+        hist = self.builder.build(picked, slots[picked], build.size, rows.gq, rows.hq)
+        return self._layout(tree).write(hist, rows.grid_g, rows.grid_h)
+
+    def evaluation(self, metric: str) -> I64:
+        """Summed validation losses of the model so far."""
+        v = self.validation
+        if v is None:
+            return eval_vector(metric, None)
+        pred = self.objective.transform(v.margin)
+        return eval_vector(metric, (v.y, pred[:, 0] if pred.shape[1] == 1 else pred))
+
+    def _columns(self, it: int, out: int) -> tuple[F64, F64]:
+        """The gradient columns of round ``it``'s tree for ``out`` (-1: all)."""
+        cached = self.gradients
+        if cached is None or cached[0] != it:
+            if it < len(self.trees) // max(1, self.trees_per_round):
+                raise ValueError(f"boosting round {it} is over")
+            g, h = self.objective.grad_hess(self.y, self.margin)
+            cached = self.gradients = (it, g, h)
+        _, g, h = cached
+        if not -1 <= out < g.shape[1]:
+            raise ValueError("output out of range")
+        if out < 0:
+            return g, h
+        return g[:, out : out + 1], h[:, out : out + 1]
+
+    def _layout(self, tree: _Tree) -> HistLayout:
+        return HistLayout(self.data.n_features, self.mapper.n_slots, tree.g.shape[1])

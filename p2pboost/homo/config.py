@@ -1,0 +1,170 @@
+"""What every role of a horizontal run shares: the agreed settings, identities, phases, result.
+
+Server (:mod:`p2pboost.homo.server`) and clients (:mod:`p2pboost.homo.client`) must agree on
+a :class:`HomoConfig`; they compare its :meth:`HomoConfig.digest` at hello, so a run never
+starts with two parties believing different things (masking on at one, off at another).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.objectives import get_objective
+from p2pboost.gbdt.params import BoostParams
+
+__all__ = [
+    "CHANNEL",
+    "SUM_METRICS",
+    "SUPPORTED_OBJECTIVES",
+    "VERSION",
+    "ClientIdentity",
+    "HomoConfig",
+    "HomoPhase",
+    "HomoResult",
+    "Tap",
+]
+
+#: The one channel between the server and each client.
+CHANNEL = "homo"
+#: Protocol version, compared at hello.
+VERSION = 1
+#: Objectives whose base margin and leaves follow from sums (no per-row refits).
+SUPPORTED_OBJECTIVES = ("binary:logistic", "multi:softmax", "reg:squarederror")
+#: Metrics that are means of per-row values, so they aggregate as sums.
+SUM_METRICS = ("logloss", "mlogloss", "rmse", "mae", "accuracy")
+#: A tap sees every message the server receives and every aggregate it computes:
+#: ``("recv", client, wire map)`` and ``("aggregate", tag, {"round", "contributors", "total"})``.
+Tap = Callable[[str, str, object], None]
+
+
+class HomoPhase(Enum):
+    """Where a run is, for logs and errors."""
+
+    HELLO = "hello"
+    KEYS = "keys"
+    STATS = "stats"
+    BINNING = "binning"
+    TREES = "trees"
+    EVAL = "eval"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class HomoConfig:
+    """What server and clients agree on (checked through a digest at hello).
+
+    Validation (``eval_metric`` or ``early_stopping_rounds`` set): after every round the mean
+    of the metric over all clients' validation rows is aggregated; early stopping keeps the
+    best round, as :class:`~p2pboost.gbdt.callbacks.EarlyStopping`.
+
+    ``threshold``: Shamir threshold ``t`` of the self-mask seeds (``None``: a majority of the
+    epoch's clients); a client that dies after sending its vector is recovered only if ``t``
+    others answer. ``min_clients``: the fewest vectors an aggregate may sum (a client refuses
+    to unmask a smaller one). ``masking=False`` sends plaintext vectors to the server: an
+    insecure mode for measuring the cost of masking, which every party must opt into.
+    """
+
+    params: BoostParams = field(default_factory=BoostParams)
+    threshold: int | None = None
+    min_clients: int = 2
+    masking: bool = True
+    round_timeout: float = 120.0
+    eval_metric: str | None = None
+    early_stopping_rounds: int | None = None
+
+    def validate(self) -> HomoConfig:
+        self.params.validate()
+        p = self.params
+        if p.objective not in SUPPORTED_OBJECTIVES:
+            raise InputError(
+                f"homo training supports {', '.join(SUPPORTED_OBJECTIVES)}, not {p.objective!r}"
+            )
+        if p.subsample < 1.0 or p.goss:
+            raise InputError("homo training does not sample rows (subsample=1, goss=False)")
+        if self.threshold is not None and self.threshold < 1:
+            raise InputError("threshold must be at least 1")
+        if self.min_clients < 2:
+            raise InputError("min_clients must be at least 2: one vector is no aggregate")
+        if not self.round_timeout > 0:
+            raise InputError("round_timeout must be positive")
+        metric = self.metric
+        if metric not in SUM_METRICS:
+            raise InputError(f"eval_metric must be one of {', '.join(SUM_METRICS)}")
+        if self.early_stopping_rounds is not None and self.early_stopping_rounds < 1:
+            raise InputError("early_stopping_rounds must be at least 1")
+        return self
+
+    @property
+    def evaluating(self) -> bool:
+        """Clients' validation sets are evaluated (an aggregation per round) only when asked."""
+        return self.eval_metric is not None or self.early_stopping_rounds is not None
+
+    @property
+    def metric(self) -> str:
+        return self.eval_metric or get_objective(self.params).default_metric
+
+    def shamir_threshold(self, n_members: int) -> int:
+        """The threshold an epoch of ``n_members`` uses: the configured one (or a majority),
+        never more than the members. Clients refuse an epoch announcing less."""
+        return min(self.threshold or n_members // 2 + 1, n_members)
+
+    def digest(self) -> str:
+        """What every party must agree on (timeouts may differ)."""
+        body = {
+            "params": self.params.to_dict(),
+            "threshold": self.threshold,
+            "min_clients": self.min_clients,
+            "masking": self.masking,
+            "metric": self.metric,
+            "early_stopping_rounds": self.early_stopping_rounds,
+        }
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ClientIdentity:
+    """A client's certificate key (to sign its key adverts) and the federation CA (to check
+    the others'). ``from_dir`` reads the files :func:`p2pboost.certs.init` writes."""
+
+    signing_key: ec.EllipticCurvePrivateKey
+    cert_pem: bytes
+    ca: x509.Certificate
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike[str]) -> ClientIdentity:
+        base = Path(directory)
+        try:
+            key = serialization.load_pem_private_key((base / "key.pem").read_bytes(), None)
+            ca = x509.load_pem_x509_certificate((base / "ca.pem").read_bytes())
+            cert = (base / "cert.pem").read_bytes()
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"cannot read the identity in {base}: {exc}") from None
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ConfigError(f"{base / 'key.pem'} is not an ECDSA key")
+        return cls(key, cert, ca)
+
+
+@dataclass
+class HomoResult:
+    """The server's outcome: the model (which every client also holds) and statistics."""
+
+    booster: Booster
+    clients: list[str]
+    rounds: int
+    epochs: int
+    seconds_setup: float
+    seconds_trees: float
+    n_trees: int
+    evaluation: list[float] = field(default_factory=list)

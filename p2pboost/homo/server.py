@@ -1,0 +1,282 @@
+"""The server's side of horizontal SecureBoost: it holds no data and drives the clients.
+
+:func:`server_train` runs the stages in order; every number it uses is a securely aggregated
+sum (:meth:`~p2pboost.homo._federation.Federation.aggregate`; layouts in
+:mod:`p2pboost.homo._vectors`)::
+
+    hello      the clients agree on the settings (a digest) and announce their features
+    stats      rows and label statistics: the base margin
+    bins       counts per key range until the union's bin edges are known (``_binning``)
+    model      the edges and base margin, to every client
+    per tree   grid (the union's fixed-point grid), root (the root's histogram), then per
+               layer children (the smaller child of each split); ``tree`` to every client
+    per round  eval (summed validation losses), when validating
+    done       the best round, to every client
+
+Trees grow through the core's schedule (:meth:`~p2pboost.gbdt.grower.HistogramGrower.schedule`)
+and rounds run through its round loop (:class:`~p2pboost.gbdt.rounds.RoundLoop`): the server
+only answers the schedule's steps with aggregated histograms, so on the same edges the model
+equals the core's on the union of the rows. When a client drops, the federation raises
+:class:`~p2pboost.homo._federation.Restart` and the current stage (statistics and binning, one
+tree, or one evaluation) starts again with the survivors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import InputError, ProtocolError, RemoteProtocolError
+from p2pboost.gbdt.binning import BinMapper
+from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.callbacks import EarlyStopping
+from p2pboost.gbdt.grower import ChooseSplits, GrowStep, HistogramGrower, Partition, drive_async
+from p2pboost.gbdt.objectives import Objective, get_objective
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.rounds import RoundLoop
+from p2pboost.gbdt.split import candidate_mask
+from p2pboost.gbdt.tree import Tree
+from p2pboost.homo._binning import EdgeSearch
+from p2pboost.homo._federation import Federation, Restart
+from p2pboost.homo._messages import (
+    CollectBins,
+    CollectChildren,
+    CollectEval,
+    CollectGrid,
+    CollectRoot,
+    CollectStats,
+    Done,
+    FinishedTree,
+    Hello,
+    Joined,
+    ModelHeader,
+)
+from p2pboost.homo._vectors import (
+    EVAL_LENGTH,
+    GRID_LENGTH,
+    HistLayout,
+    Stats,
+    read_eval,
+    read_grid,
+    read_stats,
+    stats_length,
+)
+from p2pboost.homo.config import VERSION, HomoConfig, HomoPhase, HomoResult, Tap
+from p2pboost.net.node import Session
+
+__all__ = ["server_train"]
+
+
+async def server_train(
+    sessions: Mapping[str, Session],
+    config: HomoConfig,
+    *,
+    n_features: int | None = None,
+    run_id: str | None = None,
+    tap: Tap | None = None,
+) -> HomoResult:
+    """Coordinate training among the clients of ``sessions`` (one session per client).
+
+    ``n_features``, if given, is checked against every client's. ``run_id`` (default:
+    random) names this run in every signature and key derivation, so nothing from another
+    run can be replayed. ``tap`` (for audits and tests) is called with ``("recv", client,
+    message)`` for every message received (the map as it arrived) and ``("aggregate", tag,
+    {...})`` for every aggregate: everything the server ever learns.
+    """
+    config = config.validate()
+    if len(sessions) < config.min_clients:
+        raise InputError(f"need at least {config.min_clients} clients, got {len(sessions)}")
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    fed = Federation(sessions, config, tap, run_id or secrets.token_hex(16))
+    params = config.params
+    objective = get_objective(params)
+    k_out = objective.n_outputs
+
+    hello = Hello(VERSION, config.digest(), fed.run_id)
+    for c, rep in (await fed.ask_same(list(fed.active), hello, Joined)).items():
+        f = rep.n_features
+        if n_features is not None and f != n_features:
+            raise RemoteProtocolError(f"has {f!r} features, expected {n_features}", peer=c)
+        n_features = f
+    if n_features is None:
+        raise ProtocolError("no client answered hello")
+
+    # -- statistics and binning (restarted whenever a client drops) ---------------------------
+    while True:
+        try:
+            fed.phase = HomoPhase.STATS
+            stats = read_stats(await fed.aggregate(CollectStats, stats_length(k_out)))
+            fed.phase = HomoPhase.BINNING
+            search = EdgeSearch(n_features, params.max_bin)
+            while not search.done:
+                q = search.query()
+                ask = partial(CollectBins, level=q.level, feature=q.feature, prefix=q.prefix)
+                search.feed(await fed.aggregate(ask, q.length))
+            break
+        except Restart:
+            continue
+    if stats.n_rows < 1:
+        raise ProtocolError("the clients hold no rows")
+    base = _base_margin(objective, params, stats)
+    mapper = BinMapper.from_dict(
+        {"max_bin": params.max_bin, "edges": [e.tolist() for e in search.edges()]}
+    )
+    await fed.broadcast(ModelHeader(edges=mapper.edges, base=base))
+    setup_done = loop.time()
+
+    # -- trees --------------------------------------------------------------------------------
+    stopper = (
+        [EarlyStopping(config.early_stopping_rounds)]
+        if config.early_stopping_rounds is not None
+        else []
+    )
+    # The core's round loop: the same column draws, trees per round and early stop.
+    rounds = RoundLoop(params, n_features, k_out, stopper)
+    all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
+    evaluation: list[float] = []
+    for it in rounds:
+        fed.phase = HomoPhase.TREES
+        candidates = all_candidates & rounds.sample_columns()[:, None, None]
+        for out in rounds.outputs:
+            while True:
+                try:
+                    tree = await _grow(fed, params, mapper, candidates, it, out, k_out)
+                    break
+                except Restart:
+                    continue  # a client dropped: grow this tree again with the survivors
+            rounds.add_tree(tree, out)
+            await fed.broadcast(FinishedTree(it, out, tree.to_dict()))
+        if not config.evaluating:
+            continue
+        fed.phase = HomoPhase.EVAL
+        score = await _evaluate(fed, config)
+        if score is not None:
+            evaluation.append(score)
+            rounds.end_round({"valid": {config.metric: score}})
+    booster = Booster(
+        params,
+        mapper,
+        np.asarray(base),
+        rounds.trees,
+        rounds.tree_output,
+        rounds.trees_per_round,
+        rounds.best_iteration,
+    )
+    fed.phase = HomoPhase.DONE
+    await fed.broadcast(Done(booster.best_iteration))
+    end = loop.time()
+    return HomoResult(
+        booster=booster,
+        clients=list(fed.active),
+        rounds=fed.round,
+        epochs=fed.epoch,
+        seconds_setup=setup_done - start,
+        seconds_trees=end - setup_done,
+        n_trees=len(booster.trees),
+        evaluation=evaluation,
+    )
+
+
+def _base_margin(objective: Objective, params: BoostParams, stats: Stats) -> list[float]:
+    """The core's ``init_margin`` from summed label statistics."""
+    if params.base_score is not None:
+        return [float(v) for v in objective.margin_from_score(params.base_score)]
+    k, n = objective.n_outputs, stats.n_rows
+    if objective.name == "binary:logistic":
+        y = np.zeros(n)
+        y[: int(stats.label_counts[0])] = 1.0  # only the count of ones matters to the mean
+        return [float(v) for v in objective.init_margin(y)]
+    if objective.name == "multi:softmax":
+        y = np.repeat(np.arange(k, dtype=np.float64), stats.label_counts[:k])
+        if y.size != n:
+            raise ProtocolError("class counts do not add up to the rows")
+        return [float(v) for v in objective.init_margin(y)]
+    return [stats.label_sum / n]
+
+
+async def _grow(
+    fed: Federation,
+    params: BoostParams,
+    mapper: BinMapper,
+    candidates: npt.NDArray[np.bool_],
+    it: int,
+    out: int,
+    k_obj: int,
+) -> Tree:
+    """One tree by the core's schedule, its histograms securely aggregated from the clients."""
+    layout = HistLayout(mapper.n_features, mapper.n_slots, k_obj if out < 0 else 1)
+    n_slots = mapper.n_slots
+    grid_g, grid_h = read_grid(
+        await fed.aggregate(partial(CollectGrid, it=it, output=out), GRID_LENGTH)
+    )
+    root_request = partial(
+        CollectRoot,
+        g_bits=grid_g.bits,
+        g_mag=grid_g.magnitude_bits,
+        h_bits=grid_h.bits,
+        h_mag=grid_h.magnitude_bits,
+        n_rows=grid_g.max_rows,
+    )
+    grower = HistogramGrower(params, layout.n_outputs, candidates, mapper.thresholds)
+    hist = layout.read(await fed.aggregate(root_request, layout.length(1)), 1, grid_g, grid_h)
+    assert hist.count is not None
+    root = grower.start(
+        hist,
+        hist.grad[:, 0].sum(axis=1),
+        hist.hess[:, 0].sum(axis=1),
+        hist.count.sum(axis=2)[:, 0],
+    )
+
+    async def answer(step: GrowStep) -> Any:
+        if isinstance(step, ChooseSplits):
+            return grower.find_splits(step.frontier)
+        if isinstance(step, Partition):
+            return None  # the clients move their rows when told the plan (below)
+        frontier, plan = step.frontier, step.plan
+        assert frontier.hist.count is not None
+        cnt = frontier.hist.count[plan.parent_index, plan.feature]  # (m, B)
+        b = np.arange(n_slots)[None, :]
+        in_left = (b <= plan.threshold_bin[:, None]) & (b < n_slots - 1)
+        in_left |= (b == n_slots - 1) & plan.default_left[:, None]
+        n_left = (cnt * in_left).sum(axis=1)
+        n_right = frontier.count[plan.parent_index] - n_left
+        small = np.where(n_left <= n_right, plan.left, plan.right)
+        request = partial(
+            CollectChildren,
+            nodes=_int64(plan.nodes),
+            feature=_int64(plan.feature),
+            threshold_bin=_int64(plan.threshold_bin),
+            default_left=np.asarray(plan.default_left, dtype=np.bool_),
+            left=_int64(plan.left),
+            right=_int64(plan.right),
+            n_nodes=int(grower.tree.n_nodes),
+            build=_int64(small),
+        )
+        total = await fed.aggregate(request, layout.length(small.size))
+        small_hist = layout.read(total, small.size, grid_g, grid_h)
+        return grower.next_frontier(frontier, plan, small_hist, n_left, n_right)
+
+    return await drive_async(grower.schedule(root), answer)
+
+
+def _int64(a: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+    """The wire's dtype for node and bin arrays (the clients accept exactly int64)."""
+    return np.asarray(a, dtype=np.int64)
+
+
+async def _evaluate(fed: Federation, config: HomoConfig) -> float | None:
+    """The round's validation metric over every client's validation rows (``None``: none)."""
+    while True:
+        try:
+            total = await fed.aggregate(CollectEval, EVAL_LENGTH)
+            break
+        except Restart:
+            continue
+    return read_eval(total, config.metric)

@@ -1,0 +1,61 @@
+"""Vector layouts: the server reads back exactly the sums of what the clients wrote."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from p2pboost.gbdt.fixedpoint import choose_grid, quantize
+from p2pboost.gbdt.histogram import Histogram
+from p2pboost.gbdt.objectives import get_objective
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.homo._vectors import (
+    HistLayout,
+    eval_vector,
+    grid_vector,
+    read_eval,
+    read_grid,
+    read_stats,
+    stats_vector,
+)
+
+
+def test_layouts_read_back_what_clients_wrote() -> None:
+    rng = np.random.default_rng(2)
+    objective = get_objective(BoostParams(objective="multi:softmax", num_class=3))
+    ys = [rng.integers(0, 3, size=n).astype(float) for n in (5, 7)]
+    stats = read_stats(sum(stats_vector(y, objective) for y in ys))
+    assert stats.n_rows == 12
+    assert stats.label_sum == sum(float(y.sum()) for y in ys)
+    np.testing.assert_array_equal(
+        stats.label_counts, np.bincount(np.concatenate(ys).astype(np.intp), minlength=3)
+    )
+
+    gs = [rng.normal(size=(n, 1)) * 3 for n in (5, 7)]
+    hs = [np.abs(rng.normal(size=(n, 1))) for n in (5, 7)]
+    grid_g, grid_h = read_grid(sum(grid_vector(g, h) for g, h in zip(gs, hs, strict=True)))
+    assert grid_g == choose_grid(np.concatenate(gs), 12)
+    assert grid_h == choose_grid(np.concatenate(hs), 12)
+
+    layout = HistLayout(n_features=2, n_slots=3, n_outputs=1)
+    hists = []
+    for g, h in zip(gs, hs, strict=True):
+        shape = (2, 2, 3, 1)
+        hists.append(
+            Histogram(
+                quantize(np.resize(g, shape), grid_g),
+                quantize(np.resize(h, shape), grid_h),
+                rng.integers(0, 9, size=shape[:3]),
+            )
+        )
+    total = sum(layout.write(hist, grid_g, grid_h) for hist in hists)
+    assert total.shape == (layout.length(2),)
+    back = layout.read(total, 2, grid_g, grid_h)
+    np.testing.assert_array_equal(back.grad, hists[0].grad + hists[1].grad)
+    np.testing.assert_array_equal(back.hess, hists[0].hess + hists[1].hess)
+    np.testing.assert_array_equal(back.count, hists[0].count + hists[1].count)
+
+    y, p = np.array([0.0, 1.0, 1.0]), np.array([0.2, 0.7, 0.9])
+    total = eval_vector("mae", (y, p)) + eval_vector("mae", None)
+    assert read_eval(total, "mae") == pytest.approx(np.mean(np.abs(y - p)), abs=1e-6)
+    assert read_eval(eval_vector("rmse", None), "rmse") is None
