@@ -21,13 +21,10 @@ the two modes alternate ``--repeat`` times and medians are reported.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import multiprocessing
 import statistics
 import tempfile
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +32,7 @@ import numpy as np
 
 from benchmarks._common import data_dir, emit_json, print_table, read_csv
 from p2pboost import certs
+from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.metrics import auc
@@ -42,6 +40,8 @@ from p2pboost.gbdt.params import BoostParams
 from p2pboost.net.node import Node, NodeConfig
 
 SERVER = "server"
+#: How long one federated run may take before every party is stopped (seconds).
+PARTY_TIMEOUT = 3600.0
 NODE_CONFIG = NodeConfig(heartbeat_interval=1.0, heartbeat_timeout=30.0)
 
 
@@ -64,88 +64,77 @@ def _load(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return values[:, first:], values[:, y_col]
 
 
-def _server_proc(
-    conn: Connection, fed: str, clients: list[str], params: dict[str, Any], masking: bool
-) -> None:
+async def _server(
+    report: Report, fed: str, clients: list[str], params: dict[str, Any], masking: bool
+) -> dict[str, Any]:
     from p2pboost.homo.estimators import HomoServer
 
-    async def main() -> dict[str, Any]:
-        async with Node(
-            SERVER,
-            listen="wss://127.0.0.1:0",
-            peers=dict.fromkeys(clients),
-            tls=TLSConfig.from_dir(Path(fed) / SERVER),
-            config=NODE_CONFIG,
-        ) as node:
-            conn.send(node.address)
-            server = HomoServer(BoostParams.from_dict(params), masking=masking)
-            await server.afit(node, clients)
-            r = server.result_
-            return {
-                "seconds_trees": r.seconds_trees,
-                "seconds_setup": r.seconds_setup,
-                "n_trees": r.n_trees,
-                "rounds": r.rounds,
-                "model": r.booster.to_dict(),
-            }
-
-    conn.send(asyncio.run(main()))
+    async with Node(
+        SERVER,
+        listen="wss://127.0.0.1:0",
+        peers=dict.fromkeys(clients),
+        tls=TLSConfig.from_dir(Path(fed) / SERVER),
+        config=NODE_CONFIG,
+    ) as node:
+        report("address", node.address)
+        server = HomoServer(BoostParams.from_dict(params), masking=masking)
+        await server.afit(node, clients)
+        r = server.result_
+        return {
+            "seconds_trees": r.seconds_trees,
+            "seconds_setup": r.seconds_setup,
+            "n_trees": r.n_trees,
+            "rounds": r.rounds,
+            "model": r.booster.to_dict(),
+        }
 
 
-def _client_proc(
-    conn: Connection,
+async def _client(
+    report: Report,
     fed: str,
     me: str,
     address: str,
     path: str,
     params: dict[str, Any],
     masking: bool,
-) -> None:
+) -> dict[str, Any]:
     from p2pboost.homo.estimators import HomoClient
 
     X, y = _load(Path(path))
-
-    async def main() -> dict[str, Any]:
-        async with Node(
-            me,
-            peers={SERVER: address},
-            tls=TLSConfig.from_dir(Path(fed) / me),
-            config=NODE_CONFIG,
-        ) as node:
-            client = HomoClient(
-                BoostParams.from_dict(params), identity=Path(fed) / me, masking=masking
-            )
-            await client.afit(node, SERVER, X, y)
-            return client.model_.to_dict()
-
-    conn.send(asyncio.run(main()))
+    async with Node(
+        me,
+        peers={SERVER: address},
+        tls=TLSConfig.from_dir(Path(fed) / me),
+        config=NODE_CONFIG,
+    ) as node:
+        client = HomoClient(BoostParams.from_dict(params), identity=Path(fed) / me, masking=masking)
+        await client.afit(node, SERVER, X, y)
+        model: dict[str, Any] = client.model_.to_dict()
+        return model
 
 
 def run_federation(
     fed: Path, files: list[Path], params: BoostParams, masking: bool
 ) -> tuple[dict[str, Any], list[Booster]]:
     """One training run, every party in its own process; the server's stats and the models."""
-    ctx = multiprocessing.get_context("spawn")
     clients = [f"client{i + 1}" for i in range(len(files))]
     p = params.to_dict()
-    s_recv, s_send = ctx.Pipe(duplex=False)
-    server = ctx.Process(target=_server_proc, args=(s_send, str(fed), clients, p, masking))
-    server.start()
-    address = s_recv.recv()
-    procs, pipes = [], []
-    for c, path in zip(clients, files, strict=True):
-        recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(
-            target=_client_proc, args=(send, str(fed), c, address, str(path), p, masking)
-        )
-        proc.start()
-        procs.append(proc)
-        pipes.append(recv)
-    stats = s_recv.recv()
-    models = [Booster.from_dict(pipe.recv()) for pipe in pipes]
-    for proc in [server, *procs]:
-        proc.join(timeout=30)
-    return stats, models
+    with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
+        parties.start(SERVER, _server, fed=str(fed), clients=clients, params=p, masking=masking)
+        address = parties.expect(SERVER, "address")
+        for c, path in zip(clients, files, strict=True):
+            parties.start(
+                c,
+                _client,
+                fed=str(fed),
+                me=c,
+                address=address,
+                path=str(path),
+                params=p,
+                masking=masking,
+            )
+        results = parties.wait()
+    return results[SERVER], [Booster.from_dict(results[c]) for c in clients]
 
 
 def _same_trees(a: Booster, b: Booster) -> bool:
