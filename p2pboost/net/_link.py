@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from p2pboost.exceptions import TransportError
 from p2pboost.net._frames import (
     Data,
     Frame,
@@ -37,6 +36,7 @@ from p2pboost.net._frames import (
     parse_message,
 )
 from transports.base import Connection, Transport
+from transports.errors import TransportError
 
 __all__ = ["Link", "LinkOwner", "LinkSettings"]
 
@@ -100,8 +100,11 @@ class Link:
         epoch: int,
         settings: LinkSettings,
         dial_address: str | None,
+        explain: Callable[[TransportError], Exception] | None = None,
     ) -> None:
         self.owner = owner
+        #: Turns a transport's error into the library's, for the log (adds what we know).
+        self.explain: Callable[[TransportError], Exception] = explain or (lambda exc: exc)
         self.local_id = local_id
         self.peer = peer
         self.epoch = epoch
@@ -266,6 +269,8 @@ class Link:
                 "%s: link to %r failed unexpectedly", self.local_id, self.peer, exc_info=exc
             )
         else:
+            if isinstance(exc, TransportError):
+                exc = self.explain(exc)
             logger.info("%s: connection to %r ended: %s", self.local_id, self.peer, exc)
 
     async def dial_forever(self, transport: Transport, spawn: Callable[..., object]) -> None:
@@ -279,7 +284,9 @@ class Link:
             try:
                 async with asyncio.timeout(s.connect_timeout):
                     conn = await transport.connect(self.dial_address, peer_id=self.peer)
-            except (TransportError, TimeoutError, OSError) as exc:
+            except TransportError as exc:
+                logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, self.explain(exc))
+            except (TimeoutError, OSError) as exc:
                 logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, exc)
             except Exception:  # a transport bug must not stop the node from retrying
                 logger.exception("%s: connecting to %r failed", self.local_id, self.peer)

@@ -47,10 +47,13 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
     SessionClosed,
 )
+from p2pboost.exceptions import TransportError as P2PBoostTransportError
 from p2pboost.net._frames import Abort, Close, Credit, Data, Frame, abort_frame, encode_name
 from p2pboost.net._link import Link, LinkSettings
 from p2pboost.net._mux import Channel, Session, SessionState, StreamWriter
+from p2pboost.net.transport import load_tls, translate_error, websocket_transport
 from transports.base import Connection, Listener, Transport
+from transports.errors import TransportConfigError, TransportError
 
 if TYPE_CHECKING:
     from p2pboost.certs import TLSConfig
@@ -218,6 +221,7 @@ class Node:
         self.peers: Mapping[str, str | None] = MappingProxyType(dict(peers))
         self.config = config or NodeConfig()
         self._tls = tls
+        self._tls_config: TLSConfig | None = None  # resolved when we build the transport
         self._transport = transport
         self._links: dict[str, Link] = {}
         self._sessions: dict[str, Session] = {}
@@ -259,7 +263,7 @@ class Node:
             raise LocalProtocolError("node already started")
         self._running = True
         if self._transport is None:
-            self._transport = _websocket_transport(self)
+            self._transport = self._websocket_transport()
         c = self.config
         settings = LinkSettings(
             window=c.window,
@@ -276,10 +280,12 @@ class Node:
         self._incoming_event = asyncio.Event()
         for peer, address in self.peers.items():
             dial = address if peer > self.party_id else None
-            self._links[peer] = Link(self, self.party_id, peer, epoch, settings, dial)
+            self._links[peer] = Link(
+                self, self.party_id, peer, epoch, settings, dial, explain=self._explain
+            )
         try:
             if self.listen is not None:
-                self._listener = await self._transport.serve(self.listen, self._accept)
+                self._listener = await self._serve(self._transport, self.listen)
             for link in self._links.values():
                 if link.dial_address is not None:
                     self._spawn(link.dial_forever(self._transport, self._spawn))
@@ -330,6 +336,39 @@ class Node:
             task.cancel()
         while self._tasks:
             await asyncio.wait(self._tasks)
+
+    async def _serve(self, transport: Transport, address: str) -> Listener:
+        """Listen at ``address``; the transport's errors become p2pboost's."""
+        try:
+            return await transport.serve(address, self._accept)
+        except TransportError as exc:
+            raise self._explain(exc) from None
+        except TransportConfigError as exc:
+            raise ConfigError(f"cannot listen on {address!r}: {exc}") from None
+
+    def _explain(self, exc: TransportError) -> P2PBoostTransportError:
+        return translate_error(exc, tls=self._tls_config)
+
+    def _websocket_transport(self) -> Transport:
+        """The default transport: WebSockets with mutual TLS, built from ``tls``.
+
+        ``tls`` is a :class:`~p2pboost.certs.TLSConfig` or the directory ``p2pboost certs
+        init`` wrote for this party. WebSocket pings are off (the node sends its own
+        heart-beats) and the closing handshake is short (a dead peer must not hold up a
+        reconnect or the node's exit).
+        """
+        assert self._tls is not None
+        self._tls_config = load_tls(self._tls)
+        c = self.config
+        return websocket_transport(
+            self._tls_config,
+            party_id=self.party_id,
+            allowed_peers=list(self.peers),
+            max_message_bytes=max(64 * MiB, c.max_fragment + c.coalesce_bytes + 64 * KiB),
+            open_timeout=c.connect_timeout,
+            close_timeout=1.0,
+            ping_interval=None,
+        )
 
     def _spawn(
         self, coro: Coroutine[Any, Any, Any], *, name: str = "p2pboost-node"
@@ -631,30 +670,3 @@ class Node:
         }
         buffered = sum(p.resend_buffer_bytes + p.receive_buffer_bytes for p in peers.values())
         return NodeStats(self.party_id, len(self._sessions), buffered, MappingProxyType(peers))
-
-
-def _websocket_transport(node: Node) -> Transport:
-    """The default transport: WebSockets with mutual TLS, built from ``tls``.
-
-    ``tls`` is a :class:`~p2pboost.certs.TLSConfig` or the directory ``p2pboost certs init``
-    wrote for this party. WebSocket pings are off (the node sends its own heart-beats) and the
-    closing handshake is short (a dead peer must not hold up a reconnect or the node's exit).
-    """
-    from p2pboost.certs import TLSConfig
-    from transports.websocket import WebSocketTransport
-
-    tls = node._tls
-    if not isinstance(tls, TLSConfig):
-        if not isinstance(tls, str | os.PathLike):
-            raise ConfigError(f"tls must be a TLSConfig or a directory, not {type(tls).__name__}")
-        tls = TLSConfig.from_dir(tls)
-    c = node.config
-    return WebSocketTransport(
-        tls,
-        party_id=node.party_id,
-        allowed_peers=list(node.peers),
-        max_message_bytes=max(64 * MiB, c.max_fragment + c.coalesce_bytes + 64 * KiB),
-        open_timeout=c.connect_timeout,
-        close_timeout=1.0,
-        ping_interval=None,
-    )
