@@ -15,9 +15,10 @@ ends with :class:`~p2pboost.exceptions.RemoteProtocolError`.
 A channel has two sides. The application's: ``send``, ``recv``, ``stream``, ... The session's
 (the multiplexer in :mod:`p2pboost.net._mux`, as asyncio's protocols call
 ``StreamReader.feed_data``): :meth:`Channel.feed_data`, :meth:`~Channel.feed_credit`,
-:meth:`~Channel.feed_eof`, :meth:`~Channel.release` and :meth:`~Channel.wake`, which
-applications never call. What a channel needs of its session is as narrow: the session's
-``id``, ``state`` and ``error`` (:class:`ChannelSession`) and a function that fails the session.
+:meth:`~Channel.feed_eof`, :meth:`~Channel.release`, :meth:`~Channel.wake` and
+:meth:`~Channel.bind`, which applications never call. What a channel needs of its session is
+as narrow: the session's ``id``, ``state`` and ``error`` (:class:`ChannelSession`) and a
+function that fails the session.
 """
 
 from __future__ import annotations
@@ -397,6 +398,12 @@ class Channel:
         if allowed > self._allowed:
             self._allowed = allowed
             self._send_event.set()
+
+    def bind(self, session: ChannelSession, fail: Callable[[P2PBoostError], None]) -> None:
+        """Move the channel into ``session`` (its frames arrived before the application
+        claimed the session, and the claim joined them to the peers' others)."""
+        self.session = session
+        self._fail = fail
 
     def feed_eof(self) -> None:
         """The peer left the session: what it sent can still be read, then recv() raises."""

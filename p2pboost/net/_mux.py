@@ -7,9 +7,12 @@ per peer; the :class:`Mux` is what sits between the links and the sessions:
 * it **dispatches** every frame a link delivers to the session and channel it names, creating
   channels (and sessions a peer opens) on demand, within ``max_sessions``,
   ``max_sessions_per_peer`` and ``max_channels_per_session``;
+* it **keeps peers apart**: a frame from a party only ever touches sessions that party
+  belongs to. What arrives for a session nobody here claimed yet waits per (session, sending
+  peer) until the application claims it and says who belongs (see :class:`Mux`);
 * it **refuses** what a peer may not do (a frame for a session it is not part of, a session
   beyond the limits) with an ABORT to that peer alone, and remembers recently ended sessions
-  so that their late frames are dropped rather than taken for new ones;
+  (per session and peer) so that their late frames are dropped rather than taken for new ones;
 * it **opens and claims** sessions for the application (``Node.session`` and
   ``Node.accept_session`` delegate here).
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
 
@@ -62,14 +65,25 @@ class Session:
     :class:`SessionClosed` once they have read what was sent before).
     """
 
-    def __init__(self, mux: Mux, session_id: str, peers: Iterable[str], *, claimed: bool):
+    def __init__(
+        self,
+        mux: Mux,
+        session_id: str,
+        peers: Iterable[str],
+        *,
+        claimed: bool,
+        opener: str | None = None,
+    ):
         self._sid = encode_name(session_id)  # first: a bad id raises ValueError
         self.id = session_id
         self._mux = mux
         self._peers = set(peers)
         self.claimed = claimed
         #: The peer whose frame opened this session here (``None``: opened locally).
-        self.opener: str | None = None
+        self.opener = opener
+        # Claimed with declared peers (Node.session): the name is theirs, others are refused.
+        # Accepted (a peer opened it): it is that peer's, and the name stays free for others.
+        self._declared = False
         self.state = SessionState.OPEN
         self.error: P2PBoostError | None = None
         self._channels: dict[tuple[str, str], Channel] = {}
@@ -173,17 +187,33 @@ class Session:
         self.error = error
         logger.warning("%s: session %r failed: %s", self._mux.party_id, self.id, error)
         reason = str(error) if wire_reason is None else wire_reason
-        for peer in sorted(self._peers):
+        self._tell_failed(sorted(self._peers), reason, notify_except=notify_except)
+        self._release()
+
+    def _tell_failed(
+        self, peers: Iterable[str], reason: str, *, notify_except: str | None = None
+    ) -> None:
+        """Drop the session's unacknowledged frames to ``peers`` (a failed run's data is of no
+        use to them), and tell each why in an ABORT (but ``notify_except``, who knows)."""
+        for peer in peers:
             link = self._mux.links[peer]
             link.withdraw(self.id)
             if peer != notify_except and peer not in self._peer_closed:
                 seq = link.alloc_seq()
                 link.push(seq, (abort_frame(seq, self._sid, reason),), None)
-        self._release()
 
     def _release(self) -> None:
         for ch in self._channels.values():
             ch.release()
+
+    def _absorb(self, other: Session) -> None:
+        """Take over ``other``'s channels (another peer's frames for the same session, kept
+        apart until the application claimed the session with both peers)."""
+        for key, ch in other._channels.items():
+            ch.bind(self, self._fail)
+            self._channels[key] = ch
+        self._peer_closed |= other._peer_closed
+        self.created_at = min(self.created_at, other.created_at)
 
     def _peer_left(self, peer: str) -> None:
         self._peer_closed.add(peer)
@@ -202,6 +232,20 @@ class Mux:
 
     ``peers`` are the party ids the node knows, ``links`` its link per peer (filled when the
     node starts; shared, not copied).
+
+    **A frame from a party only ever touches sessions that party belongs to.** Sessions the
+    application has claimed are keyed by id; what arrives for a session nobody here claimed
+    yet is kept per (session id, sending peer), each such *pending* session holding only that
+    peer's channels, counted against that peer's limits, failing only on that peer's faults and
+    expiring on its own clock. Claiming decides who belongs:
+
+    * ``Node.session(id, peers)`` adopts the declared peers' pending frames and refuses every
+      other peer's (an ABORT to that peer alone, its buffers freed); from then on the id is
+      the declared peers' and anyone else's frames for it are refused;
+    * ``Node.accept_session()`` hands out one peer's pending session at a time, as that peer's
+      session: another peer's frames for the same id stay apart, and are handed out in turn
+      once the first is over. A stranger who writes first cannot take the id from the peer
+      the application waits for.
     """
 
     def __init__(
@@ -215,10 +259,12 @@ class Mux:
         self.config = config
         self.links = links
         self._known = frozenset(peers)
-        self._sessions: dict[str, Session] = {}
-        self._ended: OrderedDict[str, None] = OrderedDict()  # recently ended session ids
-        self._incoming: deque[Session] = deque()
-        self._incoming_event = asyncio.Event()
+        self._sessions: dict[str, Session] = {}  # claimed by the application, by id
+        self._pending: dict[tuple[str, str], Session] = {}  # unclaimed, by (id, peer), in order
+        # (id, peer) of recently ended sessions: their late frames are dropped.
+        self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._opened: Counter[str] = Counter()  # live sessions each peer opened here
+        self._incoming = asyncio.Event()  # a pending session may be ready for accept()
         self._refusing = False  # the node is closing: peers may open no new session
         self._closed = False  # the node closed: accept() waits no more
         # Messages counted on channels of sessions that ended, per peer (for the statistics).
@@ -238,53 +284,79 @@ class Mux:
         return declared
 
     def open(self, session_id: str, peers: Iterable[str] | None) -> Session:
-        """Open session ``session_id`` with ``peers``, or claim it if a peer opened it first
+        """Open session ``session_id`` with ``peers``, adopting what they sent for it already
         (see :meth:`Node.session <p2pboost.net.node.Node.session>`)."""
-        existing = self._sessions.get(session_id)
-        if existing is not None:
-            if existing.claimed:
-                raise LocalProtocolError(f"session {session_id!r} is already open")
-            existing.claimed = True
-            if peers is not None:
-                declared = self.check_peers(peers)
-                intruders = existing._peers - declared
-                existing._peers |= declared
-                if intruders:
-                    intruder = sorted(intruders)[0]
-                    existing._fail(
-                        RemoteProtocolError(
-                            f"sent frames for session {session_id!r}, which it is not part of",
-                            peer=intruder,
-                        )
-                    )
-            return existing
+        if session_id in self._sessions:
+            raise LocalProtocolError(f"session {session_id!r} is already open")
+        waiting = [s for (sid, _), s in self._pending.items() if sid == session_id]
         if peers is None:
+            if waiting:
+                return self._claim(waiting[0])
             raise InputError(f"session {session_id!r} is new: give its peers")
         declared = self.check_peers(peers)
-        if len(self._sessions) >= self.config.max_sessions:
+        adopted = [s for s in waiting if s.opener in declared]
+        strangers = [s for s in waiting if s.opener not in declared]
+        if not adopted and self.session_count - len(strangers) >= self.config.max_sessions:
             raise LocalProtocolError(
                 f"too many concurrent sessions (max_sessions={self.config.max_sessions})"
             )
-        try:
-            session = Session(self, session_id, declared, claimed=True)
-        except ValueError as exc:
-            raise InputError(f"bad session id {session_id!r}: {exc}") from exc
-        self._ended.pop(session_id, None)
+        told: set[str] = set()  # peers that already know the session failed
+        if adopted:
+            session, told = self._adopt(adopted)
+        else:
+            try:
+                session = Session(self, session_id, declared, claimed=True)
+            except ValueError as exc:
+                raise InputError(f"bad session id {session_id!r}: {exc}") from exc
+        for stranger in strangers:
+            self._refuse(stranger, "not a member of this session")
+        session.claimed = session._declared = True
+        session._peers = declared
+        for peer in declared:
+            self._ended.pop((session_id, peer), None)
         self._sessions[session_id] = session
+        if session.state is not SessionState.OPEN:  # a peer broke the rules before the claim
+            session._tell_failed(sorted(declared - told), str(session.error))
         return session
 
+    def _adopt(self, adopted: list[Session]) -> tuple[Session, set[str]]:
+        """One session out of the pending sessions of declared peers: the oldest takes in the
+        others' channels. If any of them had failed (its peer broke the rules, or aborted),
+        so has the result; returns it with the peers that already know."""
+        session = adopted[0]
+        told: set[str] = set()
+        for pending in adopted:
+            assert pending.opener is not None
+            del self._pending[(pending.id, pending.opener)]
+            if pending.state is not SessionState.OPEN:
+                told.add(pending.opener)
+                if session.state is SessionState.OPEN:
+                    session.state, session.error = SessionState.FAILED, pending.error
+            if pending is not session:
+                session._absorb(pending)
+                self._opened[pending.opener] -= 1  # one session now, counted once
+        if session.state is not SessionState.OPEN:
+            session._release()
+        return session, told
+
     async def accept(self) -> Session:
-        """Wait for a session a peer opened and nobody here claimed yet, and claim it."""
+        """Wait for a session a peer opened and nobody here claimed yet, and claim it (as
+        that peer's session: the oldest whose id is free here)."""
         while True:
-            while self._incoming:
-                session = self._incoming.popleft()
-                if not session.claimed and self._sessions.get(session.id) is session:
-                    session.claimed = True
-                    return session
+            for pending in self._pending.values():
+                if pending.id not in self._sessions:
+                    return self._claim(pending)
             if self._closed:
                 raise SessionClosed("node closed")
-            self._incoming_event.clear()
-            await self._incoming_event.wait()
+            self._incoming.clear()
+            await self._incoming.wait()
+
+    def _claim(self, pending: Session) -> Session:
+        assert pending.opener is not None
+        del self._pending[(pending.id, pending.opener)]
+        pending.claimed = True
+        self._sessions[pending.id] = pending
+        return pending
 
     # -- the links' side ----------------------------------------------------------------------
 
@@ -297,7 +369,9 @@ class Mux:
             if isinstance(frame, Credit | Close | Abort):
                 session = self._sessions.get(frame.session)
                 if session is None or peer not in session._peers:
-                    continue  # ended here already, or a stranger's: nothing to do
+                    session = self._pending.get((frame.session, peer))
+                    if session is None:
+                        continue  # ended here already, or not the peer's: nothing to do
                 if isinstance(frame, Credit):
                     ch = session._channels.get((peer, frame.channel))
                     if ch is not None:
@@ -316,29 +390,10 @@ class Mux:
     def _on_data(self, peer: str, frame: Data, batched: bool) -> None:
         sid = frame.session
         session = self._sessions.get(sid)
-        if session is None:
-            if sid in self._ended:
-                return  # late frames of a session that ended here
-            if self._refusing:
-                self._reject(peer, sid, "node is shutting down")
+        if session is None or peer not in session._peers:
+            session = self._pending.get((sid, peer)) or self._admit(peer, sid)
+            if session is None:
                 return
-            if len(self._sessions) >= self.config.max_sessions:
-                self._reject(peer, sid, "too many concurrent sessions")
-                return
-            opened = sum(1 for s in self._sessions.values() if s.opener == peer)
-            if opened >= self.config.max_sessions_per_peer:
-                self._reject(peer, sid, f"too many concurrent sessions from {peer!r}")
-                return
-            session = Session(self, sid, (peer,), claimed=False)
-            session.opener = peer
-            self._sessions[sid] = session
-            self._incoming.append(session)
-            self._incoming_event.set()
-        elif peer not in session._peers:
-            if session.claimed:
-                self._reject(peer, sid, "not a member of this session")
-                return
-            session._peers.add(peer)
         if session.state is not SessionState.OPEN:
             return
         if peer in session._peer_closed:
@@ -363,17 +418,57 @@ class Mux:
         except RemoteProtocolError as exc:
             session._fail(exc)
 
+    def _admit(self, peer: str, sid: str) -> Session | None:
+        """The pending session for the first frame ``peer`` sends for ``sid``, or ``None``:
+        late (the session ended here) or refused (an ABORT tells the peer why)."""
+        if (sid, peer) in self._ended:
+            return None  # late frames of a session that ended here
+        claimed = self._sessions.get(sid)
+        if self._refusing:
+            reason = "node is shutting down"
+        elif claimed is not None and claimed._declared:
+            reason = "not a member of this session"
+        elif self.session_count >= self.config.max_sessions:
+            reason = "too many concurrent sessions"
+        elif self._opened[peer] >= self.config.max_sessions_per_peer:
+            reason = f"too many concurrent sessions from {peer!r}"
+        else:
+            session = Session(self, sid, (peer,), claimed=False, opener=peer)
+            self._pending[(sid, peer)] = session
+            self._opened[peer] += 1
+            self._incoming.set()
+            return session
+        self._reject(peer, sid, reason)
+        return None
+
     def _reject(self, peer: str, sid: str, reason: str) -> None:
         """Refuse session ``sid`` to ``peer`` (once): an ABORT tells it why."""
         logger.warning("%s: rejecting session %r from %r: %s", self.party_id, sid, peer, reason)
-        self._ended[sid] = None
+        self._remember_ended(sid, peer)
         link = self.links[peer]
         seq = link.alloc_seq()
         link.push(seq, (abort_frame(seq, encode_name(sid), reason),), None)
 
+    def _refuse(self, pending: Session, reason: str) -> None:
+        """Refuse a pending session to the one peer whose it is: free it, ABORT to that peer."""
+        assert pending.opener is not None
+        logger.warning(
+            "%s: rejecting session %r from %r: %s",
+            self.party_id,
+            pending.id,
+            pending.opener,
+            reason,
+        )
+        if pending.state is SessionState.OPEN:
+            pending.state = SessionState.FAILED
+            pending.error = SessionClosed(f"session {pending.id!r} refused", reason=reason)
+            pending._tell_failed([pending.opener], reason)
+        pending._release()
+        self._forget(pending)
+
     def peer_reset(self, peer: str, reason: str) -> None:
         """``peer`` restarted and lost its state: end every session it is in."""
-        for session in list(self._sessions.values()):
+        for session in self._all():
             if peer in session._peers:
                 session._fail(PeerDisconnected(peer, reason), notify_except=peer)
 
@@ -386,13 +481,13 @@ class Mux:
     # -- the node's side: time and lifecycle --------------------------------------------------
 
     def unclaimed(self) -> list[Session]:
-        """Sessions peers opened that the application has not claimed (oldest first)."""
-        return [s for s in self._sessions.values() if not s.claimed]
+        """Pending sessions (one peer's frames each, not claimed yet), oldest first."""
+        return list(self._pending.values())
 
     def waiting_on(self, absent: Collection[str]) -> list[tuple[Session, list[str]]]:
         """Each open session with the ``absent`` peers (sorted) that are still in it."""
         waiting = []
-        for session in self._sessions.values():
+        for session in self._all():
             if session.state is SessionState.OPEN:
                 members = sorted(p for p in session._peers - session._peer_closed if p in absent)
                 if members:
@@ -406,25 +501,43 @@ class Mux:
     async def close_all(self) -> None:
         """The node is closing: refuse new sessions, close every one (peers learn at once)."""
         self._refusing = True
-        for session in list(self._sessions.values()):
+        for session in self._all():
             await session.close()
 
     def shutdown(self) -> None:
         """The node closed: end what peers opened meanwhile, and wake ``accept()``."""
         self._closed = True
-        for session in self._sessions.values():
+        for session in self._all():
             session.state = SessionState.CLOSED
             session._release()
         self._sessions.clear()
-        self._incoming_event.set()
+        self._pending.clear()
+        self._incoming.set()
+
+    def _all(self) -> list[Session]:
+        return [*self._sessions.values(), *self._pending.values()]
 
     def _forget(self, session: Session) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+            self._incoming.set()  # the id is free: another peer's pending session may go
+        elif (
+            session.opener is not None
+            and self._pending.get((session.id, session.opener)) is session
+        ):
+            del self._pending[(session.id, session.opener)]
+        else:
+            return  # forgotten already (a session closed twice after the node's shutdown)
+        if session.opener is not None:
+            self._opened[session.opener] -= 1
         for (peer, _), ch in session._channels.items():
             self._ended_sent[peer] += ch.messages_sent
             self._ended_received[peer] += ch.messages_received
-        self._ended[session.id] = None
+        for peer in session._peers:
+            self._remember_ended(session.id, peer)
+
+    def _remember_ended(self, sid: str, peer: str) -> None:
+        self._ended[(sid, peer)] = None
         while len(self._ended) > 4 * self.config.max_sessions:
             self._ended.popitem(last=False)
 
@@ -432,8 +545,8 @@ class Mux:
 
     @property
     def session_count(self) -> int:
-        """Sessions held here, claimed or not."""
-        return len(self._sessions)
+        """Sessions held here: claimed ones, and pending ones (one per peer and id)."""
+        return len(self._sessions) + len(self._pending)
 
     def peer_counters(self) -> dict[str, tuple[int, int, int]]:
         """Per peer: bytes buffered on its channels, messages sent to it and received from it
@@ -441,7 +554,7 @@ class Mux:
         buffered = dict.fromkeys(self._known, 0)
         sent = dict(self._ended_sent)
         received = dict(self._ended_received)
-        for session in self._sessions.values():
+        for session in self._all():
             for (peer, _), ch in session._channels.items():
                 buffered[peer] += ch.buffered_bytes
                 sent[peer] += ch.messages_sent

@@ -28,9 +28,10 @@ class NodeConfig:
     Memory one peer can make this node hold is bounded by, per channel, ``window`` (plus, on
     a channel where the application waits for a message larger than the window, that message,
     at most ``max_message_bytes``), times ``max_channels_per_session``, times the sessions it
-    is in (those it opens here: at most ``max_sessions_per_peer``). The resend buffer is
-    bounded by the peers' windows the same way. Lower these for peers you trust less;
-    ``Node.stats().buffered_bytes`` shows what is held.
+    is in (those it opens here: at most ``max_sessions_per_peer``; what a peer sends for a
+    session not claimed yet counts as a session it opened, even under the name of another
+    peer's session). The resend buffer is bounded by the peers' windows the same way. Lower
+    these for peers you trust less; ``Node.stats().buffered_bytes`` shows what is held.
     """
 
     #: Per-channel receive window (credit granted to the peer before it must wait).
@@ -43,11 +44,13 @@ class NodeConfig:
     #: Small frames are coalesced into one transport message up to this size.
     coalesce_bytes: int = 64 * KiB
     max_sessions: int = 1024
-    #: Sessions one peer may open here (so one peer cannot take every slot).
+    #: Sessions one peer may open here (so one peer cannot take every slot): those it sent
+    #: frames for before the application claimed them, and those it opened that were accepted.
     max_sessions_per_peer: int = 256
     max_channels_per_session: int = 64
     #: A session a peer opened that the application neither claimed (``session`` or
-    #: ``accept_session``) nor saw end within this time is aborted, freeing its slot.
+    #: ``accept_session``) nor saw end within this time is aborted, freeing its slot (each
+    #: peer's frames for a session wait on their own clock).
     unclaimed_timeout: float = 300.0
     #: Send an (empty) message after this much silence...
     heartbeat_interval: float = 5.0
@@ -116,7 +119,11 @@ class PeerStats:
 
 @dataclass(frozen=True, slots=True)
 class NodeStats:
-    """A snapshot of the node's counters; ``buffered_bytes`` is what the memory bound covers."""
+    """A snapshot of the node's counters; ``buffered_bytes`` is what the memory bound covers.
+
+    ``sessions`` counts the sessions the application claimed and, until they are claimed,
+    each peer's frames for a session (one per session and peer).
+    """
 
     party_id: str
     sessions: int

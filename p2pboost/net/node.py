@@ -365,10 +365,13 @@ class Node:
     # -- sessions -----------------------------------------------------------------------------
 
     def session(self, session_id: str, peers: Iterable[str] | None = None) -> Session:
-        """Open session ``session_id`` with ``peers``, or claim it if a peer opened it first.
+        """Open session ``session_id`` with ``peers``, or claim it if peers opened it first.
 
-        Frames for a session may arrive before this call (the first one opens it on demand);
-        they wait in the channels' windows. ``peers`` may be omitted only when claiming.
+        Frames for a session may arrive before this call; they wait in the channels' windows,
+        kept apart per sending peer. This call adopts what the declared ``peers`` sent and
+        refuses what anyone else sent for the name (an ABORT to them; the session is not
+        touched); from then on only ``peers`` take part in it. Without ``peers`` it claims the
+        session one peer opened under that name (the earliest), like :meth:`accept_session`.
         """
         self._check_running()
         return self._mux.open(session_id, peers)
@@ -376,7 +379,11 @@ class Node:
     async def accept_session(self) -> Session:
         """Wait for a session a peer opened and nobody here claimed yet, and claim it.
 
-        Bound the wait with ``asyncio.timeout`` / ``anyio.fail_after`` if needed.
+        The session is that one peer's (``session.peers`` names it): another party writing
+        under the same name can neither join it nor take it over; its frames wait apart, and
+        are offered as its own session once the first one is over. Sessions are offered in
+        the order they were opened. Bound the wait with ``asyncio.timeout`` /
+        ``anyio.fail_after`` if needed.
         """
         self._check_running()
         return await self._mux.accept()
