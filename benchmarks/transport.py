@@ -263,6 +263,6 @@ class _Tls:
         )
 
     def transport(self, party: str) -> Any:
-        from transports.websocket import WebSocketTransport
+        from p2pboost.net.transport import websocket_transport
 
-        return WebSocketTransport(self.configs[party])
+        return websocket_transport(self.configs[party])

@@ -16,8 +16,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from p2pboost import certs
 from p2pboost.app.cli import main
 from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.net.transport import websocket_transport
 from transports.base import Connection
-from transports.websocket import WebSocketTransport
 
 
 def mode(path: Path) -> int:
@@ -162,10 +162,10 @@ async def test_a_signed_request_is_accepted_by_the_tls_layer(fed: Path, tmp_path
         seen.append(connection.peer_id)
         await connection.send(b"welcome")
 
-    server = WebSocketTransport(certs.TLSConfig.from_dir(fed / "host1"))
+    server = websocket_transport(certs.TLSConfig.from_dir(fed / "host1"))
     listener = await server.serve("127.0.0.1:0", handler)
     try:
-        client = WebSocketTransport(certs.TLSConfig.from_dir(laptop), party_id="host2")
+        client = websocket_transport(certs.TLSConfig.from_dir(laptop), party_id="host2")
         connection = await client.connect(listener.address, peer_id="host1")
         assert await connection.receive() == b"welcome"
         await connection.close()

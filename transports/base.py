@@ -1,22 +1,26 @@
 """The one small interface every transport implements: authenticated, ordered byte messages.
 
 A transport moves whole byte messages between two authenticated parties and nothing else. It
-knows nothing of sessions, channels, msgpack or protocols (those live in :mod:`p2pboost.net.node`
-and :mod:`p2pboost.codec`). That keeps transports swappable (WebSocket + mutual TLS in
-production, in-memory with fault injection in unit tests) and lets one conformance suite
-(``tests/transports/``) check every implementation against the same contract:
+knows nothing of sessions, channels, msgpack or protocols, and imports nothing of the library
+above it (p2pboost's node and codec use transports, never the other way round). That keeps
+transports swappable (WebSocket + mutual TLS in production, in-memory with fault injection in
+unit tests) and lets one conformance suite (``tests/transports/``) check every implementation
+against the same contract:
 
 * ``connect(address)`` returns a :class:`Connection` whose ``peer_id`` has been *verified*
   (for TLS: read from the peer's certificate and checked against the id it claims and the
-  configured peer list). Failing that it raises :class:`~p2pboost.exceptions.HandshakeError`.
+  configured peer list). Failing that it raises :class:`~transports.errors.HandshakeError`.
 * ``serve(address, handler)`` accepts connections and calls ``handler(connection)`` for each
   authenticated one; it returns a :class:`Listener` whose ``close()`` stops accepting.
 * ``send`` / ``receive`` move one whole message, in order. A message larger than
-  ``max_message_bytes`` is refused with :class:`~p2pboost.exceptions.FrameTooLarge`.
+  ``max_message_bytes`` is refused with :class:`~transports.errors.FrameTooLarge`.
 * Once the link breaks, ``send`` and ``receive`` raise
-  :class:`~p2pboost.exceptions.TransportError` (never a library's own exception).
+  :class:`~transports.errors.TransportError` (never a library's own exception).
 * ``close()`` is idempotent; after it, ``receive`` raises
-  :class:`~p2pboost.exceptions.TransportError` too.
+  :class:`~transports.errors.TransportError` too.
+
+Errors are the transports' own (:mod:`transports.errors`); the library that uses a transport
+translates them into its own exceptions where it calls it.
 """
 
 from __future__ import annotations

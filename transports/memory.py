@@ -5,17 +5,17 @@ node, the protocols and their failure handling can be tested fast and determinis
 keeps the contract of the WebSocket transport:
 
 * ``connect`` checks that the party listening at the address is the ``peer_id`` asked for
-  (else :class:`~p2pboost.exceptions.HandshakeError`); the server's handler receives
+  (else :class:`~transports.errors.HandshakeError`); the server's handler receives
   connections whose ``peer_id`` is the connector's party id; a server may restrict which
   parties may connect (``allowed_peers``).
 * Messages are whole ``bytes`` objects, delivered in order, each at most once and never in
   part. Each direction holds at most ``queue_size`` messages: ``send`` waits while the peer
   does not read (back-pressure).
 * ``max_message_bytes``: the sender refuses a larger message with
-  :class:`~p2pboost.exceptions.FrameTooLarge` (the link stays up); a receiver with a smaller
+  :class:`~transports.errors.FrameTooLarge` (the link stays up); a receiver with a smaller
   limit than its sender closes the link and raises ``FrameTooLarge``, as a WebSocket does.
 * After a graceful ``close()`` by the peer, messages already sent are still delivered, then
-  ``receive`` raises :class:`~p2pboost.exceptions.TransportError`; after a local ``close()``
+  ``receive`` raises :class:`~transports.errors.TransportError`; after a local ``close()``
   or a failure, ``send`` and ``receive`` raise it at once.
 
 Faults (all synchronous, so a test can inject them from anywhere):
@@ -45,13 +45,14 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from p2pboost.exceptions import (
+from transports.base import Connection, ConnectionHandler, Listener, Transport
+from transports.errors import (
     FrameTooLarge,
     HandshakeError,
-    LocalProtocolError,
+    TransportConfigError,
     TransportError,
+    TransportUsageError,
 )
-from transports.base import Connection, ConnectionHandler, Listener, Transport
 
 __all__ = ["MemoryConnection", "MemoryListener", "MemoryNetwork", "MemoryTransport"]
 
@@ -192,7 +193,7 @@ class MemoryConnection(Connection):
     async def receive(self) -> bytes:
         # Like a WebSocket: one reader at a time, so a test double cannot hide a node bug.
         if self._receiving:
-            raise LocalProtocolError("receive() called while another receive() waits")
+            raise TransportUsageError("receive() called while another receive() waits")
         self._receiving = True
         try:
             return await self._rx.get()
@@ -398,7 +399,7 @@ class MemoryTransport(Transport):
         on_error: ErrorHook | None = None,
     ) -> None:
         if max_message_bytes < 1 or queue_size < 1:
-            raise ValueError("max_message_bytes and queue_size must be >= 1")
+            raise TransportConfigError("max_message_bytes and queue_size must be >= 1")
         self.network = network
         self.party_id = party_id
         self.allowed_peers = None if allowed_peers is None else frozenset(allowed_peers)

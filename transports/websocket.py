@@ -1,12 +1,15 @@
-"""WebSockets over mutual TLS 1.3, with the peer's party id taken from its certificate.
+"""WebSockets over mutual TLS, with the peer's party id taken from its certificate.
 
-Security model, in the order the checks happen:
+The transport takes ready TLS contexts (the caller decides the CA, the certificate, TLS 1.3
+only; p2pboost builds them with :mod:`p2pboost.certs` in :mod:`p2pboost.net.transport`) and a
+function that reads a party id from a verified peer certificate. It imports nothing of
+p2pboost. Security model, in the order the checks happen:
 
-1. **TLS 1.3 only, mutual.** Both sides present a certificate signed by the federation's private
-   CA and trust no other CA (:mod:`p2pboost.certs`). A client without a certificate, with one
-   from another CA, with an expired one, or speaking plain TCP fails the TLS handshake.
+1. **Mutual TLS.** Both contexts must require the peer's certificate (``CERT_REQUIRED``): a
+   client without a certificate, with one from an untrusted CA, with an expired one, or
+   speaking plain TCP fails the TLS handshake.
 2. **Party id instead of host name.** Parties reach each other by IP address, so host names are
-   not checked; the party id in the certificate's ``p2pboost://party/<id>`` URI is.
+   not checked; the party id that ``peer_id_from_cert`` reads from the certificate is.
 
    * Client side, right after the TLS handshake and *before* any HTTP byte is sent, the
      server's certificate must name the party the caller asked for (``connect(peer_id=...)``).
@@ -21,14 +24,15 @@ Security model, in the order the checks happen:
    opening handshakes must finish within ``open_timeout``.
 
 Errors at the boundary: every library exception (``ssl.SSLError``, ``OSError``,
-``websockets.exceptions.*``) is translated into :mod:`p2pboost.exceptions`. A refused connection
-gives a :class:`~p2pboost.exceptions.HandshakeError` with a readable message at the client, and
-at the server a :class:`~p2pboost.exceptions.HandshakeError` passed to the ``on_error`` hook and
+``websockets.exceptions.*``) is translated into :mod:`transports.errors`. A refused connection
+gives a :class:`~transports.errors.HandshakeError` with a readable message at the client, and
+at the server a :class:`~transports.errors.HandshakeError` passed to the ``on_error`` hook and
 logged as a warning on the ``p2pboost.transport.websocket`` logger; the server keeps serving.
 One blind spot: asyncio drops the TLS alert a refusing peer sends, so a client refused during
-TLS sees only a hang-up (:meth:`WebSocketTransport.connect` then says so and checks our own
-certificate for the usual causes with :func:`~p2pboost.certs.certificate_problem`), and a
-server whose certificate a client refused sees nothing at all; the client's error says why.
+TLS sees only a hang-up (:meth:`WebSocketTransport.connect` then says so, and marks the error
+``certificate_refused`` so that a caller who knows our certificate can check it for the usual
+causes), and a server whose certificate a client refused sees nothing at all; the client's
+error says why.
 
 A server's handler runs once per accepted connection; the connection closes when it returns.
 
@@ -43,7 +47,7 @@ import asyncio
 import http
 import logging
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,26 +68,19 @@ from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from p2pboost.certs import (
-    TLSConfig,
-    certificate_problem,
-    client_context,
-    party_id_from_peercert,
-    server_context,
-)
-from p2pboost.exceptions import (
-    ConfigError,
+from transports.base import Connection, ConnectionHandler, Listener, Transport
+from transports.errors import (
     FrameTooLarge,
     HandshakeError,
-    InputError,
-    LocalProtocolError,
+    TransportConfigError,
     TransportError,
+    TransportUsageError,
 )
-from transports.base import Connection, ConnectionHandler, Listener, Transport
 
 __all__ = [
     "PARTY_HEADER",
     "PEER_HEADER",
+    "PeerIdentity",
     "WebSocketConnection",
     "WebSocketListener",
     "WebSocketTransport",
@@ -100,6 +97,9 @@ PEER_HEADER = "X-P2PBoost-Peer"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 ErrorHook = Callable[[Exception], None]
+#: Reads the party id from a *verified* peer certificate (the dict ``getpeercert()`` returns);
+#: ``None`` when the certificate names no valid party (the connection is then refused).
+PeerIdentity = Callable[[Mapping[str, Any]], str | None]
 
 # OpenSSL reasons that deserve a plainer sentence than OpenSSL's own.
 _TLS_REASONS = {
@@ -156,13 +156,13 @@ def _split_address(address: str) -> tuple[str, int]:
     """``"wss://host:port"`` or ``"host:port"`` -> ``(host, port)``."""
     parts = urlsplit(address if "://" in address else f"wss://{address}")
     if parts.scheme != "wss":
-        raise ConfigError(f"unsupported address {address!r}: use wss://host:port")
+        raise TransportConfigError(f"unsupported address {address!r}: use wss://host:port")
     try:
         port = parts.port
     except ValueError:
         port = None
     if port is None or parts.path not in ("", "/"):
-        raise ConfigError(f"invalid address {address!r}: use wss://host:port")
+        raise TransportConfigError(f"invalid address {address!r}: use wss://host:port")
     return parts.hostname or "", port
 
 
@@ -170,48 +170,55 @@ def _format_address(host: str, port: int) -> str:
     return f"wss://[{host}]:{port}" if ":" in host else f"wss://{host}:{port}"
 
 
-def _peer_party(transport: asyncio.BaseTransport | None) -> str:
+def _peer_party(transport: asyncio.BaseTransport | None, identify: PeerIdentity) -> str:
     """The verified party id in the certificate of the peer on ``transport``."""
     ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
     peercert = ssl_object.getpeercert() if ssl_object is not None else None
     if not peercert:
         raise HandshakeError("the peer presented no verified certificate")
-    try:
-        return party_id_from_peercert(peercert)
-    except InputError as exc:
-        raise HandshakeError(f"peer certificate: {exc}") from None
+    party = identify(peercert)
+    if party is None:
+        raise HandshakeError(
+            "the peer's certificate names no valid party id (a certificate must name exactly"
+            " one party)"
+        )
+    return party
 
 
-class _ClientConnection(ClientConnection):
-    """Checks the server's party id after TLS and before the first HTTP byte is sent."""
+def _client_connection_class(identify: PeerIdentity) -> type[ClientConnection]:
+    """A ``ClientConnection`` that checks the server's party id after TLS and before the first
+    HTTP byte is sent (one class per transport: websockets takes a class, not an instance)."""
 
-    async def handshake(
-        self,
-        additional_headers: HeadersLike | None = None,
-        user_agent_header: str | None = None,
-    ) -> None:
-        # connect() passes the party we want in the headers it sends (see WebSocketTransport).
-        if not isinstance(additional_headers, dict) or PEER_HEADER not in additional_headers:
-            raise LocalProtocolError(f"the {PEER_HEADER} header is required")
-        expected = additional_headers[PEER_HEADER]
-        actual = _peer_party(self.transport)
-        if actual != expected:
-            raise HandshakeError(
-                f"the server's certificate is for party {actual!r}, expected {expected!r}"
-            )
-        try:
-            await super().handshake(additional_headers, user_agent_header)
-        except InvalidHandshake:
-            # In TLS 1.3 the server checks our certificate after our side of the handshake
-            # is done, so its refusal (an alert) can only arrive while we wait for the HTTP
-            # response. asyncio usually drops that alert (then connect() explains the bare
-            # hang-up instead), but when it does get through, it says exactly why.
-            lost = self.connection_exc
-            if isinstance(lost, ssl.SSLError):
+    class _ClientConnection(ClientConnection):
+        async def handshake(
+            self,
+            additional_headers: HeadersLike | None = None,
+            user_agent_header: str | None = None,
+        ) -> None:
+            # connect() passes the party we want in the headers it sends.
+            if not isinstance(additional_headers, dict) or PEER_HEADER not in additional_headers:
+                raise TransportUsageError(f"the {PEER_HEADER} header is required")
+            expected = additional_headers[PEER_HEADER]
+            actual = _peer_party(self.transport, identify)
+            if actual != expected:
                 raise HandshakeError(
-                    f"the server refused the TLS handshake: {describe_tls_error(lost)}"
-                ) from None
-            raise
+                    f"the server's certificate is for party {actual!r}, expected {expected!r}"
+                )
+            try:
+                await super().handshake(additional_headers, user_agent_header)
+            except InvalidHandshake:
+                # In TLS 1.3 the server checks our certificate after our side of the handshake
+                # is done, so its refusal (an alert) can only arrive while we wait for the HTTP
+                # response. asyncio usually drops that alert (then connect() explains the bare
+                # hang-up instead), but when it does get through, it says exactly why.
+                lost = self.connection_exc
+                if isinstance(lost, ssl.SSLError):
+                    raise HandshakeError(
+                        f"the server refused the TLS handshake: {describe_tls_error(lost)}"
+                    ) from None
+                raise
+
+    return _ClientConnection
 
 
 class _ServerConnection(ServerConnection):
@@ -254,7 +261,7 @@ class WebSocketConnection(Connection):
         except ConnectionClosed as exc:
             raise self._closed_error(exc) from None
         except ConcurrencyError:
-            raise LocalProtocolError("receive() called while another receive() waits") from None
+            raise TransportUsageError("receive() called while another receive() waits") from None
         if isinstance(message, str):
             await self._ws.close(CloseCode.UNSUPPORTED_DATA, "binary messages only")
             raise TransportError(f"peer {self.peer_id!r} sent a text message; link closed")
@@ -297,23 +304,31 @@ class WebSocketListener(Listener):
 
 
 class WebSocketTransport(Transport):
-    """WebSocket + mutual TLS 1.3 transport for the party named in ``tls``'s certificate.
+    """WebSocket + mutual TLS transport for party ``party_id``.
 
-    ``tls``: this party's CA, certificate and key. ``party_id``: optional, checked against the
-    certificate (a :class:`ConfigError` if they differ) to catch mixed-up directories early.
-    ``allowed_peers``: parties allowed to connect to our servers (``None``: any party with a
-    certificate from the CA). ``ping_interval`` / ``ping_timeout``: WebSocket keep-alive, in
-    seconds (``None`` disables; the node may run its own heart-beat instead). ``max_queue``
-    (incoming messages buffered) and ``write_limit`` (outgoing bytes buffered) are the
-    back-pressure water marks. ``on_error`` receives every error a server reports (refused
-    clients, failing handlers), in addition to a warning on ``logger``.
+    ``server_ssl`` / ``client_ssl``: the TLS contexts of our servers and of our connections,
+    both requiring the peer's certificate (p2pboost builds them with
+    :func:`p2pboost.certs.server_context` and :func:`~p2pboost.certs.client_context`; the client
+    context must not check host names, since the party id replaces that check). The transport
+    installs its reporting ``SSLObject`` class on ``server_ssl`` (the documented
+    ``SSLContext.sslobject_class`` hook), so give each transport a context of its own.
+    ``peer_id_from_cert``: reads the party id from a verified peer certificate (``None``: the
+    certificate names none, and the connection is refused). ``allowed_peers``: parties allowed
+    to connect to our servers (``None``: any party the contexts trust). ``ping_interval`` /
+    ``ping_timeout``: WebSocket keep-alive, in seconds (``None`` disables; the node may run its
+    own heart-beat instead). ``max_queue`` (incoming messages buffered) and ``write_limit``
+    (outgoing bytes buffered) are the back-pressure water marks. ``on_error`` receives every
+    error a server reports (refused clients, failing handlers), in addition to a warning on
+    ``logger``. A malformed setting raises :class:`~transports.errors.TransportConfigError`.
     """
 
     def __init__(
         self,
-        tls: TLSConfig,
+        party_id: str,
         *,
-        party_id: str | None = None,
+        server_ssl: ssl.SSLContext,
+        client_ssl: ssl.SSLContext,
+        peer_id_from_cert: PeerIdentity,
         allowed_peers: Iterable[str] | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         open_timeout: float = 10.0,
@@ -324,21 +339,26 @@ class WebSocketTransport(Transport):
         write_limit: int = 1 << 20,
         on_error: ErrorHook | None = None,
     ) -> None:
-        own_id = tls.party_id
-        if party_id is not None and party_id != own_id:
-            raise ConfigError(
-                f"the certificate {tls.cert_file} is for party {own_id!r}, not {party_id!r}"
-            )
+        # The id travels in an HTTP header: keep it to visible ASCII.
+        if not (party_id and party_id.isascii() and party_id.isprintable()) or " " in party_id:
+            raise TransportConfigError(f"invalid party id {party_id!r}")
+        for role, context in (("server", server_ssl), ("client", client_ssl)):
+            if context.verify_mode != ssl.CERT_REQUIRED:
+                raise TransportConfigError(
+                    f"the {role} TLS context must require the peer's certificate"
+                    " (verify_mode CERT_REQUIRED): the party id is read from it"
+                )
         if max_message_bytes < 1 or max_queue < 1 or write_limit < 1:
-            raise ConfigError("max_message_bytes, max_queue and write_limit must be >= 1")
-        self.party_id = own_id
+            raise TransportConfigError("max_message_bytes, max_queue and write_limit must be >= 1")
+        self.party_id = party_id
         self.allowed_peers = None if allowed_peers is None else frozenset(allowed_peers)
         self.max_message_bytes = max_message_bytes
         self._on_error = on_error
-        self._tls = tls
-        self._client_ssl = client_context(tls)
-        self._server_ssl = server_context(tls)
+        self._identify = peer_id_from_cert
+        self._client_ssl = client_ssl
+        self._server_ssl = server_ssl
         self._server_ssl.sslobject_class = _reporting_sslobject(self._report)
+        self._client_connection = _client_connection_class(peer_id_from_cert)
         self._open_timeout = open_timeout
         self._common: dict[str, Any] = {
             "compression": None,
@@ -371,7 +391,7 @@ class WebSocketTransport(Transport):
                 additional_headers={PARTY_HEADER: self.party_id, PEER_HEADER: peer_id},
                 user_agent_header=None,
                 proxy=None,
-                create_connection=_ClientConnection,
+                create_connection=self._client_connection,
                 ssl_handshake_timeout=self._open_timeout,
                 **self._common,
             )
@@ -387,30 +407,14 @@ class WebSocketTransport(Transport):
                 f"TLS handshake with {where} failed: {describe_tls_error(exc)}"
             ) from None
         except InvalidHandshake as exc:
-            raise HandshakeError(f"{where} refused the connection: {self._explain(exc)}") from None
+            raise _refused(where, exc) from None
         except InvalidURI as exc:
-            raise ConfigError(f"invalid address {address!r}: {exc}") from None
+            raise TransportConfigError(f"invalid address {address!r}: {exc}") from None
         except TimeoutError:
             raise TransportError(f"timed out connecting to {where}") from None
         except OSError as exc:
             raise TransportError(f"cannot connect to {where}: {exc.strerror or exc}") from None
         return WebSocketConnection(ws, peer_id, self.max_message_bytes)
-
-    def _explain(self, exc: InvalidHandshake) -> str:
-        cause = _tls_cause(exc)
-        if cause is not None:
-            return describe_tls_error(cause)
-        if isinstance(exc, InvalidMessage):
-            # asyncio drops the TLS alert a server sends when it refuses a client certificate,
-            # so all we see is the connection closing: say what that means, and check our
-            # own certificate for the usual causes.
-            problem = certificate_problem(self._tls)
-            hint = f"; {problem}" if problem else ""
-            return (
-                "it closed the connection without answering, which means it refused our "
-                f"certificate (expired, unknown CA or missing){hint}; its log says why"
-            )
-        return str(exc)
 
     # -- server -------------------------------------------------------------------------------
 
@@ -445,7 +449,7 @@ class WebSocketTransport(Transport):
     def _check_client(self, ws: ServerConnection, request: Request) -> Response | None:
         """The server's identity check; a refusal is reported and answered with HTTP 403."""
         try:
-            actual = _peer_party(ws.transport)
+            actual = _peer_party(ws.transport, self._identify)
         except HandshakeError as exc:
             return self._refuse(ws, str(exc))
         claimed = request.headers.get_all(PARTY_HEADER)
@@ -468,6 +472,24 @@ class WebSocketTransport(Transport):
         host, port = ws.remote_address[:2]
         self._report(HandshakeError(f"refused a client from {host}:{port}: {reason}"))
         return ws.respond(http.HTTPStatus.FORBIDDEN, reason + "\n")
+
+
+def _refused(where: str, exc: InvalidHandshake) -> HandshakeError:
+    """The error for a server that refused our opening handshake, explained as far as we can."""
+    cause = _tls_cause(exc)
+    if cause is not None:
+        return HandshakeError(f"{where} refused the connection: {describe_tls_error(cause)}")
+    if isinstance(exc, InvalidMessage):
+        # asyncio drops the TLS alert a server sends when it refuses a client certificate, so
+        # all we see is the connection closing: say what that means. The caller knows our
+        # certificate and may check it for the usual causes (certificate_refused).
+        return HandshakeError(
+            f"{where} refused the connection: it closed the connection without answering,"
+            " which means it refused our certificate (expired, unknown CA or missing); its log"
+            " says why",
+            certificate_refused=True,
+        )
+    return HandshakeError(f"{where} refused the connection: {exc}")
 
 
 def _tls_cause(exc: BaseException) -> ssl.SSLError | None:

@@ -1,10 +1,16 @@
 """The node runtime: one reliable link per peer, sessions and channels multiplexed on it.
 
 Layering (enforced by ``lint-imports``): ``net`` knows bytes, frames, sessions and the codec;
-it knows nothing of the federated protocols above it. One job per module:
+it knows nothing of the federated protocols above it. One job per module, and the imports point
+one way (node -> _mux -> _channel -> _link -> _frames; every module may read ``config``):
 
-* :mod:`~p2pboost.net.node` - :class:`~p2pboost.net.node.Node`: dialing, accepting, time;
-* :mod:`~p2pboost.net._mux` - sessions, channels, credit and frame dispatch;
+* :mod:`~p2pboost.net.node` - :class:`~p2pboost.net.node.Node`: lifecycle, dialing, accepting,
+  time (heart-beats, timeouts, the watchdog) and statistics;
+* :mod:`~p2pboost.net._mux` - sessions, admission and the dispatch of every incoming frame;
+* :mod:`~p2pboost.net._channel` - channels: messages, streams and credit per channel;
 * :mod:`~p2pboost.net._link` - sequence numbers, acks, resend and heart-beats per peer;
-* :mod:`~p2pboost.net._frames` - the wire format of frames (pure: bytes in, values out).
+* :mod:`~p2pboost.net._frames` - the wire format of frames (pure: bytes in, values out);
+* :mod:`~p2pboost.net.config` - ``NodeConfig`` and the statistics' value types;
+* :mod:`~p2pboost.net.transport` - the default transport, and the transports' exceptions
+  translated into p2pboost's.
 """

@@ -5,12 +5,14 @@ and stays in the *resend buffer* until the peer acknowledges it; when a connecti
 new one comes up, the two HELLOs say which frames each side already holds, and the writer
 resumes right after those. So a drop mid-stream loses nothing and delivers nothing twice.
 
-Flow control (per channel, in :mod:`p2pboost.net._mux`) bounds what enters the buffer, so the
+Flow control (per channel, in :mod:`p2pboost.net._channel`) bounds what enters the buffer, so the
 buffer is bounded too. Acks ride on every outgoing message; a stand-alone (empty) message is
 sent only when half a window is unacked or ``ack_delay`` passed, or as a heart-beat after
 ``heartbeat_interval`` of silence.
 
-The link never interprets session frames: it hands them to its owner (the node).
+The link never interprets session frames: it hands them on through its :class:`LinkHooks`
+(the node wires them to the session multiplexer, :mod:`p2pboost.net._mux`), so the link needs
+neither the node nor the sessions.
 """
 
 from __future__ import annotations
@@ -22,9 +24,8 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from p2pboost.exceptions import TransportError
 from p2pboost.net._frames import (
     Data,
     Frame,
@@ -37,8 +38,9 @@ from p2pboost.net._frames import (
     parse_message,
 )
 from transports.base import Connection, Transport
+from transports.errors import TransportError
 
-__all__ = ["Link", "LinkOwner", "LinkSettings"]
+__all__ = ["FrameSink", "Link", "LinkHooks", "LinkSettings"]
 
 logger = logging.getLogger("p2pboost.net.node")
 
@@ -58,14 +60,24 @@ class LinkSettings:
     backoff_max: float
 
 
-class LinkOwner(Protocol):
-    """What a link reports to the node."""
+#: Takes the frames of one transport message from ``peer``, in sequence order; ``batched``:
+#: several frames shared the message (their payloads are views into it).
+FrameSink = Callable[[str, list[Frame], bool], None]
 
-    def _link_frames(self, link: Link, frames: list[Frame], batched: bool) -> None: ...
 
-    def _link_peer_reset(self, link: Link, reason: str) -> None: ...
+@dataclass(frozen=True, slots=True)
+class LinkHooks:
+    """How a link reports to its owner: plain callables, so the link imports neither the node
+    nor the sessions (dependencies point one way: node -> _mux -> _link)."""
 
-    def _link_state_changed(self, link: Link) -> None: ...
+    #: Frames from the peer (the multiplexer's dispatch; called once per transport message).
+    deliver: FrameSink
+    #: A connection came up or went down (``link.connected`` says which).
+    state_changed: Callable[[Link], None]
+    #: The peer restarted and lost its state (the reason, for the sessions it was in).
+    peer_reset: Callable[[Link, str], None]
+    #: A transport's exception as the library reports it (used for the log).
+    explain: Callable[[TransportError], Exception]
 
 
 class _Entry:
@@ -94,14 +106,15 @@ class Link:
 
     def __init__(
         self,
-        owner: LinkOwner,
+        hooks: LinkHooks,
         local_id: str,
         peer: str,
         epoch: int,
         settings: LinkSettings,
         dial_address: str | None,
     ) -> None:
-        self.owner = owner
+        self.hooks = hooks
+        self._deliver = hooks.deliver  # looked up once: the read loop calls it per message
         self.local_id = local_id
         self.peer = peer
         self.epoch = epoch
@@ -142,7 +155,6 @@ class Link:
         self.connections = 0
         self.dial_attempts = 0
         self.link_errors = 0
-        self.closed_messages_sent = self.closed_messages_received = 0  # of ended sessions
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -232,7 +244,7 @@ class Link:
                 self.connections += 1
                 self.connected = True
                 self.away_since = self.last_recv = self.last_send = self._loop.time()
-                self.owner._link_state_changed(self)
+                self.hooks.state_changed(self)
                 tasks = [
                     asyncio.create_task(self._read_loop(conn)),
                     asyncio.create_task(self._write_loop(conn)),
@@ -255,7 +267,7 @@ class Link:
                     self.away_since = self._loop.time()
                 self._dead = None
                 spawn(_close_quietly(conn), name="p2pboost-close")
-                self.owner._link_state_changed(self)
+                self.hooks.state_changed(self)
 
     def _log_end(self, exc: BaseException | None) -> None:
         if isinstance(exc, WireError):
@@ -266,6 +278,8 @@ class Link:
                 "%s: link to %r failed unexpectedly", self.local_id, self.peer, exc_info=exc
             )
         else:
+            if isinstance(exc, TransportError):
+                exc = self.hooks.explain(exc)
             logger.info("%s: connection to %r ended: %s", self.local_id, self.peer, exc)
 
     async def dial_forever(self, transport: Transport, spawn: Callable[..., object]) -> None:
@@ -279,7 +293,10 @@ class Link:
             try:
                 async with asyncio.timeout(s.connect_timeout):
                     conn = await transport.connect(self.dial_address, peer_id=self.peer)
-            except (TransportError, TimeoutError, OSError) as exc:
+            except TransportError as exc:
+                explained = self.hooks.explain(exc)
+                logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, explained)
+            except (TimeoutError, OSError) as exc:
                 logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, exc)
             except Exception:  # a transport bug must not stop the node from retrying
                 logger.exception("%s: connecting to %r failed", self.local_id, self.peer)
@@ -309,7 +326,7 @@ class Link:
         # 1. The peer's sending side: the same instance resumes, a new one starts afresh.
         if hello.epoch != self.peer_epoch:
             if self.peer_epoch:
-                self.owner._link_peer_reset(self, f"peer {self.peer!r} restarted")
+                self.hooks.peer_reset(self, f"peer {self.peer!r} restarted")
                 self._reset_send_state()
             self.peer_epoch = hello.epoch
             self._recv_seq = 0
@@ -343,6 +360,8 @@ class Link:
     async def _read_loop(self, conn: Connection) -> None:
         s = self.settings
         ack_threshold = max(1, s.window // 2)
+        deliver = self._deliver
+        peer = self.peer
         while True:
             message = await conn.receive()
             self.last_recv = self._loop.time()
@@ -380,7 +399,7 @@ class Link:
             elif self._unacked_bytes >= ack_threshold:
                 self._wake.set()
             try:
-                self.owner._link_frames(self, frames, len(frames) > 1)
+                deliver(peer, frames, len(frames) > 1)
             except Exception as exc:
                 logger.exception("%s: dispatching frames from %r failed", self.local_id, self.peer)
                 raise WireError("internal error while dispatching frames") from exc

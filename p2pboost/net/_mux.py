@@ -1,88 +1,61 @@
-"""Sessions and channels: what protocol coroutines talk through.
+"""Sessions, and the multiplexer that owns them: admission, frame dispatch, limits.
 
-A :class:`Session` groups the channels of one protocol run (one training, one batch of
-predictions) with a fixed set of peers; a :class:`Channel` is a named, ordered, bidirectional
-message pipe to one peer inside it. Many sessions and channels share one link per peer.
+A :class:`Session` groups the channels (:mod:`p2pboost.net._channel`) of one protocol run (one
+training, one batch of predictions) with a fixed set of peers. Many sessions share one link
+per peer; the :class:`Mux` is what sits between the links and the sessions:
 
-Flow control is per channel and per direction, in bytes, like HTTP/2 windows: the receiver
-announces how far the sender may go (cumulative ``allowed``), and raises it as the application
-consumes messages. So a slow consumer stalls only its own producer, and what a peer can make us
-hold is bounded by the window per channel (plus, on a channel where the application waits for
-a message larger than the window, that one message, at most ``max_message_bytes``).
-Each frame costs its payload plus :data:`~p2pboost.net._frames.FRAME_OVERHEAD` credit, so floods of
-tiny frames are bounded too. A peer that exceeds its credit breaks the protocol: the session
-ends with :class:`~p2pboost.exceptions.RemoteProtocolError`.
+* it **dispatches** every frame a link delivers to the session and channel it names, creating
+  channels (and sessions a peer opens) on demand, within ``max_sessions``,
+  ``max_sessions_per_peer`` and ``max_channels_per_session``;
+* it **keeps peers apart**: a frame from a party only ever touches sessions that party
+  belongs to. What arrives for a session nobody here claimed yet waits per (session, sending
+  peer) until the application claims it and says who belongs (see :class:`Mux`);
+* it **refuses** what a peer may not do (a frame for a session it is not part of, a session
+  beyond the limits) with an ABORT to that peer alone, and remembers recently ended sessions
+  (per session and peer) so that their late frames are dropped rather than taken for new ones;
+* it **opens and claims** sessions for the application (``Node.session`` and
+  ``Node.accept_session`` delegate here).
+
+The node (:mod:`p2pboost.net.node`) owns everything about time and connections: it tells the
+multiplexer when a peer restarted, when a link changed state, which sessions waited too long
+(:meth:`Mux.unclaimed`, :meth:`Mux.waiting_on`, :meth:`Mux.fail`), and when to close. The
+multiplexer never imports the node: it gets the configuration, the known peers and the links
+in its constructor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
-from enum import Enum
+from collections import Counter, OrderedDict
+from collections.abc import Collection, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
 
-from p2pboost import codec
 from p2pboost.exceptions import (
-    CodecError,
     InputError,
     LocalProtocolError,
     P2PBoostError,
+    PeerDisconnected,
     RemoteProtocolError,
     SessionClosed,
 )
+from p2pboost.net._channel import Channel, SessionState, ended_error
 from p2pboost.net._frames import (
-    FLAG_END,
-    FLAG_EOS,
-    FLAG_RAW,
-    FRAME_OVERHEAD,
+    Abort,
+    Close,
+    Credit,
     Data,
+    Frame,
     abort_frame,
     close_frame,
-    credit_frame,
-    data_header,
-    datax_header,
     encode_name,
 )
+from p2pboost.net._link import Link
+from p2pboost.net.config import NodeConfig
 
-if TYPE_CHECKING:
-    from p2pboost.net._link import Link
-    from p2pboost.net.node import Node
-
-__all__ = ["Channel", "Session", "SessionState", "StreamWriter"]
+__all__ = ["Mux", "Session"]
 
 logger = logging.getLogger("p2pboost.net.node")
-
-#: Payloads below this size are copied out of a coalesced transport message (see _on_data).
-_PIN_LIMIT = 64 * 1024
-#: Fragments from this size on go as DATAX: header, then the payload as its own transport
-#: message, so that neither side copies it (joining it to a header would cost a copy of the
-#: whole payload, and with it fresh memory, per message).
-_EXTERNAL_MIN = 64 * 1024
-#: Credit is raised once the application has consumed 1/_GRANT_STEP of the window.
-_GRANT_STEP = 2
-
-
-class SessionState(Enum):
-    """Where a session is in its life (one place for the states, as in h11)."""
-
-    OPEN = "open"
-    CLOSED = "closed"  # closed locally (normally)
-    FAILED = "failed"  # ended on an error: ``Session.error`` says which
-
-
-class _Item:
-    """One received message (``data is None``: an end-of-stream marker; ``raw``: plain bytes,
-    not codec-encoded)."""
-
-    __slots__ = ("cost", "data", "raw")
-
-    def __init__(self, data: bytes | memoryview | None, cost: int, raw: bool = False) -> None:
-        self.data = data
-        self.cost = cost
-        self.raw = raw
 
 
 class Session:
@@ -92,18 +65,29 @@ class Session:
     :class:`SessionClosed` once they have read what was sent before).
     """
 
-    def __init__(self, node: Node, session_id: str, peers: Iterable[str], *, claimed: bool):
+    def __init__(
+        self,
+        mux: Mux,
+        session_id: str,
+        peers: Iterable[str],
+        *,
+        claimed: bool,
+        opener: str | None = None,
+    ):
+        self._sid = encode_name(session_id)  # first: a bad id raises ValueError
         self.id = session_id
-        self._node = node
+        self._mux = mux
         self._peers = set(peers)
         self.claimed = claimed
         #: The peer whose frame opened this session here (``None``: opened locally).
-        self.opener: str | None = None
+        self.opener = opener
+        # Claimed with declared peers (Node.session): the name is theirs, others are refused.
+        # Accepted (a peer opened it): it is that peer's, and the name stays free for others.
+        self._declared = False
         self.state = SessionState.OPEN
         self.error: P2PBoostError | None = None
         self._channels: dict[tuple[str, str], Channel] = {}
         self._peer_closed: set[str] = set()
-        self._sid = encode_name(session_id)
         self.created_at = asyncio.get_running_loop().time()
 
     def __repr__(self) -> str:
@@ -120,14 +104,14 @@ class Session:
             raise InputError(f"{peer!r} is not a peer of session {self.id!r}: {self.peers}")
         ch = self._channels.get((peer, name))
         if ch is None:
-            self._check_usable()
-            if len(self._channels) >= self._node.config.max_channels_per_session:
+            if self.state is not SessionState.OPEN:
+                raise ended_error(self)
+            if len(self._channels) >= self._mux.config.max_channels_per_session:
                 raise LocalProtocolError(f"session {self.id!r} has too many channels")
             try:
-                ch = Channel(self, peer, name)
+                ch = self._new_channel(peer, name)
             except ValueError as exc:
                 raise InputError(f"bad channel name {name!r}: {exc}") from exc
-            self._channels[(peer, name)] = ch
         return ch
 
     async def close(self) -> None:
@@ -136,13 +120,12 @@ class Session:
             return
         if self.state is SessionState.OPEN:
             for peer in sorted(self._peers - self._peer_closed):
-                link = self._node._links[peer]
+                link = self._mux.links[peer]
                 seq = link.alloc_seq()
                 link.push(seq, (close_frame(seq, self._sid),), None)
         self.state = SessionState.CLOSED
-        for ch in self._channels.values():
-            ch._release()
-        self._node._forget_session(self)
+        self._release()
+        self._mux._forget(self)
 
     async def abort(self, reason: str = "aborted") -> None:
         """End the session on an error: peers get :class:`SessionClosed` carrying ``reason``
@@ -169,14 +152,25 @@ class Session:
             # hold local data that is not theirs to see.
             await self.abort(f"peer code raised {exc_type.__name__}")
 
-    # -- used by the node ---------------------------------------------------------------------
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes received and not yet consumed, over all channels."""
+        return sum(ch.buffered_bytes for ch in self._channels.values())
 
-    def _check_usable(self) -> None:
-        if self.state is SessionState.FAILED:
-            assert self.error is not None
-            raise self.error
-        if self.state is SessionState.CLOSED:
-            raise SessionClosed(f"session {self.id!r} is closed")
+    # -- used by the multiplexer --------------------------------------------------------------
+
+    def _new_channel(self, peer: str, name: str) -> Channel:
+        ch = Channel(
+            self,
+            peer,
+            name,
+            link=self._mux.links[peer],
+            config=self._mux.config,
+            fail=self._fail,
+            peer_left=peer in self._peer_closed,
+        )
+        self._channels[(peer, name)] = ch
+        return ch
 
     def _fail(
         self,
@@ -191,378 +185,378 @@ class Session:
             return
         self.state = SessionState.FAILED
         self.error = error
-        logger.warning("%s: session %r failed: %s", self._node.party_id, self.id, error)
+        logger.warning("%s: session %r failed: %s", self._mux.party_id, self.id, error)
         reason = str(error) if wire_reason is None else wire_reason
-        for peer in sorted(self._peers):
-            link = self._node._links[peer]
+        self._tell_failed(sorted(self._peers), reason, notify_except=notify_except)
+        self._release()
+
+    def _tell_failed(
+        self, peers: Iterable[str], reason: str, *, notify_except: str | None = None
+    ) -> None:
+        """Drop the session's unacknowledged frames to ``peers`` (a failed run's data is of no
+        use to them), and tell each why in an ABORT (but ``notify_except``, who knows)."""
+        for peer in peers:
+            link = self._mux.links[peer]
             link.withdraw(self.id)
             if peer != notify_except and peer not in self._peer_closed:
                 seq = link.alloc_seq()
                 link.push(seq, (abort_frame(seq, self._sid, reason),), None)
+
+    def _release(self) -> None:
         for ch in self._channels.values():
-            ch._release()
+            ch.release()
+
+    def _absorb(self, other: Session) -> None:
+        """Take over ``other``'s channels (another peer's frames for the same session, kept
+        apart until the application claimed the session with both peers)."""
+        for key, ch in other._channels.items():
+            ch.bind(self, self._fail)
+            self._channels[key] = ch
+        self._peer_closed |= other._peer_closed
+        self.created_at = min(self.created_at, other.created_at)
 
     def _peer_left(self, peer: str) -> None:
         self._peer_closed.add(peer)
-        self._wake_peer(peer)
+        for (p, _), ch in self._channels.items():
+            if p == peer:
+                ch.feed_eof()
 
     def _wake_peer(self, peer: str) -> None:
         for (p, _), ch in self._channels.items():
             if p == peer:
-                ch._wake()
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes received and not yet consumed, over all channels."""
-        return sum(ch.buffered_bytes for ch in self._channels.values())
+                ch.wake()
 
 
-class Channel:
-    """A named, ordered message pipe to one peer inside a session.
+class Mux:
+    """The sessions of one node and the dispatch of every frame its links deliver.
 
-    ``send`` returns once the message is queued on the link within the peer's credit (it waits
-    while the peer's window is full, which is the back-pressure); ``recv`` returns the next
-    message, decoded by :mod:`p2pboost.codec`. For long sequences use :meth:`stream` on the
-    receiving side and :meth:`stream_writer` or :meth:`send_stream` on the sending side: the
-    sender ends the stream with an explicit end-of-stream marker.
+    ``peers`` are the party ids the node knows, ``links`` its link per peer (filled when the
+    node starts; shared, not copied).
+
+    **A frame from a party only ever touches sessions that party belongs to.** Sessions the
+    application has claimed are keyed by id; what arrives for a session nobody here claimed
+    yet is kept per (session id, sending peer), each such *pending* session holding only that
+    peer's channels, counted against that peer's limits, failing only on that peer's faults and
+    expiring on its own clock. Claiming decides who belongs:
+
+    * ``Node.session(id, peers)`` adopts the declared peers' pending frames and refuses every
+      other peer's (an ABORT to that peer alone, its buffers freed); from then on the id is
+      the declared peers' and anyone else's frames for it are refused;
+    * ``Node.accept_session()`` hands out one peer's pending session at a time, as that peer's
+      session: another peer's frames for the same id stay apart, and are handed out in turn
+      once the first is over. A stranger who writes first cannot take the id from the peer
+      the application waits for.
     """
 
-    def __init__(self, session: Session, peer: str, name: str) -> None:
-        self.session = session
-        self.peer = peer
-        self.name = name
-        node = session._node
-        self._config = node.config
-        self._link: Link = node._links[peer]
-        self._names = session._sid + encode_name(name)
-        # -- sending --
-        self._send_lock = asyncio.Lock()
-        self._sent = 0  # credit used (payload + FRAME_OVERHEAD per frame)
-        self._allowed = 0  # highest CREDIT received (0: only the initial window so far)
-        self._send_event = asyncio.Event()
-        # -- receiving --
-        self._queue: deque[_Item] = deque()
-        self._queued = 0
-        self._partial: list[bytes | memoryview] = []
-        self._partial_cost = 0
-        self._partial_len = 0
-        self._partial_raw = False
-        self._received = 0
-        self._consumed = 0
-        self._announced = self._config.window
-        self._recv_event = asyncio.Event()
-        self._readers = 0  # tasks waiting in recv()/stream()
-        self.messages_sent = 0
-        self.messages_received = 0
-
-    def __repr__(self) -> str:
-        return f"<Channel {self.session.id!r}/{self.name!r} to {self.peer!r}>"
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes received on this channel and not yet consumed (queued plus partial)."""
-        return self._queued + self._partial_cost
-
-    # -- sending ------------------------------------------------------------------------------
-
-    async def send(self, obj: object) -> None:
-        """Send one message (anything :func:`p2pboost.codec.encode` accepts).
-
-        ``bytes`` and ``bytearray`` skip msgpack: they travel as they are (flag RAW) and
-        arrive as ``bytes``, exactly as the codec would deliver them, minus two copies.
-        """
-        self._check_send()
-        if type(obj) is bytes and obj:  # exact type: subclasses (numpy.bytes_) use the codec
-            await self._send_payload(obj, eos=False, raw=True)
-        elif type(obj) is bytearray and obj:
-            await self._send_payload(bytes(obj), eos=False, raw=True)  # frozen for resending
-        else:
-            await self._send_payload(codec.encode(obj), eos=False)
-
-    async def send_stream(self, items: AsyncIterable[object] | Iterable[object]) -> int:
-        """Send every item of ``items`` then the end-of-stream marker; returns the count."""
-        count = 0
-        if isinstance(items, AsyncIterable):
-            async for item in items:
-                await self.send(item)
-                count += 1
-        else:
-            for item in items:
-                await self.send(item)
-                count += 1
-        await self.end_stream()
-        return count
-
-    def stream_writer(self) -> StreamWriter:
-        """``async with ch.stream_writer() as w: await w.send(x)``; the exit ends the stream."""
-        return StreamWriter(self)
-
-    async def end_stream(self) -> None:
-        """Send the end-of-stream marker that ends the receiver's :meth:`stream` loop."""
-        self._check_send()
-        await self._send_payload(b"", eos=True)
-
-    def _check_send(self) -> None:
-        self.session._check_usable()
-        if self.peer in self.session._peer_closed:
-            raise SessionClosed(f"peer {self.peer!r} left session {self.session.id!r}")
-
-    async def _send_payload(self, payload: bytes, *, eos: bool, raw: bool = False) -> None:
-        config = self._config
-        if len(payload) > config.max_message_bytes:
-            raise InputError(
-                f"message of {len(payload)} bytes exceeds max_message_bytes"
-                f" ({config.max_message_bytes})"
-            )
-        link = self._link
-        view = memoryview(payload)
-        total = len(payload)
-        async with self._send_lock:
-            offset = 0
-            started = False
-            try:
-                while True:
-                    self._check_send()
-                    window = link.peer_window
-                    if window is None:  # no HELLO from the peer yet
-                        self._send_event.clear()
-                        await self._send_event.wait()
-                        continue
-                    avail = max(self._allowed, window) - self._sent - FRAME_OVERHEAD
-                    remaining = total - offset
-                    fragment = min(config.max_fragment, link.peer_max_fragment or 0)
-                    want = min(remaining, fragment)
-                    # Wait rather than split a fragment for lack of credit (a split costs a
-                    # copy of both halves), as long as the credit is sure to come: the peer
-                    # always grants at least 1/_GRANT_STEP of its window once it has read all.
-                    whole_later = want + FRAME_OVERHEAD <= window // _GRANT_STEP
-                    if avail < min(remaining, 1) or (avail < want and whole_later):
-                        self._send_event.clear()
-                        await self._send_event.wait()
-                        continue
-                    n = min(want, avail)
-                    last = n == remaining
-                    flags = (
-                        (FLAG_END if last else 0)
-                        | (FLAG_EOS if eos else 0)
-                        | (FLAG_RAW if raw else 0)
-                    )
-                    seq = link.alloc_seq()
-                    sid = self.session.id
-                    if n >= _EXTERNAL_MIN:  # big: the payload travels as its own message
-                        whole = n == total
-                        blob = payload if whole else bytes(view[offset : offset + n])
-                        header = datax_header(seq, flags, self._names, n)
-                        link.push(seq, (header,), sid, external=blob)
-                    elif n:
-                        header = data_header(seq, flags, self._names, n)
-                        link.push(seq, (header, view[offset : offset + n]), sid)
-                    else:
-                        link.push(seq, (data_header(seq, flags, self._names, 0),), sid)
-                    self._sent += n + FRAME_OVERHEAD
-                    offset += n
-                    started = True
-                    if last:
-                        break
-            except BaseException:
-                if started and offset < total:
-                    # The peer holds half a message: the channel cannot be used any more.
-                    self.session._fail(
-                        LocalProtocolError(
-                            f"send on channel {self.name!r} was interrupted mid-message"
-                        )
-                    )
-                raise
-        if not eos:
-            self.messages_sent += 1
-        if link.unwritten_bytes > config.coalesce_bytes:
-            # Let the writer (and everyone else) run: a producer with credit to spare never
-            # suspends otherwise, and would starve the loop.
-            await asyncio.sleep(0)
-
-    def _on_credit(self, allowed: int) -> None:
-        if allowed > self._allowed:
-            self._allowed = allowed
-            self._send_event.set()
-
-    # -- receiving ----------------------------------------------------------------------------
-
-    async def recv(self) -> object:
-        """The next message (bound the wait with ``asyncio.timeout`` if needed)."""
-        item = await self._next_item()
-        if item.data is None:
-            raise LocalProtocolError(
-                f"recv() on channel {self.name!r} met an end-of-stream marker:"
-                f" peer {self.peer!r} sent a stream here (read it with stream())"
-            )
-        return self._decode(item)
-
-    def stream(self) -> AsyncIterator[object]:
-        """Iterate over messages until the peer's end-of-stream marker."""
-        return _Stream(self)
-
-    async def _next_item(self) -> _Item:
-        while True:
-            if self._queue:
-                item = self._queue.popleft()
-                self._queued -= item.cost
-                self._consumed += item.cost
-                if item.data is not None:
-                    self.messages_received += 1
-                self._grant()
-                return item
-            self.session._check_usable()
-            if self.peer in self.session._peer_closed:
-                raise SessionClosed(f"peer {self.peer!r} left session {self.session.id!r}")
-            self._recv_event.clear()
-            self._readers += 1
-            try:
-                self._grant()  # a reader now waits for the message in progress: let it finish
-                await self._recv_event.wait()
-            finally:
-                self._readers -= 1
-
-    def _decode(self, item: _Item) -> object:
-        data = item.data
-        assert data is not None
-        if item.raw:
-            return bytes(data)  # no copy when reassembled from fragments (already bytes)
-        try:
-            return codec.decode(data, limits=self._config.codec_limits)
-        except CodecError as exc:
-            error = RemoteProtocolError(
-                f"undecodable message on channel {self.name!r} of session"
-                f" {self.session.id!r}: {exc}",
-                peer=self.peer,
-            )
-            self.session._fail(error)
-            raise error from exc
-
-    def _on_data(self, frame: Data, batched: bool) -> None:
-        """Take one DATA frame from the link; raises RemoteProtocolError on a violation."""
-        config = self._config
-        n = len(frame.payload)
-        cost = n + FRAME_OVERHEAD
-        if self._received + cost > self._announced:
-            raise self._violation(
-                f"sent beyond its credit on channel {self.name!r}"
-                f" ({self._received + cost} > {self._announced} bytes)"
-            )
-        if n > config.max_fragment:
-            raise self._violation(f"sent a fragment of {n} bytes (limit {config.max_fragment})")
-        end = frame.flags & FLAG_END
-        raw = bool(frame.flags & FLAG_RAW)
-        if frame.flags & FLAG_EOS:
-            if n or not end or raw or self._partial:
-                raise self._violation("sent a malformed end-of-stream marker")
-        elif n == 0:
-            raise self._violation("sent an empty fragment")
-        elif self._partial and raw != self._partial_raw:
-            raise self._violation("changed the RAW flag in the middle of a message")
-        self._received += cost
-        if frame.flags & FLAG_EOS:
-            self._queue.append(_Item(None, cost))
-            self._queued += cost
-        else:
-            self._partial_len += n
-            if self._partial_len > config.max_message_bytes:
-                raise self._violation(
-                    f"sent a message over max_message_bytes ({config.max_message_bytes})"
-                )
-            # A view into a batched message would pin the whole batch: copy small parts (a
-            # big one is most of its message anyway, and copying it would cost throughput).
-            small = batched and n < _PIN_LIMIT
-            self._partial.append(bytes(frame.payload) if small else frame.payload)
-            self._partial_cost += cost
-            self._partial_raw = raw
-            if end:
-                parts = self._partial
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-                self._queue.append(_Item(data, self._partial_cost, raw))
-                self._queued += self._partial_cost
-                self._partial = []
-                self._partial_cost = self._partial_len = 0
-        self._grant()
-        self._recv_event.set()
-
-    def _violation(self, what: str) -> RemoteProtocolError:
-        return RemoteProtocolError(f"session {self.session.id!r}: {what}", peer=self.peer)
-
-    def _grant(self) -> None:
-        """Raise the peer's credit as the application consumes (batched: half a window).
-
-        The window bounds what is buffered. One exception, so that a message larger than the
-        window can arrive at all: while a reader waits on an empty queue, the message in
-        progress does not count (it is what the reader asked for, and max_message_bytes bounds
-        it). A channel nobody reads never holds more than the window.
-        """
-        window = self._config.window
-        extend = self._partial_cost if self._readers and not self._queue else 0
-        allowed = self._consumed + window + extend
-        if (
-            allowed - self._announced >= window // _GRANT_STEP
-            and self.session.state is SessionState.OPEN
-        ):
-            self._announced = allowed
-            link = self._link
-            seq = link.alloc_seq()
-            link.push(seq, (credit_frame(seq, self._names, allowed),), self.session.id)
-
-    def _release(self) -> None:
-        """The session ended: drop what is buffered and wake every waiter."""
-        self._queue.clear()
-        self._partial = []
-        self._queued = self._partial_cost = self._partial_len = 0
-        self._wake()
-
-    def _wake(self) -> None:
-        self._recv_event.set()
-        self._send_event.set()
-
-
-class _Stream:
-    """Async iterator over a channel's messages up to the end-of-stream marker."""
-
-    def __init__(self, channel: Channel) -> None:
-        self._channel = channel
-        self._done = False
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def __anext__(self) -> object:
-        if self._done:
-            raise StopAsyncIteration
-        item = await self._channel._next_item()
-        if item.data is None:
-            self._done = True
-            raise StopAsyncIteration
-        return self._channel._decode(item)
-
-
-class StreamWriter:
-    """Sends a stream's items; leaving the ``async with`` block sends the end marker.
-
-    If the block raises, no end marker is sent (the receiver would take a truncated stream
-    for a complete one); the error propagates and the caller decides the session's fate.
-    """
-
-    def __init__(self, channel: Channel) -> None:
-        self._channel = channel
-        self.count = 0
-
-    async def send(self, obj: object) -> None:
-        await self._channel.send(obj)
-        self.count += 1
-
-    async def __aenter__(self) -> StreamWriter:
-        return self
-
-    async def __aexit__(
+    def __init__(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        party_id: str,
+        config: NodeConfig,
+        peers: Collection[str],
+        links: Mapping[str, Link],
     ) -> None:
-        if exc_type is None:
-            await self._channel.end_stream()
+        self.party_id = party_id
+        self.config = config
+        self.links = links
+        self._known = frozenset(peers)
+        self._sessions: dict[str, Session] = {}  # claimed by the application, by id
+        self._pending: dict[tuple[str, str], Session] = {}  # unclaimed, by (id, peer), in order
+        # (id, peer) of recently ended sessions: their late frames are dropped.
+        self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._opened: Counter[str] = Counter()  # live sessions each peer opened here
+        self._incoming = asyncio.Event()  # a pending session may be ready for accept()
+        self._refusing = False  # the node is closing: peers may open no new session
+        self._closed = False  # the node closed: accept() waits no more
+        # Messages counted on channels of sessions that ended, per peer (for the statistics).
+        self._ended_sent: dict[str, int] = dict.fromkeys(self._known, 0)
+        self._ended_received: dict[str, int] = dict.fromkeys(self._known, 0)
+
+    # -- the application's side (through the node) --------------------------------------------
+
+    def check_peers(self, peers: Iterable[str]) -> set[str]:
+        """``peers`` as a set, if it is a non-empty set of known parties (else InputError)."""
+        declared = set(peers)
+        if not declared:
+            raise InputError("a session needs at least one peer")
+        unknown = declared - self._known
+        if unknown:
+            raise InputError(f"unknown peers {sorted(unknown)}; known: {sorted(self._known)}")
+        return declared
+
+    def open(self, session_id: str, peers: Iterable[str] | None) -> Session:
+        """Open session ``session_id`` with ``peers``, adopting what they sent for it already
+        (see :meth:`Node.session <p2pboost.net.node.Node.session>`)."""
+        if session_id in self._sessions:
+            raise LocalProtocolError(f"session {session_id!r} is already open")
+        waiting = [s for (sid, _), s in self._pending.items() if sid == session_id]
+        if peers is None:
+            if waiting:
+                return self._claim(waiting[0])
+            raise InputError(f"session {session_id!r} is new: give its peers")
+        declared = self.check_peers(peers)
+        adopted = [s for s in waiting if s.opener in declared]
+        strangers = [s for s in waiting if s.opener not in declared]
+        if not adopted and self.session_count - len(strangers) >= self.config.max_sessions:
+            raise LocalProtocolError(
+                f"too many concurrent sessions (max_sessions={self.config.max_sessions})"
+            )
+        told: set[str] = set()  # peers that already know the session failed
+        if adopted:
+            session, told = self._adopt(adopted)
+        else:
+            try:
+                session = Session(self, session_id, declared, claimed=True)
+            except ValueError as exc:
+                raise InputError(f"bad session id {session_id!r}: {exc}") from exc
+        for stranger in strangers:
+            self._refuse(stranger, "not a member of this session")
+        session.claimed = session._declared = True
+        session._peers = declared
+        for peer in declared:
+            self._ended.pop((session_id, peer), None)
+        self._sessions[session_id] = session
+        if session.state is not SessionState.OPEN:  # a peer broke the rules before the claim
+            session._tell_failed(sorted(declared - told), str(session.error))
+        return session
+
+    def _adopt(self, adopted: list[Session]) -> tuple[Session, set[str]]:
+        """One session out of the pending sessions of declared peers: the oldest takes in the
+        others' channels. If any of them had failed (its peer broke the rules, or aborted),
+        so has the result; returns it with the peers that already know."""
+        session = adopted[0]
+        told: set[str] = set()
+        for pending in adopted:
+            assert pending.opener is not None
+            del self._pending[(pending.id, pending.opener)]
+            if pending.state is not SessionState.OPEN:
+                told.add(pending.opener)
+                if session.state is SessionState.OPEN:
+                    session.state, session.error = SessionState.FAILED, pending.error
+            if pending is not session:
+                session._absorb(pending)
+                self._opened[pending.opener] -= 1  # one session now, counted once
+        if session.state is not SessionState.OPEN:
+            session._release()
+        return session, told
+
+    async def accept(self) -> Session:
+        """Wait for a session a peer opened and nobody here claimed yet, and claim it (as
+        that peer's session: the oldest whose id is free here)."""
+        while True:
+            for pending in self._pending.values():
+                if pending.id not in self._sessions:
+                    return self._claim(pending)
+            if self._closed:
+                raise SessionClosed("node closed")
+            self._incoming.clear()
+            await self._incoming.wait()
+
+    def _claim(self, pending: Session) -> Session:
+        assert pending.opener is not None
+        del self._pending[(pending.id, pending.opener)]
+        pending.claimed = True
+        self._sessions[pending.id] = pending
+        return pending
+
+    # -- the links' side ----------------------------------------------------------------------
+
+    def dispatch(self, peer: str, frames: list[Frame], batched: bool) -> None:
+        """Act on the frames of one transport message from ``peer`` (a link's frame sink)."""
+        for frame in frames:
+            if isinstance(frame, Data):
+                self._on_data(peer, frame, batched)
+                continue
+            if isinstance(frame, Credit | Close | Abort):
+                session = self._sessions.get(frame.session)
+                if session is None or peer not in session._peers:
+                    session = self._pending.get((frame.session, peer))
+                    if session is None:
+                        continue  # ended here already, or not the peer's: nothing to do
+                if isinstance(frame, Credit):
+                    ch = session._channels.get((peer, frame.channel))
+                    if ch is not None:
+                        ch.feed_credit(frame.allowed)
+                elif isinstance(frame, Close):
+                    session._peer_left(peer)
+                else:
+                    session._fail(
+                        SessionClosed(
+                            f"session {frame.session!r} aborted by peer {peer!r}",
+                            reason=frame.reason,
+                        ),
+                        notify_except=peer,
+                    )
+
+    def _on_data(self, peer: str, frame: Data, batched: bool) -> None:
+        sid = frame.session
+        session = self._sessions.get(sid)
+        if session is None or peer not in session._peers:
+            session = self._pending.get((sid, peer)) or self._admit(peer, sid)
+            if session is None:
+                return
+        if session.state is not SessionState.OPEN:
+            return
+        if peer in session._peer_closed:
+            session._fail(
+                RemoteProtocolError(f"sent data after closing session {sid!r}", peer=peer)
+            )
+            return
+        ch = session._channels.get((peer, frame.channel))
+        if ch is None:
+            if len(session._channels) >= self.config.max_channels_per_session:
+                session._fail(
+                    RemoteProtocolError(
+                        f"opened more than {self.config.max_channels_per_session} channels"
+                        f" in session {sid!r}",
+                        peer=peer,
+                    )
+                )
+                return
+            ch = session._new_channel(peer, frame.channel)
+        try:
+            ch.feed_data(frame, batched)
+        except RemoteProtocolError as exc:
+            session._fail(exc)
+
+    def _admit(self, peer: str, sid: str) -> Session | None:
+        """The pending session for the first frame ``peer`` sends for ``sid``, or ``None``:
+        late (the session ended here) or refused (an ABORT tells the peer why)."""
+        if (sid, peer) in self._ended:
+            return None  # late frames of a session that ended here
+        claimed = self._sessions.get(sid)
+        if self._refusing:
+            reason = "node is shutting down"
+        elif claimed is not None and claimed._declared:
+            reason = "not a member of this session"
+        elif self.session_count >= self.config.max_sessions:
+            reason = "too many concurrent sessions"
+        elif self._opened[peer] >= self.config.max_sessions_per_peer:
+            reason = f"too many concurrent sessions from {peer!r}"
+        else:
+            session = Session(self, sid, (peer,), claimed=False, opener=peer)
+            self._pending[(sid, peer)] = session
+            self._opened[peer] += 1
+            self._incoming.set()
+            return session
+        self._reject(peer, sid, reason)
+        return None
+
+    def _reject(self, peer: str, sid: str, reason: str) -> None:
+        """Refuse session ``sid`` to ``peer`` (once): an ABORT tells it why."""
+        logger.warning("%s: rejecting session %r from %r: %s", self.party_id, sid, peer, reason)
+        self._remember_ended(sid, peer)
+        link = self.links[peer]
+        seq = link.alloc_seq()
+        link.push(seq, (abort_frame(seq, encode_name(sid), reason),), None)
+
+    def _refuse(self, pending: Session, reason: str) -> None:
+        """Refuse a pending session to the one peer whose it is: free it, ABORT to that peer."""
+        assert pending.opener is not None
+        logger.warning(
+            "%s: rejecting session %r from %r: %s",
+            self.party_id,
+            pending.id,
+            pending.opener,
+            reason,
+        )
+        if pending.state is SessionState.OPEN:
+            pending.state = SessionState.FAILED
+            pending.error = SessionClosed(f"session {pending.id!r} refused", reason=reason)
+            pending._tell_failed([pending.opener], reason)
+        pending._release()
+        self._forget(pending)
+
+    def peer_reset(self, peer: str, reason: str) -> None:
+        """``peer`` restarted and lost its state: end every session it is in."""
+        for session in self._all():
+            if peer in session._peers:
+                session._fail(PeerDisconnected(peer, reason), notify_except=peer)
+
+    def wake(self, peer: str) -> None:
+        """The link to ``peer`` came up or went down: let its channels look again."""
+        for session in self._sessions.values():
+            if peer in session._peers:
+                session._wake_peer(peer)
+
+    # -- the node's side: time and lifecycle --------------------------------------------------
+
+    def unclaimed(self) -> list[Session]:
+        """Pending sessions (one peer's frames each, not claimed yet), oldest first."""
+        return list(self._pending.values())
+
+    def waiting_on(self, absent: Collection[str]) -> list[tuple[Session, list[str]]]:
+        """Each open session with the ``absent`` peers (sorted) that are still in it."""
+        waiting = []
+        for session in self._all():
+            if session.state is SessionState.OPEN:
+                members = sorted(p for p in session._peers - session._peer_closed if p in absent)
+                if members:
+                    waiting.append((session, members))
+        return waiting
+
+    def fail(self, session: Session, error: P2PBoostError, *, notify_except: str) -> None:
+        """End ``session`` on ``error``, telling every peer but ``notify_except`` why."""
+        session._fail(error, notify_except=notify_except)
+
+    async def close_all(self) -> None:
+        """The node is closing: refuse new sessions, close every one (peers learn at once)."""
+        self._refusing = True
+        for session in self._all():
+            await session.close()
+
+    def shutdown(self) -> None:
+        """The node closed: end what peers opened meanwhile, and wake ``accept()``."""
+        self._closed = True
+        for session in self._all():
+            session.state = SessionState.CLOSED
+            session._release()
+        self._sessions.clear()
+        self._pending.clear()
+        self._incoming.set()
+
+    def _all(self) -> list[Session]:
+        return [*self._sessions.values(), *self._pending.values()]
+
+    def _forget(self, session: Session) -> None:
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+            self._incoming.set()  # the id is free: another peer's pending session may go
+        elif (
+            session.opener is not None
+            and self._pending.get((session.id, session.opener)) is session
+        ):
+            del self._pending[(session.id, session.opener)]
+        else:
+            return  # forgotten already (a session closed twice after the node's shutdown)
+        if session.opener is not None:
+            self._opened[session.opener] -= 1
+        for (peer, _), ch in session._channels.items():
+            self._ended_sent[peer] += ch.messages_sent
+            self._ended_received[peer] += ch.messages_received
+        for peer in session._peers:
+            self._remember_ended(session.id, peer)
+
+    def _remember_ended(self, sid: str, peer: str) -> None:
+        self._ended[(sid, peer)] = None
+        while len(self._ended) > 4 * self.config.max_sessions:
+            self._ended.popitem(last=False)
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    @property
+    def session_count(self) -> int:
+        """Sessions held here: claimed ones, and pending ones (one per peer and id)."""
+        return len(self._sessions) + len(self._pending)
+
+    def peer_counters(self) -> dict[str, tuple[int, int, int]]:
+        """Per peer: bytes buffered on its channels, messages sent to it and received from it
+        (ended sessions included)."""
+        buffered = dict.fromkeys(self._known, 0)
+        sent = dict(self._ended_sent)
+        received = dict(self._ended_received)
+        for session in self._all():
+            for (peer, _), ch in session._channels.items():
+                buffered[peer] += ch.buffered_bytes
+                sent[peer] += ch.messages_sent
+                received[peer] += ch.messages_received
+        return {peer: (buffered[peer], sent[peer], received[peer]) for peer in self._known}

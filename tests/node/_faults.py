@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from p2pboost.exceptions import TransportError
 from transports.base import Connection, ConnectionHandler, Listener, Transport
+from transports.errors import TransportError
 
 __all__ = ["FaultyConnection", "FaultyTransport"]
 

@@ -15,10 +15,10 @@ from p2pboost import certs
 from p2pboost.certs import TLSConfig
 from p2pboost.net._frames import FLAG_END, data_header, encode_name
 from p2pboost.net.node import Node, NodeConfig
+from p2pboost.net.transport import websocket_transport
 from tests.node._faults import FaultyTransport
 from transports.base import Transport
 from transports.memory import MemoryNetwork, MemoryTransport
-from transports.websocket import WebSocketTransport
 
 KiB = 1024
 
@@ -81,7 +81,7 @@ class WebSocketFabric(Fabric):
         self.federation = federation
 
     def transport(self, party: str, peers: Iterable[str]) -> Transport:
-        return WebSocketTransport(
+        return websocket_transport(
             TLSConfig.from_dir(self.federation / party),
             party_id=party,
             allowed_peers=peers,

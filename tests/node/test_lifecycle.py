@@ -12,12 +12,12 @@ from p2pboost.exceptions import (
     LocalProtocolError,
     PeerDisconnected,
     SessionClosed,
-    TransportError,
 )
 from p2pboost.net.node import Node, SessionState
 from tests.node._faults import FaultyTransport
 from tests.node.conftest import FAST, Fabric, MemoryFabric, cluster, wait_until
 from transports.base import Transport
+from transports.errors import TransportError
 from transports.memory import MemoryNetwork, MemoryTransport
 
 

@@ -13,7 +13,6 @@ from dataclasses import replace
 import pytest
 
 from p2pboost import codec
-from p2pboost.exceptions import TransportError
 from p2pboost.net._frames import (
     FLAG_END,
     FLAG_RAW,
@@ -31,6 +30,7 @@ from p2pboost.net._frames import (
 from p2pboost.net.node import Node
 from tests.node.conftest import FAST, wait_until
 from transports.base import Connection
+from transports.errors import TransportError
 from transports.memory import MemoryNetwork, MemoryTransport
 
 EPOCH = 0x5EED

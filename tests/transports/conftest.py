@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from p2pboost import certs
+from p2pboost.net.transport import websocket_transport
 from transports.base import Connection, Listener, Transport
 from transports.memory import MemoryNetwork, MemoryTransport
-from transports.websocket import WebSocketTransport
 
 PARTIES = ("guest", "host1", "host2")
 
@@ -125,7 +125,7 @@ class WebSocketHarness(Harness):
         on_error: Callable[[Exception], None] | None = None,
     ) -> Transport:
         # Small water marks, so that back-pressure shows after a few messages.
-        return WebSocketTransport(
+        return websocket_transport(
             certs.TLSConfig.from_dir(self.federation / party),
             party_id=party,
             allowed_peers=allowed_peers,

@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from p2pboost.exceptions import (
+from transports.base import Connection
+from transports.errors import (
     FrameTooLarge,
     HandshakeError,
-    LocalProtocolError,
     TransportError,
+    TransportUsageError,
 )
-from transports.base import Connection
 
 from .conftest import Harness
 
@@ -150,7 +150,7 @@ async def test_only_one_receive_at_a_time(harness: Harness) -> None:
     async with harness.pair() as (client, server):
         first = asyncio.create_task(server.receive())
         await asyncio.sleep(0.01)
-        with pytest.raises(LocalProtocolError, match="another receive"):
+        with pytest.raises(TransportUsageError, match="another receive"):
             await server.receive()
         await client.send(b"for the first")
         assert await asyncio.wait_for(first, 5) == b"for the first"

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from p2pboost.exceptions import FrameTooLarge, HandshakeError, TransportError
 from transports.base import Connection
+from transports.errors import FrameTooLarge, HandshakeError, TransportError
 from transports.memory import MemoryConnection, MemoryNetwork, MemoryTransport
 
 

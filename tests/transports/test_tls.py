@@ -1,7 +1,10 @@
 """Mutual TLS over real sockets: every kind of refused client fails clearly on both sides.
 
 Each case asserts the connecting side's exception (type and message) and the error the server
-reports through ``on_error``, and that the server goes on serving good clients.
+reports through ``on_error``, and that the server goes on serving good clients. The transport
+raises its own exceptions (:mod:`transports.errors`); where p2pboost adds a diagnosis (a check
+of our own certificate), the case asserts it on the translated exception
+(:func:`p2pboost.net.transport.translate_error`).
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
-from p2pboost import certs
-from p2pboost.exceptions import ConfigError, HandshakeError, TransportError
+from p2pboost import certs, exceptions
+from p2pboost.exceptions import ConfigError
+from p2pboost.net.transport import peer_party_id, translate_error, websocket_transport
 from transports.base import Connection
+from transports.errors import HandshakeError, TransportConfigError, TransportError
 from transports.websocket import (
     PARTY_HEADER,
     PEER_HEADER,
@@ -128,7 +133,7 @@ class Server:
 @pytest.fixture
 async def server(federation: Path) -> AsyncIterator[Server]:
     state = Server()
-    transport = WebSocketTransport(
+    transport = websocket_transport(
         tls(federation, "host1"), allowed_peers={"guest", "host2"}, on_error=state.errors.append
     )
     listener = await transport.serve("127.0.0.1:0", state.handler)
@@ -136,7 +141,7 @@ async def server(federation: Path) -> AsyncIterator[Server]:
     try:
         yield state
         # Whatever was refused before, a good client still gets through.
-        good = await WebSocketTransport(tls(federation, "guest")).connect(
+        good = await websocket_transport(tls(federation, "guest")).connect(
             listener.address, peer_id="host1"
         )
         await good.send(b"ping")
@@ -161,7 +166,7 @@ def raw_client_context(
 async def test_good_client_gets_the_party_ids_from_certificates(
     server: Server, federation: Path
 ) -> None:
-    connection = await WebSocketTransport(tls(federation, "host2")).connect(
+    connection = await websocket_transport(tls(federation, "host2")).connect(
         server.address, peer_id="host1"
     )
     await connection.send(b"hi")
@@ -185,8 +190,11 @@ async def test_certificate_from_another_ca_is_refused(
         federation / "ca" / "ca.pem", foreign / "guest" / "cert.pem", foreign / "guest" / "key.pem"
     )
     with pytest.raises(HandshakeError, match="refused the connection") as caught:
-        await WebSocketTransport(config).connect(server.address, peer_id="host1")
-    assert "not issued by the CA" in str(caught.value)
+        await websocket_transport(config).connect(server.address, peer_id="host1")
+    assert caught.value.certificate_refused
+    explained = translate_error(caught.value, tls=config)
+    assert isinstance(explained, exceptions.HandshakeError)
+    assert "not issued by the CA" in str(explained)
     await server.settle()
     assert "unable to get local issuer certificate" in server.reported()
     assert server.accepted == []
@@ -196,14 +204,14 @@ async def test_server_with_a_certificate_from_another_ca_is_refused(
     server: Server, foreign: Path
 ) -> None:
     with pytest.raises(HandshakeError, match=r"TLS handshake .* failed: certificate rejected"):
-        await WebSocketTransport(tls(foreign, "guest")).connect(server.address, peer_id="host1")
+        await websocket_transport(tls(foreign, "guest")).connect(server.address, peer_id="host1")
     assert server.accepted == []
 
 
 async def test_valid_certificate_claiming_another_party_is_refused(
     server: Server, federation: Path
 ) -> None:
-    impostor = WebSocketTransport(tls(federation, "guest"))
+    impostor = websocket_transport(tls(federation, "guest"))
     impostor.party_id = "host2"  # claims host2 with guest's certificate
     with pytest.raises(HandshakeError, match=r"HTTP 403.*for party 'guest' but .*'host2'"):
         await impostor.connect(server.address, peer_id="host1")
@@ -224,8 +232,11 @@ async def test_client_asking_for_another_party_is_refused_by_the_server(
 
 async def test_expired_certificate_is_refused(server: Server, expired: certs.TLSConfig) -> None:
     with pytest.raises(HandshakeError, match="refused the connection") as caught:
-        await WebSocketTransport(expired).connect(server.address, peer_id="host1")
-    assert "expired on" in str(caught.value)
+        await websocket_transport(expired).connect(server.address, peer_id="host1")
+    assert caught.value.certificate_refused
+    explained = translate_error(caught.value, tls=expired)
+    assert isinstance(explained, exceptions.HandshakeError)
+    assert "expired on" in str(explained)
     await server.settle()
     assert "certificate has expired" in server.reported()
     assert server.accepted == []
@@ -277,7 +288,7 @@ async def test_connecting_to_a_plain_server_fails_clearly(federation: Path) -> N
     port = plain.sockets[0].getsockname()[1]
     try:
         with pytest.raises(HandshakeError, match=r"TLS handshake .* failed"):
-            await WebSocketTransport(tls(federation, "guest")).connect(
+            await websocket_transport(tls(federation, "guest")).connect(
                 f"wss://127.0.0.1:{port}", peer_id="host1"
             )
     finally:
@@ -293,7 +304,7 @@ async def test_nobody_listening_is_a_transport_error_not_a_handshake_error(
     probe.close()
     await probe.wait_closed()
     with pytest.raises(TransportError, match="cannot connect") as caught:
-        await WebSocketTransport(tls(federation, "guest")).connect(
+        await websocket_transport(tls(federation, "guest")).connect(
             f"127.0.0.1:{port}", peer_id="host1"
         )
     assert not isinstance(caught.value, HandshakeError)
@@ -301,13 +312,13 @@ async def test_nobody_listening_is_a_transport_error_not_a_handshake_error(
 
 def test_transport_refuses_a_certificate_of_another_party(federation: Path) -> None:
     with pytest.raises(ConfigError, match="is for party 'guest', not 'host1'"):
-        WebSocketTransport(tls(federation, "guest"), party_id="host1")
+        websocket_transport(tls(federation, "guest"), party_id="host1")
 
 
 @pytest.mark.parametrize("address", ["http://127.0.0.1:1", "127.0.0.1", "wss://h:1/path"])
 def test_bad_addresses_are_config_errors(federation: Path, address: str) -> None:
-    transport = WebSocketTransport(tls(federation, "guest"))
-    with pytest.raises(ConfigError, match="address"):
+    transport = websocket_transport(tls(federation, "guest"))
+    with pytest.raises(TransportConfigError, match="address"):
         asyncio.run(transport.connect(address, peer_id="host1"))
 
 
@@ -317,11 +328,11 @@ async def test_handler_failure_is_reported_and_the_link_closed(federation: Path)
     async def broken(connection: Connection) -> None:
         raise RuntimeError("boom")
 
-    listener = await WebSocketTransport(tls(federation, "host1"), on_error=errors.append).serve(
+    listener = await websocket_transport(tls(federation, "host1"), on_error=errors.append).serve(
         "127.0.0.1:0", broken
     )
     try:
-        client = await WebSocketTransport(tls(federation, "guest")).connect(
+        client = await websocket_transport(tls(federation, "guest")).connect(
             listener.address, peer_id="host1"
         )
         with pytest.raises(TransportError, match="code 1011"):
@@ -337,8 +348,68 @@ def test_reporting_hook_failure_does_not_break_the_server(
     def bad_hook(error: Exception) -> None:
         raise ValueError("hook bug")
 
-    transport = WebSocketTransport(tls(federation, "host1"), on_error=bad_hook)
+    transport = websocket_transport(tls(federation, "host1"), on_error=bad_hook)
     report: Callable[[Exception], None] = transport._report
     report(HandshakeError("refused a client: test"))
     assert "refused a client: test" in caplog.text
     assert "the on_error hook failed" in caplog.text
+
+
+def test_the_transport_requires_mutual_tls_contexts(federation: Path) -> None:
+    config = tls(federation, "guest")
+    lax = certs.client_context(config)
+    lax.verify_mode = ssl.CERT_OPTIONAL
+    with pytest.raises(TransportConfigError, match="client TLS context must require"):
+        WebSocketTransport(
+            "guest",
+            server_ssl=certs.server_context(config),
+            client_ssl=lax,
+            peer_id_from_cert=peer_party_id,
+        )
+    with pytest.raises(TransportConfigError, match="invalid party id"):
+        WebSocketTransport(
+            "two words",
+            server_ssl=certs.server_context(config),
+            client_ssl=certs.client_context(config),
+            peer_id_from_cert=peer_party_id,
+        )
+
+
+async def test_the_transport_takes_the_party_id_from_its_identity_function(
+    federation: Path,
+) -> None:
+    """Only the given function reads certificates: the transport knows no certificate format."""
+    seen: list[str] = []
+
+    def by_common_name(peercert: object) -> str | None:
+        assert isinstance(peercert, dict)
+        for rdn in peercert["subject"]:
+            for key, value in rdn:
+                if key == "commonName":
+                    return f"cn-{value}"
+        return None
+
+    def transport(party: str) -> WebSocketTransport:
+        config = tls(federation, party)
+        return WebSocketTransport(
+            f"cn-{party}",
+            server_ssl=certs.server_context(config),
+            client_ssl=certs.client_context(config),
+            peer_id_from_cert=by_common_name,
+        )
+
+    async def handler(connection: Connection) -> None:
+        seen.append(connection.peer_id)
+        await connection.send(b"hi")
+
+    listener = await transport("host1").serve("127.0.0.1:0", handler)
+    try:
+        client = await transport("guest").connect(listener.address, peer_id="cn-host1")
+        assert client.peer_id == "cn-host1"
+        assert await client.receive() == b"hi"
+        await client.close()
+        with pytest.raises(HandshakeError, match="for party 'cn-host1', expected 'host1'"):
+            await transport("guest").connect(listener.address, peer_id="host1")
+    finally:
+        await listener.close()
+    assert seen == ["cn-guest"]
