@@ -21,8 +21,8 @@ from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping, RecordEvaluation
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.model import GuestModel, HostModel
-from tests.hetero.conftest import TRAINING, federate
-from tests.node.conftest import MemoryFabric, cluster
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation
+from tests.hetero.conftest import federate
 
 #: The guest holds the first GUEST_COLUMNS columns of the breast-cancer data, the host the rest.
 GUEST_COLUMNS = 10
@@ -65,7 +65,7 @@ async def _federated(
     Xg, Xh = X[:, :GUEST_COLUMNS], X[:, GUEST_COLUMNS:]
     record = RecordEvaluation()
     with ThreadPoolExecutor(2) as pool:
-        async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
             fed = await federate(
                 c,
                 Xg,

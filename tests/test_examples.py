@@ -30,6 +30,9 @@ from p2pboost.app.cli import main
 from p2pboost.app.model_info import describe
 from tests.cli.conftest import finish, free_port, write_config
 
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 #: What the test changes in every [train] table: small and fast.

@@ -25,6 +25,9 @@ from typing import Any
 
 import pytest
 
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EMBEDDING = ROOT / "examples" / "embedding"
 CLIENT = ROOT / "examples" / "streaming-client" / "client.py"

@@ -12,6 +12,9 @@ from p2pboost.app.model_info import describe, format_description, load_model
 from p2pboost.exceptions import InputError, ModelError
 from tests._model_files import GUEST_COLUMNS, HETERO_PARAMS, ModelFiles, make_model_files
 
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> ModelFiles:

@@ -17,6 +17,9 @@ from p2pboost.gbdt.booster import Booster
 from p2pboost.hetero.model import GuestModel
 from tests._model_files import ModelFiles, breast, make_model_files
 
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

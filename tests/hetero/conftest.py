@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,11 @@ from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
+from p2pboost.testing import LocalFederation
 from p2pboost.workers import process_pool
-from tests.node.conftest import FAST, Cluster
 
 Keys = tuple[PublicKey, PrivateKey]
 
-#: Heart-beats relaxed so training's CPU bursts on 2 shared cores never look like a dead link.
-TRAINING = replace(
-    FAST,
-    heartbeat_interval=0.2,
-    heartbeat_timeout=5.0,
-    reconnect_timeout=10.0,
-    connect_timeout=2.0,
-    close_timeout=2.0,
-)
 CONFIG = HeteroConfig(key_bits=1024, allow_insecure_key=True, chunk_rows=128)
 
 
@@ -74,7 +65,7 @@ class Federated:
 
 
 async def federate(
-    c: Cluster,
+    c: LocalFederation,
     X_guest: np.ndarray,
     y: np.ndarray,
     X_hosts: Sequence[np.ndarray],
@@ -119,7 +110,7 @@ async def federate(
 
 
 async def predict(
-    c: Cluster, fed: Federated, X_guest: np.ndarray, X_hosts: Sequence[np.ndarray]
+    c: LocalFederation, fed: Federated, X_guest: np.ndarray, X_hosts: Sequence[np.ndarray]
 ) -> np.ndarray:
     """Federated raw margins for aligned rows, through the prediction protocol."""
     hosts = list(fed.guest.hosts)

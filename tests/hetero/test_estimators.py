@@ -16,11 +16,12 @@ from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
 from p2pboost.hetero.model import joined_trees
 from p2pboost.net.node import Node
-from tests.hetero.conftest import CONFIG, TRAINING, assert_same_trees
-from tests.node.conftest import MemoryFabric, WebSocketFabric, cluster
+from p2pboost.testing import TRAINING, MemoryFabric, WebSocketFabric, local_federation
+from tests.hetero.conftest import CONFIG, assert_same_trees
 from transports.memory import MemoryNetwork, MemoryTransport
 
 
+@pytest.mark.slow
 async def test_guest_and_host_over_mutual_tls(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, federation_certs: Path
 ) -> None:
@@ -29,7 +30,7 @@ async def test_guest_and_host_over_mutual_tls(
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
     guest = HeteroGuest(params, config=CONFIG, executor=pool)
     host = HeteroHost(executor=pool, workers=2)
-    async with cluster(WebSocketFabric(federation_certs), ["a", "b"], TRAINING) as c:
+    async with local_federation(WebSocketFabric(federation_certs), ["a", "b"], TRAINING) as c:
         await asyncio.gather(
             guest.afit(c["a"], ["b"], Xg, y, ids=np.arange(y.size)),
             host.afit(c["b"], "a", Xh, ids=np.arange(y.size)),
@@ -91,6 +92,7 @@ async def test_blocking_fit_runs_its_own_node_and_loop(
     assert_same_trees(joined_trees(guest.model_, [host.model_]), train(params, X, y))
 
 
+@pytest.mark.slow
 async def test_ids_align_the_parties_with_psi_before_training(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor
 ) -> None:
@@ -105,7 +107,7 @@ async def test_ids_align_the_parties_with_psi_before_training(
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
     guest = HeteroGuest(params, config=CONFIG, executor=pool)
     host = HeteroHost(executor=pool, workers=2)
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         a, b = c["a"], c["b"]
         await asyncio.gather(
             guest.afit(a, ["b"], X[guest_rows, :12], y[guest_rows], ids=ids[guest_rows]),
@@ -123,7 +125,7 @@ async def test_no_common_id_is_a_clear_error(
     X, y = breast
     guest = HeteroGuest(BoostParams(n_estimators=1), config=CONFIG, executor=pool)
     host = HeteroHost(executor=pool)
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         a, b = c["a"], c["b"]
         results = await asyncio.gather(
             guest.afit(a, ["b"], X[:20, :12], y[:20], ids=np.arange(20)),

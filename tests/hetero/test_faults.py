@@ -8,6 +8,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from p2pboost.exceptions import PeerDisconnected
 from p2pboost.gbdt.booster import train
@@ -18,8 +19,8 @@ from p2pboost.hetero.train import (
     guest_train,
     host_train,
 )
-from tests.hetero.conftest import CONFIG, TRAINING, Keys, assert_same_trees, federate
-from tests.node.conftest import MemoryFabric, cluster, wait_until
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation, wait_until
+from tests.hetero.conftest import CONFIG, Keys, assert_same_trees, federate
 
 PARAMS = BoostParams(n_estimators=3, max_depth=3, max_bin=16)
 
@@ -28,12 +29,13 @@ def _mid_tree(progress: Progress) -> bool:
     return progress.tree == 1 and progress.phase is GuestPhase.SPLITS and progress.depth >= 1
 
 
+@pytest.mark.slow
 async def test_a_host_that_drops_mid_tree_and_returns_changes_nothing(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
 ) -> None:
     X, y = breast
     progress = Progress(GuestPhase.SETUP)
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         training = asyncio.ensure_future(
             federate(c, X[:, :10], y, [X[:, 10:]], PARAMS, pool, keys, progress=progress)
         )
@@ -44,6 +46,7 @@ async def test_a_host_that_drops_mid_tree_and_returns_changes_nothing(
     assert_same_trees(fed.joined(), train(PARAMS, X, y))
 
 
+@pytest.mark.slow
 async def test_a_host_that_stays_away_fails_training_naming_it(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
 ) -> None:
@@ -51,7 +54,7 @@ async def test_a_host_that_stays_away_fails_training_naming_it(
     progress = Progress(GuestPhase.SETUP)
     fabric = MemoryFabric()
     config = replace(TRAINING, reconnect_timeout=1.5)
-    async with cluster(fabric, ["a", "b"], config) as c:
+    async with local_federation(fabric, ["a", "b"], config) as c:
 
         async def guest() -> None:
             async with c["a"].session("train", peers=["b"]) as s:

@@ -11,6 +11,9 @@ import pytest
 from benchmarks import hetero
 from p2pboost.hetero._common import GuestPhase
 
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 
 def _write(path: Path, header: list[str], rows: np.ndarray) -> None:
     lines = [",".join(header)] + [",".join(f"{v:.6f}" for v in row) for row in rows]

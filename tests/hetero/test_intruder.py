@@ -19,8 +19,11 @@ from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.tree import Tree
 from p2pboost.net.node import SessionState
-from tests.hetero.conftest import TRAINING, Keys, assert_same_trees, federate
-from tests.node.conftest import WebSocketFabric, cluster, wait_until
+from p2pboost.testing import TRAINING, WebSocketFabric, local_federation, wait_until
+from tests.hetero.conftest import Keys, assert_same_trees, federate
+
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
 
 _FIELDS = ("feature", "threshold_bin", "threshold", "default_left", "left", "right", "value")
 
@@ -40,7 +43,7 @@ async def test_an_intruder_cannot_disturb_a_training_it_is_not_part_of(
     X, y = breast
     Xg, Xh = X[:, :10], X[:, 10:]
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
-    async with cluster(WebSocketFabric(federation_certs), ["a", "b", "c"], TRAINING) as c:
+    async with local_federation(WebSocketFabric(federation_certs), ["a", "b", "c"], TRAINING) as c:
         clean = await federate(c, Xg, y, [Xh], params, pool, keys, session="clean")
 
         # c predicts the name of the next training and writes first, on the very channels the

@@ -12,11 +12,11 @@ import pytest
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.params import BoostParams
-from tests.hetero.conftest import TRAINING, Keys, assert_same_trees, federate, predict
-from tests.node.conftest import Cluster, MemoryFabric, cluster
+from p2pboost.testing import TRAINING, LocalFederation, MemoryFabric, local_federation, time_factor
+from tests.hetero.conftest import Keys, assert_same_trees, federate, predict
 
 
-async def _ping_while(c: Cluster, task: asyncio.Future[object]) -> list[float]:
+async def _ping_while(c: LocalFederation, task: asyncio.Future[object]) -> list[float]:
     """Round trips of a small message on another session until ``task`` is done."""
     rtts: list[float] = []
     async with c["a"].session("ping", peers=["b"]) as sa, c["b"].session("ping", peers=["a"]) as sb:
@@ -31,19 +31,20 @@ async def _ping_while(c: Cluster, task: asyncio.Future[object]) -> list[float]:
     return rtts
 
 
+@pytest.mark.slow
 async def test_binary_with_missing_values_one_host(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
 ) -> None:
     X, y = breast
     params = BoostParams(n_estimators=3, max_depth=4, max_bin=16)
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         training = asyncio.ensure_future(federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys))
         # Another session of the same nodes keeps flowing while they train.
         rtts = await _ping_while(c, training)
         fed = await training
         margin = await predict(c, fed, X[:, :10], [X[:, 10:]])
     assert len(rtts) >= 10
-    assert max(rtts) < 2.0  # heart-beats (every 0.2 s) would flow as well
+    assert max(rtts) < 2.0 * time_factor()  # heart-beats (every 0.2 s) would flow as well
     core = train(params, X, y)
     assert_same_trees(fed.joined(), core)
     assert any((t.owner == 1).any() and (t.owner == 0).any() for t in fed.guest.trees)
@@ -51,6 +52,7 @@ async def test_binary_with_missing_values_one_host(
     np.testing.assert_array_equal(fed.guest.transform(margin), core.predict(X))
 
 
+@pytest.mark.slow
 async def test_multiclass_with_two_hosts(pool: Executor, keys: Keys) -> None:
     """One tree per class per round; host ``b`` and host ``c`` each hold a block of columns."""
     from sklearn.datasets import load_wine
@@ -58,7 +60,7 @@ async def test_multiclass_with_two_hosts(pool: Executor, keys: Keys) -> None:
     X, y = load_wine(return_X_y=True)
     params = BoostParams(objective="multi:softmax", num_class=3, n_estimators=2, max_depth=3)
     blocks = [X[:, :4], X[:, 4:9], X[:, 9:]]
-    async with cluster(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
         fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys)
         margin = await predict(c, fed, blocks[0], blocks[1:])
     core = train(params, X, y)
@@ -69,6 +71,7 @@ async def test_multiclass_with_two_hosts(pool: Executor, keys: Keys) -> None:
     np.testing.assert_array_equal(margin, core.predict_margin(X))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("objective", "extra"),
     [
@@ -87,7 +90,7 @@ async def test_regression_objectives_and_sampling(
     X[np.random.default_rng(3).random(X.shape) < 0.05] = np.nan
     y = y / 100.0
     params = BoostParams(objective=objective, n_estimators=3, max_depth=3, seed=7, **extra)  # type: ignore[arg-type]
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         fed = await federate(c, X[:, :4], y, [X[:, 4:]], params, pool, keys)
         margin = await predict(c, fed, X[:, :4], [X[:, 4:]])
     core = train(params, X, y)
@@ -95,6 +98,7 @@ async def test_regression_objectives_and_sampling(
     np.testing.assert_array_equal(margin, core.predict_margin(X))
 
 
+@pytest.mark.slow
 async def test_validation_set_and_early_stopping(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
 ) -> None:
@@ -102,7 +106,7 @@ async def test_validation_set_and_early_stopping(
     tr, va = np.arange(0, 300), np.arange(300, X.shape[0])
     params = BoostParams(n_estimators=12, max_depth=3, learning_rate=0.5, max_bin=16)
     stop = EarlyStopping(1, metric="logloss")
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         fed = await federate(
             c,
             X[tr, :10],

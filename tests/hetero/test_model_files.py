@@ -16,8 +16,8 @@ import pytest
 from p2pboost.exceptions import ModelError
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.model import GuestModel, HostModel
-from tests.hetero.conftest import TRAINING, Keys, federate, predict
-from tests.node.conftest import MemoryFabric, cluster
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation
+from tests.hetero.conftest import Keys, federate, predict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,13 +66,14 @@ _PREDICT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_files_hold_only_their_party_secrets_and_reload_in_a_fresh_process(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys, tmp_path: Path
 ) -> None:
     X, y = breast
     Xg, Xb, Xc = X[:, :8], X[:, 8:20], X[:, 20:]
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
-    async with cluster(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
         fed = await federate(c, Xg, y, [Xb, Xc], params, pool, keys)
         margin = await predict(c, fed, Xg, [Xb, Xc])
     fed.guest.save(tmp_path / "guest.json")

@@ -14,8 +14,8 @@ from p2pboost.exceptions import RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.train import guest_train, host_train
-from tests.hetero.conftest import CONFIG, TRAINING, Keys
-from tests.node.conftest import MemoryFabric, cluster
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation
+from tests.hetero.conftest import CONFIG, Keys
 
 N = 40
 
@@ -29,7 +29,7 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
     pool: Executor, keys: Keys
 ) -> None:
     X, y = _data()
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
 
         async def rogue_host() -> None:
             async with c["b"].session("train", peers=["a"]) as s:
@@ -112,7 +112,7 @@ async def test_host_refuses_a_malformed_layer(
     public_key, _ = keys
     X, _ = _data()
     g_grid = choose_grid(np.ones(N), N)
-    async with cluster(MemoryFabric(), ["a", "b"], TRAINING) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
 
         async def rogue_guest() -> None:
             async with c["a"].session("train", peers=["b"]) as s:

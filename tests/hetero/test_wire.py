@@ -16,15 +16,19 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 
 import numpy as np
+import pytest
 
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams
-from tests.hetero.conftest import TRAINING, Keys, federate
-from tests.node.conftest import MemoryFabric, cluster
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation
+from tests.hetero.conftest import Keys, federate
 from transports.base import Connection, ConnectionHandler, Listener, Transport
+
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
 
 _WINDOW = 4
 
@@ -119,7 +123,7 @@ async def test_no_secret_crosses_the_wire(
     Xg, Xh = X[:, :10], X[:, 10:]
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
     fabric = _TapFabric()
-    async with cluster(fabric, ["a", "b"], TRAINING) as c:
+    async with local_federation(fabric, ["a", "b"], TRAINING) as c:
         fed = await federate(c, Xg, y, [Xh], params, pool, keys)
     host_blob = b"".join(fabric.received["b"])
     guest_blob = b"".join(fabric.received["a"])

@@ -19,7 +19,7 @@ from p2pboost.homo.client import client_train
 from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoPhase, HomoResult
 from p2pboost.homo.server import server_train
 from p2pboost.net.node import Node
-from tests.node.conftest import FAST, wait_until
+from p2pboost.testing import FAST, wait_until
 from transports.memory import MemoryNetwork, MemoryTransport
 
 SERVER = "server"

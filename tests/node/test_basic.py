@@ -9,12 +9,12 @@ import pytest
 
 from p2pboost.exceptions import ConfigError, InputError, LocalProtocolError, SessionClosed
 from p2pboost.net.node import Node, NodeConfig, Session
-from tests.node.conftest import Fabric, cluster
+from p2pboost.testing import Fabric, local_federation
 from transports.memory import MemoryNetwork, MemoryTransport
 
 
 async def test_request_response_and_stream(fabric: Fabric) -> None:
-    async with cluster(fabric, ["a", "b"]) as c:
+    async with local_federation(fabric, ["a", "b"]) as c:
 
         async def serve() -> list[object]:
             session = await c["b"].accept_session()
@@ -36,7 +36,7 @@ async def test_request_response_and_stream(fabric: Fabric) -> None:
 async def test_large_messages_are_fragmented_and_reassembled(fabric: Fabric) -> None:
     rng = np.random.default_rng(0)
     arrays = [rng.integers(0, 255, size=n, dtype=np.uint8) for n in (1, 70_000, 3_000_001)]
-    async with cluster(fabric, ["a", "b"]) as c:
+    async with local_federation(fabric, ["a", "b"]) as c:
         async with (
             c["a"].session("big", peers=["b"]) as sa,
             c["b"].session("big", peers=["a"]) as sb,
@@ -58,7 +58,7 @@ async def test_large_messages_are_fragmented_and_reassembled(fabric: Fabric) -> 
 
 
 async def test_hundred_concurrent_sessions(fabric: Fabric) -> None:
-    async with cluster(fabric, ["a", "b"]) as c:
+    async with local_federation(fabric, ["a", "b"]) as c:
 
         async def serve_one(session: Session) -> None:
             async with session:
@@ -91,7 +91,7 @@ async def test_hundred_concurrent_sessions(fabric: Fabric) -> None:
 
 
 async def test_session_closed_by_peer_after_draining(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b"]) as c:
+    async with local_federation(memory_fabric, ["a", "b"]) as c:
         async with c["a"].session("s", peers=["b"]) as sa:
             await sa.channel("b").send("last words")
         sb = c["b"].session("s", peers=["a"])
@@ -105,7 +105,7 @@ async def test_session_closed_by_peer_after_draining(memory_fabric: Fabric) -> N
 
 
 async def test_api_misuse_is_reported(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b"]) as c:
+    async with local_federation(memory_fabric, ["a", "b"]) as c:
         a = c["a"]
         with pytest.raises(InputError, match="unknown peers"):
             a.session("x", peers=["zed"])
@@ -144,7 +144,7 @@ def test_config_is_validated() -> None:
 
 async def test_bytes_skip_the_codec_and_arrive_as_bytes(fabric: Fabric) -> None:
     blobs: list[object] = [b"x", bytearray(b"mutable"), b"", bytes(range(256)) * 12_289, b"y"]
-    async with cluster(fabric, ["a", "b"]) as c:
+    async with local_federation(fabric, ["a", "b"]) as c:
         async with c["a"].session("s", peers=["b"]) as sa, c["b"].session("s", peers=["a"]) as sb:
             producer = asyncio.create_task(sa.channel("b").send_stream(blobs))
             received = [item async for item in sb.channel("a").stream()]
@@ -159,7 +159,7 @@ async def test_messages_near_the_window_size_do_not_deadlock(
 ) -> None:
     # A sender short of credit waits for a whole fragment only when the peer is sure to grant
     # it (half a window); bigger fragments are split so that they always get through.
-    async with cluster(memory_fabric, ["a", "b"], max_fragment=1 << 20) as c:
+    async with local_federation(memory_fabric, ["a", "b"], max_fragment=1 << 20) as c:
         async with c["a"].session("s", peers=["b"]) as sa, c["b"].session("s", peers=["a"]) as sb:
             blobs = [bytes([i]) * size for i in range(6)]
             producer = asyncio.create_task(sa.channel("b").send_stream(blobs))

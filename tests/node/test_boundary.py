@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from p2pboost import certs, exceptions
 from p2pboost.net.node import Node
-from tests.node.conftest import FAST, wait_until
+from p2pboost.testing import FAST, wait_until
 from transports import errors
 from transports.memory import MemoryNetwork, MemoryTransport
 

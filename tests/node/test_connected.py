@@ -7,11 +7,11 @@ import asyncio
 import pytest
 
 from p2pboost.exceptions import InputError
-from tests.node.conftest import Fabric, cluster, wait_until
+from p2pboost.testing import Fabric, local_federation, wait_until
 
 
 async def test_wait_connected_follows_the_link(fabric: Fabric) -> None:
-    async with cluster(fabric, ["a", "b"]) as c:
+    async with local_federation(fabric, ["a", "b"]) as c:
         assert c["a"].is_connected("b")
         await asyncio.wait_for(c["a"].wait_connected("b"), 1.0)  # up: returns at once
         await c["b"].close()
@@ -23,7 +23,7 @@ async def test_wait_connected_follows_the_link(fabric: Fabric) -> None:
 
 
 async def test_wait_connected_wakes_when_the_link_returns(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b"]) as c:
+    async with local_federation(memory_fabric, ["a", "b"]) as c:
         c.transports["a"].kill_all()
         waiter = asyncio.create_task(c["a"].wait_connected("b"))
         await asyncio.wait_for(waiter, 3.0)  # the node re-dials; the waiter wakes

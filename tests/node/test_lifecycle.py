@@ -14,15 +14,21 @@ from p2pboost.exceptions import (
     SessionClosed,
 )
 from p2pboost.net.node import Node, SessionState
-from tests.node._faults import FaultyTransport
-from tests.node.conftest import FAST, Fabric, MemoryFabric, cluster, wait_until
+from p2pboost.testing import (
+    FAST,
+    Fabric,
+    FaultyTransport,
+    MemoryFabric,
+    local_federation,
+    wait_until,
+)
 from transports.base import Transport
 from transports.errors import TransportError
 from transports.memory import MemoryNetwork, MemoryTransport
 
 
 async def test_sessions_beyond_the_limit_are_refused(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b"], max_sessions=3) as c:
+    async with local_federation(memory_fabric, ["a", "b"], max_sessions=3) as c:
         a, b = c["a"], c["b"]
         mine = [a.session(f"s{i}", peers=["b"]) for i in range(3)]
         for i, session in enumerate(mine):  # fill b's three slots; b does not claim them yet
@@ -49,7 +55,7 @@ async def test_sessions_beyond_the_limit_are_refused(memory_fabric: Fabric) -> N
 
 async def test_stranger_frames_are_refused_without_disturbing_the_session() -> None:
     fabric = MemoryFabric()
-    async with cluster(fabric, ["a", "b", "c"]) as c:
+    async with local_federation(fabric, ["a", "b", "c"]) as c:
         ab_b = c["b"].session("ab", peers=["a"])
         ab_a = c["a"].session("ab", peers=["b"])
         intruder = c["c"].session("ab", peers=["b"])
@@ -127,7 +133,7 @@ def test_works_under_anyio() -> None:
 async def test_exit_leaves_no_task_behind() -> None:
     before = asyncio.all_tasks()
     fabric = MemoryFabric()
-    async with cluster(fabric, ["a", "b", "c"]) as c:
+    async with local_federation(fabric, ["a", "b", "c"]) as c:
         async with c["a"].session("s", peers=["b", "c"]) as s:
             await s.channel("b").send(1)
             await s.channel("c").send(2)
@@ -140,7 +146,7 @@ async def test_exit_leaves_no_task_behind() -> None:
 
 async def test_redial_backs_off_exponentially_up_to_the_cap(memory_fabric: Fabric) -> None:
     assert isinstance(memory_fabric, MemoryFabric)
-    async with cluster(memory_fabric, ["a", "b"]) as c:
+    async with local_federation(memory_fabric, ["a", "b"]) as c:
         rx = asyncio.create_task(c["b"].session("s", peers=["a"]).channel("a").recv())
         before = c["a"].stats().peers["b"].dial_attempts
         memory_fabric.network.refuse("mem://b", 1.0)
@@ -177,7 +183,7 @@ async def test_a_stranger_or_wrong_way_connection_is_refused() -> None:
 
 
 async def test_an_error_in_the_session_body_aborts_it_for_the_peers(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b", "c"]) as c:
+    async with local_federation(memory_fabric, ["a", "b", "c"]) as c:
         b_side = c["b"].session("run", peers=["a"])
         c_side = c["c"].session("run", peers=["a"])
 
@@ -198,7 +204,7 @@ async def test_an_error_in_the_session_body_aborts_it_for_the_peers(memory_fabri
 
 
 async def test_cancelling_a_send_mid_message_ends_the_session(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b"]) as c:
+    async with local_federation(memory_fabric, ["a", "b"]) as c:
         session = c["a"].session("s", peers=["b"])
         c["b"].session("s", peers=["a"])  # b never reads: the window fills mid-message
         with pytest.raises(TimeoutError):
@@ -210,7 +216,7 @@ async def test_cancelling_a_send_mid_message_ends_the_session(memory_fabric: Fab
 
 
 async def test_per_peer_limit_and_unclaimed_sessions_expire(memory_fabric: Fabric) -> None:
-    async with cluster(
+    async with local_federation(
         memory_fabric, ["a", "b"], max_sessions_per_peer=2, unclaimed_timeout=0.3
     ) as c:
         mine = [c["a"].session(f"s{i}", peers=["b"]) for i in range(3)]

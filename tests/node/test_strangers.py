@@ -16,7 +16,8 @@ import pytest
 from p2pboost.exceptions import RemoteProtocolError, SessionClosed
 from p2pboost.net._frames import FLAG_END, abort_frame, close_frame, encode_name
 from p2pboost.net.node import Node, Session, SessionState
-from tests.node.conftest import Fabric, cluster, inject_data, wait_until
+from p2pboost.testing import Fabric, local_federation, wait_until
+from tests.node.conftest import inject_data
 
 
 def _pending(node: Node) -> int:
@@ -35,7 +36,7 @@ def _inject_control(node: Node, peer: str, frame: str, session: str) -> None:
 async def test_stranger_frames_before_the_claim_are_refused_and_the_session_runs(
     memory_fabric: Fabric,
 ) -> None:
-    async with cluster(memory_fabric, ["a", "b", "c"]) as c:
+    async with local_federation(memory_fabric, ["a", "b", "c"]) as c:
         # c guesses the name "ab" and writes to both members before either claims it.
         intruder = c["c"].session("ab", peers=["a", "b"])
         for peer in ("a", "b"):
@@ -73,7 +74,7 @@ async def test_stranger_frames_before_the_claim_are_refused_and_the_session_runs
 
 
 async def test_early_frames_of_every_declared_peer_are_adopted(memory_fabric: Fabric) -> None:
-    async with cluster(memory_fabric, ["a", "b", "c"]) as c:
+    async with local_federation(memory_fabric, ["a", "b", "c"]) as c:
         b_side = c["b"].session("run", peers=["a"])
         c_side = c["c"].session("run", peers=["a"])
         await b_side.channel("a").send("from b")
@@ -93,7 +94,7 @@ async def test_early_frames_of_every_declared_peer_are_adopted(memory_fabric: Fa
 async def test_a_declared_peer_that_broke_the_rules_before_the_claim_fails_the_session(
     memory_fabric: Fabric,
 ) -> None:
-    async with cluster(memory_fabric, ["a", "b", "c"]) as c:
+    async with local_federation(memory_fabric, ["a", "b", "c"]) as c:
         c_side = c["c"].session("run", peers=["a"])
         await c_side.channel("a").send("fine")
         inject_data(c["b"], "a", "run", "data", b"", 0)  # an empty fragment: b's fault
@@ -110,7 +111,7 @@ async def test_a_declared_peer_that_broke_the_rules_before_the_claim_fails_the_s
 
 
 async def test_a_stranger_cannot_join_a_session_a_peer_opened(fabric: Fabric) -> None:
-    async with cluster(fabric, ["a", "b", "c"]) as c:
+    async with local_federation(fabric, ["a", "b", "c"]) as c:
         from_a = c["a"].session("job", peers=["b"])
         await from_a.channel("b").send("a's request")
         await wait_until(lambda: _pending(c["b"]) == 1)
@@ -143,7 +144,7 @@ async def test_a_stranger_cannot_join_a_session_a_peer_opened(fabric: Fabric) ->
 async def test_a_stranger_first_does_not_take_the_name_from_the_rightful_peer(
     memory_fabric: Fabric,
 ) -> None:
-    async with cluster(memory_fabric, ["a", "b", "c"]) as c:
+    async with local_federation(memory_fabric, ["a", "b", "c"]) as c:
         from_c = c["c"].session("job", peers=["b"])
         await from_c.channel("b").send("c first")
         await wait_until(lambda: _pending(c["b"]) == 1)
@@ -171,7 +172,7 @@ async def test_a_stranger_first_does_not_take_the_name_from_the_rightful_peer(
 async def test_a_strangers_close_or_abort_before_the_claim_touches_nothing(
     fabric: Fabric,
 ) -> None:
-    async with cluster(fabric, ["a", "b", "c"]) as c:
+    async with local_federation(fabric, ["a", "b", "c"]) as c:
         ab_a = c["a"].session("ab", peers=["b"])
         await ab_a.channel("b").send("hello")
         inject_data(c["c"], "b", "ab", "default", b"\x01", FLAG_END)
@@ -189,7 +190,7 @@ async def test_a_strangers_close_or_abort_before_the_claim_touches_nothing(
 
 
 async def test_per_peer_limits_apply_to_each_peer_separately(memory_fabric: Fabric) -> None:
-    async with cluster(
+    async with local_federation(
         memory_fabric, ["a", "b", "c"], max_sessions_per_peer=2, unclaimed_timeout=0.5
     ) as c:
         # c fills its quota at b with sessions b's application never claims.

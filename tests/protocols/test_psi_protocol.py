@@ -11,7 +11,7 @@ import pytest
 
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.protocols.psi import PsiResult, psi_guest, psi_host
-from tests.node.conftest import Fabric, MemoryFabric, WebSocketFabric, cluster
+from p2pboost.testing import Fabric, MemoryFabric, WebSocketFabric, local_federation
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ async def _run(
     batch: int = 64,
 ) -> tuple[PsiResult, dict[str, PsiResult]]:
     # Party ids: "a" is the guest; "b", "c" the hosts (the node fixtures' CA knows a, b, c).
-    async with cluster(fabric, ["a", *host_ids]) as c:
+    async with local_federation(fabric, ["a", *host_ids]) as c:
 
         async def host(h: str) -> PsiResult:
             async with c[h].session("psi-1", peers=["a"]) as s:
@@ -86,7 +86,7 @@ async def test_string_ids_and_duplicates(pool: Executor) -> None:
 
 async def test_a_host_that_sends_too_many_points_is_named(pool: Executor) -> None:
     """A host announcing 2 ids but streaming more is refused, naming the host."""
-    async with cluster(MemoryFabric(), ["a", "b"]) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"]) as c:
 
         async def lying_host() -> None:
             async with c["b"].session("psi-x", peers=["a"]) as s:
@@ -109,7 +109,7 @@ async def test_a_host_that_sends_too_many_points_is_named(pool: Executor) -> Non
 
 
 async def test_bad_arguments_are_input_errors(pool: Executor) -> None:
-    async with cluster(MemoryFabric(), ["a", "b"]) as c:
+    async with local_federation(MemoryFabric(), ["a", "b"]) as c:
         async with c["a"].session("psi-y", peers=["b"]) as s:
             with pytest.raises(InputError, match="at least one host"):
                 await psi_guest(s, [], [1], executor=pool)

@@ -18,11 +18,10 @@ from p2pboost.crypto.paillier import generate_keypair
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.feature_store import ArrayStore
 from p2pboost.hetero.model import GuestModel, HostModel
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from p2pboost.workers import process_pool
-from tests.hetero.conftest import TRAINING, Federated, federate
+from tests.hetero.conftest import Federated, federate
 from tests.node.conftest import (  # noqa: F401 (fixtures used by the serving tests)
-    MemoryFabric,
-    cluster,
     fabric,
     memory_fabric,
     node_federation,
@@ -71,7 +70,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     keys = generate_keypair(1024, allow_insecure=True)
 
     async def train() -> Federated:
-        async with cluster(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+        async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
             return await federate(
                 c,
                 X[:, GUEST_COLS],

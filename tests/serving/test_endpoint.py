@@ -28,7 +28,7 @@ from p2pboost.exceptions import ConfigError
 from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
 from p2pboost.hetero.feature_store import ArrayStore
 from p2pboost.hetero.serving import GuestPredictor
-from tests.node.conftest import Fabric, cluster
+from p2pboost.testing import Fabric, local_federation
 from tests.serving.conftest import Trained
 from tests.serving.test_serving import CONFIG, serving
 
@@ -74,7 +74,7 @@ async def served(
     """Hosts answering over ``fabric``, the guest's predictor and its endpoint."""
     predictor_kw = {k: kwargs.pop(k) for k in ("guest_store", "max_batch") if k in kwargs}
     async with (
-        cluster(fabric, ["a", "b", "c"], CONFIG) as c,
+        local_federation(fabric, ["a", "b", "c"], CONFIG) as c,
         serving(c, trained, **predictor_kw) as p,
         endpoint(p, tls=tls, **kwargs) as url,
     ):
@@ -98,6 +98,7 @@ async def ask(ws: ClientConnection, message: str | bytes) -> Any:
     return json.loads(await ws.recv())
 
 
+@pytest.mark.slow
 async def test_pipelined_replies_are_in_order_and_equal_predict(
     memory_fabric: Fabric, trained: Trained, app_tls: TLSConfig, guest_tls: TLSConfig
 ) -> None:
@@ -257,7 +258,10 @@ async def test_clients_without_a_federation_certificate_are_refused(
 async def test_plaintext_is_opt_in_and_loopback_only(
     memory_fabric: Fabric, trained: Trained
 ) -> None:
-    async with cluster(memory_fabric, ["a", "b", "c"], CONFIG) as c, serving(c, trained) as p:
+    async with (
+        local_federation(memory_fabric, ["a", "b", "c"], CONFIG) as c,
+        serving(c, trained) as p,
+    ):
         with pytest.raises(ConfigError, match="needs TLS"):
             await serve_endpoint(p, "127.0.0.1:0")
         for listen in ("0.0.0.0:0", "192.0.2.1:0", "[::]:0", "example.org:0"):
@@ -289,7 +293,10 @@ async def test_healthz_answers_plain_http(
         assert json.loads(body)["status"] == "ok"
         status, _ = await _http_get(url, "/nothing", _ssl(app_tls))
         assert status == 404
-    async with cluster(memory_fabric, ["a", "b", "c"], CONFIG) as c, serving(c, trained) as p:
+    async with (
+        local_federation(memory_fabric, ["a", "b", "c"], CONFIG) as c,
+        serving(c, trained) as p,
+    ):
         async with endpoint(p, allow_plaintext=True) as url:
             status, body = await _http_get(url, "/healthz", None)
     assert status == 200

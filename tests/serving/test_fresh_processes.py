@@ -14,8 +14,12 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.serving.conftest import HOST_COLS, Trained
+
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,6 +15,9 @@ import pytest
 
 from benchmarks import inference
 
+#: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 KEYS = {
     "benchmark",
     "dataset",

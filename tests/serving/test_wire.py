@@ -13,8 +13,8 @@ import asyncio
 import numpy as np
 
 from p2pboost.hetero.serving import GuestPredictor, serve_host
+from p2pboost.testing import local_federation
 from tests.hetero.test_wire import _found, _singles, _TapFabric
-from tests.node.conftest import cluster
 from tests.serving.conftest import HOST_COLS, Trained
 from tests.serving.test_serving import CONFIG
 
@@ -22,7 +22,7 @@ from tests.serving.test_serving import CONFIG
 async def test_serving_sends_no_secret(trained: Trained) -> None:
     rows = np.arange(0, 200)
     fabric = _TapFabric()
-    async with cluster(fabric, ["a", "b", "c"], CONFIG) as c:
+    async with local_federation(fabric, ["a", "b", "c"], CONFIG) as c:
         hosts = [
             asyncio.create_task(serve_host(c[h], trained.host(h), trained.store(h)))
             for h in trained.guest.hosts

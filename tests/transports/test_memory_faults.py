@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from p2pboost.testing import time_factor
 from transports.base import Connection
 from transports.errors import FrameTooLarge, HandshakeError, TransportError
 from transports.memory import MemoryConnection, MemoryNetwork, MemoryTransport
@@ -50,7 +51,7 @@ async def test_network_delay_applies_to_every_message() -> None:
         assert await elapsed(server.receive()) >= 0.04
         network.delay = 0.0
         await client.send(b"b")
-        assert await elapsed(server.receive()) < 0.04
+        assert await elapsed(server.receive()) < 0.04 * time_factor()
 
 
 async def test_connection_delay_is_one_direction_and_keeps_order() -> None:
@@ -61,7 +62,7 @@ async def test_connection_delay_is_one_direction_and_keeps_order() -> None:
         received = [await server.receive() for _ in range(5)]
         assert received == [b"0", b"1", b"2", b"3", b"4"]
         await server.send(b"back")
-        assert await elapsed(client.receive()) < 0.04
+        assert await elapsed(client.receive()) < 0.04 * time_factor()
 
 
 async def test_drop_fails_both_ends_and_loses_buffered_messages() -> None:
