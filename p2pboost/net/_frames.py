@@ -42,6 +42,7 @@ cumulative ack covers data and control frames alike and a reconnect resends them
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -228,7 +229,7 @@ def nop_frame(seq: int) -> bytes:
     return _FRAME_HEAD.pack(9, FrameType.NOP, seq)
 
 
-def encode_message(ack: int, parts: list[bytes | memoryview]) -> bytes:
+def encode_message(ack: int, parts: Sequence[bytes | memoryview]) -> bytes:
     """One FRAMES message: the header then the already-encoded frame parts, copied once."""
     return b"".join([_MSG_HEAD.pack(_FRAMES, ack), *parts])
 

@@ -251,10 +251,10 @@ def test_homo_server_and_two_clients(tmp_path: Path) -> None:
     port = free_port()
     configs = {}
     for k, client in enumerate(["c1", "c2"]):
-        rows = [
+        lines = [
             f"{i},{data.target[i]}," + ",".join(map(str, data.data[i])) for i in range(k, 569, 2)
         ]
-        (tmp_path / f"{client}.csv").write_text("\n".join([header, *rows]) + "\n")
+        (tmp_path / f"{client}.csv").write_text("\n".join([header, *lines]) + "\n")
         configs[client] = write_config(
             tmp_path / f"{client}.toml",
             {"id": client, "role": "client", "certs": f"certs/{client}", "workdir": client},

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gmpy2 import mpz
+from gmpy2 import mpz  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

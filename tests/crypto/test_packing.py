@@ -143,8 +143,8 @@ def test_precision_encoding_round_trip() -> None:
     gi, hi = encode_precision(g, spec, hessian=False), encode_precision(h, spec, hessian=True)
     (plane,) = pack(spec, gi, hi)
     G, H = unpack_sums(spec, [[sum(plane)]], [5])
-    assert G[0, 0] == sum(gi.tolist())
-    assert H[0, 0] == sum(hi.tolist())
+    assert G[0, 0] == sum(np.asarray(gi).tolist())
+    assert H[0, 0] == sum(np.asarray(hi).tolist())
     assert abs(float(G[0, 0]) * 2.0**-53 - g.sum()) < 1e-12
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gmpy2
+import gmpy2  # type: ignore[import-untyped]
 import pytest
 from gmpy2 import mpz
 from hypothesis import given, settings

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -39,7 +41,7 @@ def _reference(
     G, H = np.zeros(shape), np.zeros(shape)
     C = np.zeros(shape[:3], dtype=np.int64)
     for f in range(data.n_features):
-        at = (slots, f, data.codes[f, rows].astype(np.intp))
+        at: tuple[Any, ...] = (slots, f, data.codes[f, rows].astype(np.intp))
         np.add.at(G, at, g[rows])
         np.add.at(H, at, h[rows])
         np.add.at(C, at, 1)

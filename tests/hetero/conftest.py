@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -106,7 +106,8 @@ async def federate(
     results = await asyncio.gather(
         guest(), *(host(h, X, ev) for h, X, ev in zip(hosts, X_hosts, evs, strict=True))
     )
-    return Federated(results[0], list(results[1:]))
+    guest_model, *host_models = results
+    return Federated(cast(GuestModel, guest_model), cast(list[HostModel], host_models))
 
 
 async def predict(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import Executor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from p2pboost.testing import TRAINING, LocalFederation, MemoryFabric, local_fede
 from tests.hetero.conftest import Keys, assert_same_trees, federate, predict
 
 
-async def _ping_while(c: LocalFederation, task: asyncio.Future[object]) -> list[float]:
+async def _ping_while(c: LocalFederation, task: asyncio.Future[Any]) -> list[float]:
     """Round trips of a small message on another session until ``task`` is done."""
     rtts: list[float] = []
     async with c["a"].session("ping", peers=["b"]) as sa, c["b"].session("ping", peers=["a"]) as sb:

@@ -108,7 +108,7 @@ async def star(clients: Sequence[str]) -> AsyncIterator[Star]:
 class Run:
     result: HomoResult | BaseException
     models: dict[str, Booster | BaseException]
-    received: list[tuple[str, str, object]]
+    received: list[tuple[str, str, Any]]
     plain: dict[str, dict[int, tuple[str, np.ndarray]]]
 
 
@@ -125,7 +125,7 @@ async def run_homo(
     """Train with one client per entry of ``parts``. ``hooks[c](reply, phase)`` returns what
     ``c`` sends instead of ``reply``; raising :class:`Crash` kills ``c`` there (its task ends
     and its node closes, as when its process dies)."""
-    received: list[tuple[str, str, object]] = []
+    received: list[tuple[str, str, Any]] = []
     plain: dict[str, dict[int, tuple[str, np.ndarray]]] = {c: {} for c in parts}
     names = list(parts)
     features = n_features or next(iter(parts.values()))[0].shape[1]
@@ -181,8 +181,8 @@ async def run_homo(
                 return exc
 
         async with asyncio.timeout(100):
-            res, *models = await asyncio.gather(
-                server_or_error(), *(client_or_crash(c) for c in names)
+            res, models = await asyncio.gather(
+                server_or_error(), asyncio.gather(*(client_or_crash(c) for c in names))
             )
     return Run(res, dict(zip(names, models, strict=True)), received, plain)
 

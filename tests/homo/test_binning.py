@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 import pytest
 
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.homo._binning import EdgeSearch, child_counts, float_keys, key_floats
+
+
+def _total(vectors: Iterable[Any]) -> Any:
+    """What secure aggregation returns: the element-wise sum of the clients' vectors."""
+    return functools.reduce(operator.add, vectors)
 
 
 def _federated_edges(parts: list[np.ndarray], max_bin: int) -> tuple[list[np.ndarray], int]:
@@ -15,7 +25,7 @@ def _federated_edges(parts: list[np.ndarray], max_bin: int) -> tuple[list[np.nda
     rounds = 0
     while not search.done:
         q = search.query()
-        search.feed(sum(child_counts(k, q) for k in keys))  # what secure aggregation returns
+        search.feed(_total(child_counts(k, q) for k in keys))  # what secure aggregation returns
         rounds += 1
     return search.edges(), rounds
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +15,12 @@ from p2pboost.exceptions import RemoteProtocolError
 from p2pboost.homo._messages import Advert, Masked, Ready, Recovered, Reveal, Sealed
 from p2pboost.homo.client import Client
 from p2pboost.homo.config import ClientIdentity, HomoConfig
+
+
+def _total(vectors: Iterable[Any]) -> Any:
+    """What secure aggregation returns: the element-wise sum of the clients' vectors."""
+    return functools.reduce(operator.add, vectors)
+
 
 IDS = ["c1", "c2", "c3"]
 CONFIG = HomoConfig(threshold=2)
@@ -68,7 +78,7 @@ def test_masked_sum_of_a_full_round_is_exact(federation: Path) -> None:
     clients = _clients(federation)
     _setup(clients)
     replies = {c: _collect(cl, 1) for c, cl in clients.items()}
-    total = sum(r.z for r in replies.values() if r is not None)
+    total = _total(r.z for r in replies.values() if r is not None)
     assert total[0] == 60  # rows of all three clients
     assert total[2] == sum(int((cl.y == 1).sum()) for cl in clients.values())
     for r in replies.values():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -44,12 +45,13 @@ async def _federation(
 
         server = HomoServer(params, masking=server_masking, round_timeout=20)
         async with asyncio.timeout(60):
-            res = await asyncio.gather(
+            first, *rest = await asyncio.gather(
                 server.afit(server_node, clients),
                 *(client(c) for c in clients),
                 return_exceptions=True,
             )
-    return res[0], dict(zip(clients, res[1:], strict=True))
+    results = cast(list[HomoClient | BaseException], rest)
+    return cast(HomoServer | BaseException, first), dict(zip(clients, results, strict=True))
 
 
 async def test_fit_over_mutual_tls_and_predict_locally(federation: Path) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -20,11 +25,16 @@ from p2pboost.homo._vectors import (
 )
 
 
+def _total(vectors: Iterable[Any]) -> Any:
+    """What secure aggregation returns: the element-wise sum of the clients' vectors."""
+    return functools.reduce(operator.add, vectors)
+
+
 def test_layouts_read_back_what_clients_wrote() -> None:
     rng = np.random.default_rng(2)
     objective = get_objective(BoostParams(objective="multi:softmax", num_class=3))
     ys = [rng.integers(0, 3, size=n).astype(float) for n in (5, 7)]
-    stats = read_stats(sum(stats_vector(y, objective) for y in ys))
+    stats = read_stats(_total(stats_vector(y, objective) for y in ys))
     assert stats.n_rows == 12
     assert stats.label_sum == sum(float(y.sum()) for y in ys)
     np.testing.assert_array_equal(
@@ -33,7 +43,7 @@ def test_layouts_read_back_what_clients_wrote() -> None:
 
     gs = [rng.normal(size=(n, 1)) * 3 for n in (5, 7)]
     hs = [np.abs(rng.normal(size=(n, 1))) for n in (5, 7)]
-    grid_g, grid_h = read_grid(sum(grid_vector(g, h) for g, h in zip(gs, hs, strict=True)))
+    grid_g, grid_h = read_grid(_total(grid_vector(g, h) for g, h in zip(gs, hs, strict=True)))
     assert grid_g == choose_grid(np.concatenate(gs), 12)
     assert grid_h == choose_grid(np.concatenate(hs), 12)
 
@@ -48,12 +58,15 @@ def test_layouts_read_back_what_clients_wrote() -> None:
                 rng.integers(0, 9, size=shape[:3]),
             )
         )
-    total = sum(layout.write(hist, grid_g, grid_h) for hist in hists)
+    total = _total(layout.write(hist, grid_g, grid_h) for hist in hists)
     assert total.shape == (layout.length(2),)
     back = layout.read(total, 2, grid_g, grid_h)
     np.testing.assert_array_equal(back.grad, hists[0].grad + hists[1].grad)
     np.testing.assert_array_equal(back.hess, hists[0].hess + hists[1].hess)
-    np.testing.assert_array_equal(back.count, hists[0].count + hists[1].count)
+    counts = [h.count for h in hists]
+    assert counts[0] is not None
+    assert counts[1] is not None
+    np.testing.assert_array_equal(back.count, counts[0] + counts[1])
 
     y, p = np.array([0.0, 1.0, 1.0]), np.array([0.2, 0.7, 0.9])
     total = eval_vector("mae", (y, p)) + eval_vector("mae", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ async def test_hundred_concurrent_sessions(fabric: Fabric) -> None:
         async def serve_one(session: Session) -> None:
             async with session:
                 ch = session.channel("a", "work")
-                total = 0
+                total: Any = 0
                 async for x in ch.stream():
                     total += x
                 await ch.send(total)

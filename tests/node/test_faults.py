@@ -59,7 +59,7 @@ async def test_killed_connection_mid_fragmented_message(fabric: Fabric) -> None:
             received = await receiver
         assert len(received) == len(arrays)
         for got, want in zip(received, arrays, strict=True):
-            np.testing.assert_array_equal(got, want)  # type: ignore[arg-type]
+            np.testing.assert_array_equal(got, want)
         assert c["a"].stats().peers["b"].connections >= 4
 
 

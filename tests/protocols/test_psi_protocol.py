@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,15 +17,15 @@ from p2pboost.testing import Fabric, MemoryFabric, WebSocketFabric, local_federa
 
 
 @pytest.fixture(scope="module")
-def pool() -> Executor:
+def pool() -> Iterator[Executor]:
     with ProcessPoolExecutor(max_workers=2) as executor:
-        yield executor  # type: ignore[misc]
+        yield executor
 
 
 async def _run(
     fabric: Fabric,
-    guest_ids: list[int],
-    host_ids: dict[str, list[int]],
+    guest_ids: Sequence[Any],
+    host_ids: Mapping[str, Sequence[Any]],
     pool: Executor,
     batch: int = 64,
 ) -> tuple[PsiResult, dict[str, PsiResult]]:

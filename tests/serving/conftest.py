@@ -45,7 +45,7 @@ class Trained:
     def host(self, name: str) -> HostModel:
         return self.fed.hosts[list(self.fed.guest.hosts).index(name)]
 
-    def guest_X(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+    def guest_X(self, rows: np.ndarray | slice | int | np.integer = slice(None)) -> np.ndarray:
         return self.X[rows][..., GUEST_COLS]
 
     def store(self, name: str) -> ArrayStore:

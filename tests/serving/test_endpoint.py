@@ -57,7 +57,8 @@ async def endpoint(
     url: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(serve_endpoint(predictor, listen, ready=url.set_result, **kwargs))
     try:
-        done, _ = await asyncio.wait({url, task}, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {url, task}
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         if task in done:
             task.result()
         yield url.result()
@@ -138,7 +139,7 @@ async def test_a_list_message_gets_a_list_reply(
     assert replies[1]["error"]["type"] == "InputError"
 
 
-BAD = [
+BAD: list[tuple[str | bytes, str, str]] = [
     ("{not json", "InputError", "invalid JSON"),
     ('{"id": 1, "features": [NaN]}', "InputError", "invalid JSON"),
     ("[" * 100_000 + "]" * 100_000, "InputError", "invalid JSON"),
