@@ -52,27 +52,44 @@ def _session_id(session: str, client: str) -> str:
     return f"{session}/{client}"
 
 
-def _config(
-    params: BoostParams | None,
-    threshold: int | None,
-    min_clients: int,
-    masking: bool,
-    round_timeout: float,
-    eval_metric: str | None,
-    early_stopping_rounds: int | None,
-) -> HomoConfig:
-    return HomoConfig(
-        params=params or BoostParams(),
-        threshold=threshold,
-        min_clients=min_clients,
-        masking=masking,
-        round_timeout=round_timeout,
-        eval_metric=eval_metric,
-        early_stopping_rounds=early_stopping_rounds,
-    ).validate()
+class _Settings:
+    """What the server and every client must agree on (a digest is compared at hello), and
+    where their one session per client is named."""
+
+    def __init__(
+        self,
+        params: BoostParams | None,
+        *,
+        threshold: int | None,
+        min_clients: int,
+        masking: bool,
+        round_timeout: float,
+        eval_metric: str | None,
+        early_stopping_rounds: int | None,
+        session: str,
+    ) -> None:
+        self.params = params
+        self.threshold = threshold
+        self.min_clients = min_clients
+        self.masking = masking
+        self.round_timeout = round_timeout
+        self.eval_metric = eval_metric
+        self.early_stopping_rounds = early_stopping_rounds
+        self.session = session
+
+    def _make_config(self) -> HomoConfig:
+        return HomoConfig(
+            params=self.params or BoostParams(),
+            threshold=self.threshold,
+            min_clients=self.min_clients,
+            masking=self.masking,
+            round_timeout=self.round_timeout,
+            eval_metric=self.eval_metric,
+            early_stopping_rounds=self.early_stopping_rounds,
+        ).validate()
 
 
-class HomoServer:
+class HomoServer(_Settings):
     """The coordinator: holds no data; ends with the model (``model_``) and run statistics."""
 
     def __init__(
@@ -88,26 +105,17 @@ class HomoServer:
         session: str = DEFAULT_SESSION,
         tap: Tap | None = None,
     ) -> None:
-        self.params = params
-        self.threshold = threshold
-        self.min_clients = min_clients
-        self.masking = masking
-        self.round_timeout = round_timeout
-        self.eval_metric = eval_metric
-        self.early_stopping_rounds = early_stopping_rounds
-        self.session = session
-        self.tap = tap
-
-    def _make_config(self) -> HomoConfig:
-        return _config(
-            self.params,
-            self.threshold,
-            self.min_clients,
-            self.masking,
-            self.round_timeout,
-            self.eval_metric,
-            self.early_stopping_rounds,
+        super().__init__(
+            params,
+            threshold=threshold,
+            min_clients=min_clients,
+            masking=masking,
+            round_timeout=round_timeout,
+            eval_metric=eval_metric,
+            early_stopping_rounds=early_stopping_rounds,
+            session=session,
         )
+        self.tap = tap
 
     async def afit(self, node: Node, clients: Sequence[str]) -> HomoServer:
         """Coordinate one training run with ``clients`` (their party ids)."""
@@ -128,7 +136,7 @@ class HomoServer:
         return run_with_node(node, self.afit(node, clients))
 
 
-class HomoClient:
+class HomoClient(_Settings):
     """A data holder: trains with the others through the server, then predicts locally.
 
     ``identity`` is this party's certificate directory (``key.pem``, ``cert.pem``, ``ca.pem``)
@@ -149,15 +157,17 @@ class HomoClient:
         early_stopping_rounds: int | None = None,
         session: str = DEFAULT_SESSION,
     ) -> None:
-        self.params = params
+        super().__init__(
+            params,
+            threshold=threshold,
+            min_clients=min_clients,
+            masking=masking,
+            round_timeout=round_timeout,
+            eval_metric=eval_metric,
+            early_stopping_rounds=early_stopping_rounds,
+            session=session,
+        )
         self.identity = identity
-        self.threshold = threshold
-        self.min_clients = min_clients
-        self.masking = masking
-        self.round_timeout = round_timeout
-        self.eval_metric = eval_metric
-        self.early_stopping_rounds = early_stopping_rounds
-        self.session = session
 
     async def afit(
         self,
@@ -168,15 +178,7 @@ class HomoClient:
         eval_set: tuple[Any, Any] | None = None,
     ) -> HomoClient:
         """Train on local rows ``X``, ``y`` (optionally validated on local ``eval_set``)."""
-        config = _config(
-            self.params,
-            self.threshold,
-            self.min_clients,
-            self.masking,
-            self.round_timeout,
-            self.eval_metric,
-            self.early_stopping_rounds,
-        )
+        config = self._make_config()
         identity = self.identity
         if identity is not None and not isinstance(identity, ClientIdentity):
             identity = ClientIdentity.from_dir(identity)
