@@ -85,20 +85,27 @@ class HeteroConfig:
     """Knobs of the protocol (not of the model: those are :class:`BoostParams`).
 
     ``key_bits`` below 2048 needs ``allow_insecure_key`` (1024 is for tests and comparisons).
-    ``chunk_rows``: ciphertexts per streamed chunk. ``workers``: processes of the pool the
-    protocol starts when no executor is given.
+    ``chunk_rows``: ciphertexts per streamed chunk (one pool task each). ``workers``:
+    processes of the pool the protocol starts when no executor is given. ``precompute``:
+    while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
+    next tree ahead of time (at most ``stash_bytes`` of them are kept), so that tree's
+    encryption costs about one product per row.
     """
 
     key_bits: int = 2048
     allow_insecure_key: bool = False
     chunk_rows: int = 2048
     workers: int | None = None
+    precompute: bool = True
+    stash_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.chunk_rows < 1:
             raise InputError("chunk_rows must be at least 1")
         if self.workers is not None and self.workers < 1:
             raise InputError("workers must be at least 1")
+        if self.stash_bytes < 0:
+            raise InputError("stash_bytes must be >= 0")
 
 
 # -- message validation ------------------------------------------------------------------------

@@ -42,7 +42,9 @@ never sees a host feature value, feature index or threshold.
 Every message from a peer is validated (type, shape, dtype, ranges, known ids, bitmap lengths,
 counts); a violation raises :class:`~p2pboost.exceptions.RemoteProtocolError` naming the peer.
 CPU-heavy work (encryption, decryption, ciphertext histograms, compression, packing) runs in
-a process pool; numpy steps run in threads; the event loop only moves messages.
+worker processes, one task per fused step with arrays or ciphertext bytes in and out (see
+``docs/explanation/hetero.md``, "Where the work runs"); numpy steps run in threads; the event
+loop only moves messages.
 """
 
 from __future__ import annotations
@@ -171,26 +173,37 @@ async def guest_train(
     # The core's round loop: the same draws, refits, margins, callbacks and early stop.
     loop = RoundLoop(params, n_total, objective.n_outputs, callbacks)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
-    async with owned_executor(executor, config.workers) as (pool, _):
-        engine = PaillierEngine(public_key, private_key, executor=pool)
+    n_trees = params.n_estimators * objective.n_outputs
+    async with owned_executor(executor, config.workers) as (pool, n_workers):
+        engine = PaillierEngine(
+            public_key,
+            private_key,
+            executor=pool,
+            workers=n_workers,
+            stash_limit=config.stash_bytes // public_key.ciphertext_bytes,
+        )
         trainer = GuestTrainer(
             params=params,
             config=config,
-            pool=pool,
             engine=engine,
+            workers=n_workers,
             links=links,
             mapper=mapper,
             data=data,
             evals=evals,
             progress=progress,
         )
-        for _ in loop:
-            for task in loop.tasks(margins):
-                grown = await trainer.grow(len(loop.trees), task)
-                tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
-                loop.add_tree(tree, task.out)
-            progress.enter(GuestPhase.EVALUATE)
-            loop.end_round(margins.evaluation())
+        try:
+            for _ in loop:
+                for task in loop.tasks(margins):
+                    tree_id = len(loop.trees)
+                    grown = await trainer.grow(tree_id, task, more=tree_id + 1 < n_trees)
+                    tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
+                    loop.add_tree(tree, task.out)
+                progress.enter(GuestPhase.EVALUATE)
+                loop.end_round(margins.evaluation())
+        finally:
+            await trainer.aclose()
 
         progress.enter(GuestPhase.FINISH)
         fingerprint = model_fingerprint(loop.trees)

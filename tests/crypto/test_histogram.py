@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -14,13 +15,17 @@ from p2pboost.codec import decode, encode
 from p2pboost.crypto.compress import (
     SplitInfoPackage,
     compress,
+    compress_parts,
     compress_split_infos,
+    compressed_count,
     compression_layout,
+    cut_points,
     decompress,
     decompress_split_infos,
+    open_split_infos,
     split_candidates,
 )
-from p2pboost.crypto.histogram import batch_invert, build_histogram
+from p2pboost.crypto.histogram import batch_invert, build_histogram, product
 from p2pboost.crypto.packing import PackingSpec, pack
 from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import CodecError, CryptoError, InputError
@@ -232,3 +237,59 @@ def test_package_survives_the_wire_and_is_validated(
     for bad in bad_cases:
         with pytest.raises(CodecError):
             SplitInfoPackage.from_wire(bad, public_key, spec)
+
+
+def test_byte_kernels_round_trip_and_validate(
+    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable
+) -> None:
+    """Partial sums -> compress_parts -> the wire -> open_split_infos: the exact sums, whole or
+    cut at cut_points; foreign, out-of-range or wrongly counted ciphertexts are refused."""
+    rng = np.random.default_rng(4)
+    n, m = 300, 40
+    g, h = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
+    grid = choose_grid(np.array([1.0]), n)
+    spec = PackingSpec.for_grids(n, grid, grid, key_bits=public_key.bits)
+    width = public_key.ciphertext_bytes
+    rows = [rng.choice(n, size=int(rng.integers(1, n)), replace=False) for _ in range(m)]
+    cts = table.encrypt_many(pack(spec, g, h)[0])
+    # Two shards: each holds a part of every split-info's rows.
+    halves = [[r[r % 2 == s] for r in rows] for s in (0, 1)]
+    parts = [
+        CiphertextBatch.from_ciphertexts(
+            public_key, [product([cts[i] for i in r], public_key.n2) for r in half]
+        ).data
+        for half in halves
+    ]
+    counts = np.array([r.size for r in rows], dtype=np.int64)
+    data = compress_parts(public_key, spec, parts)
+    assert len(data) == compressed_count(spec, m) * width
+    wire = decode(encode(CiphertextBatch(public_key.fingerprint, width, data)))
+    assert isinstance(wire, CiphertextBatch)
+    G, H = open_split_infos(private_key, spec, wire.data, counts)
+    assert G[:, 0].tolist() == [int(g[r].sum()) for r in rows]
+    assert H[:, 0].tolist() == [int(h[r].sum()) for r in rows]
+
+    per_ct = spec.split_infos_per_plaintext
+    cuts = cut_points(spec, m, 3)
+    assert cuts[0] == 0
+    assert cuts[-1] == m
+    assert all(c % per_ct == 0 for c in cuts[:-1])
+    pieces = [
+        compress_parts(public_key, spec, [p[a * width : b * width] for p in parts])
+        for a, b in itertools.pairwise(cuts)
+    ]
+    assert b"".join(pieces) == data
+    opened = [
+        open_split_infos(
+            private_key, spec, data[a // per_ct * width : -(-b // per_ct) * width], counts[a:b]
+        )[0]
+        for a, b in itertools.pairwise(cuts)
+    ]
+    np.testing.assert_array_equal(np.concatenate(opened), G)
+
+    with pytest.raises(CodecError):  # a value outside (0, n**2)
+        open_split_infos(private_key, spec, int(public_key.n2).to_bytes(width, "big"), counts[:1])
+    with pytest.raises(CryptoError):  # fewer ciphertexts than the layout needs
+        open_split_infos(private_key, spec, data[:width], counts)
+    with pytest.raises(InputError):
+        compress_parts(public_key, spec, [parts[0], parts[1][:width]])
