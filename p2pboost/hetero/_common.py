@@ -5,13 +5,9 @@ Messages and their rules are in :mod:`p2pboost.hetero._messages`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +24,6 @@ __all__ = [
     "HostPhase",
     "Progress",
     "grid_wire",
-    "offload",
     "packing_spec",
     "unpack_bitmap",
 ]
@@ -38,7 +33,6 @@ logger = logging.getLogger("p2pboost.hetero")
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
-T = TypeVar("T")
 
 VERSION = 1
 
@@ -128,8 +122,3 @@ def grid_wire(g: Grid, h: Grid) -> list[int]:
 
 def packing_spec(n_rows: int, grids: tuple[Grid, Grid], public_key: PublicKey) -> PackingSpec:
     return PackingSpec.for_grids(n_rows, grids[0], grids[1], key_bits=public_key.bits)
-
-
-async def offload(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` in the process pool."""
-    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
