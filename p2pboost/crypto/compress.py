@@ -27,7 +27,6 @@ big integers ever crosses a process boundary:
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,18 +35,14 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.histogram import EncryptedHistogram
 from p2pboost.crypto.packing import PackingSpec, unpack_sums
 from p2pboost.crypto.paillier import CiphertextBatch, PrivateKey, PublicKey
-from p2pboost.exceptions import CodecError, CryptoError, InputError
+from p2pboost.exceptions import CryptoError, InputError
 
 __all__ = [
-    "SplitInfoPackage",
-    "SplitLookup",
     "compress",
     "compress_groups",
     "compress_parts",
-    "compress_split_infos",
     "compressed_count",
     "compression_groups",
     "compression_layout",
@@ -55,7 +50,6 @@ __all__ = [
     "decompress",
     "decompress_split_infos",
     "open_split_infos",
-    "split_candidates",
 ]
 
 
@@ -186,129 +180,6 @@ def decompress(spec: PackingSpec, plaintexts: Sequence[int], n_infos: int) -> li
         for item in items:
             planes[item.plane][item.info] = (value >> item.shift) & ((1 << item.width) - 1)
     return planes
-
-
-@dataclass(frozen=True, eq=False)
-class SplitInfoPackage:
-    """What a host sends the guest for one node.
-
-    ``ciphertexts`` are the compressed sums; ``ids[i]`` and ``counts[i]`` name and count
-    split-info ``i`` in the (shuffled) order of the layout.
-    """
-
-    ciphertexts: list[Any]
-    ids: npt.NDArray[np.uint64]
-    counts: npt.NDArray[np.int64]
-
-    def __len__(self) -> int:
-        return int(self.ids.shape[0])
-
-    def to_wire(self, public_key: PublicKey) -> dict[str, Any]:
-        """A codec-ready dict: ``{"ids": uint64[m], "counts": int64[m], "ciphertexts": batch}``."""
-        return {
-            "ids": np.asarray(self.ids, dtype=np.uint64),
-            "counts": np.asarray(self.counts, dtype=np.int64),
-            "ciphertexts": CiphertextBatch.from_ciphertexts(public_key, self.ciphertexts),
-        }
-
-    @classmethod
-    def from_wire(cls, obj: object, public_key: PublicKey, spec: PackingSpec) -> SplitInfoPackage:
-        """Validate a decoded :meth:`to_wire` dict from a host (untrusted).
-
-        Raises :class:`CodecError` for a wrong shape, dtype, duplicate id, count outside
-        ``[0, n_rows]`` or ciphertext count that does not match the layout, and
-        :class:`~p2pboost.exceptions.KeyMismatchError` for ciphertexts under another key.
-        """
-        if not isinstance(obj, dict) or set(obj) != {"ids", "counts", "ciphertexts"}:
-            raise CodecError("split-info package must have exactly ids, counts, ciphertexts")
-        ids, counts, batch = obj["ids"], obj["counts"], obj["ciphertexts"]
-        if not (
-            isinstance(ids, np.ndarray)
-            and ids.dtype == np.uint64
-            and isinstance(counts, np.ndarray)
-            and counts.dtype == np.int64
-            and ids.ndim == counts.ndim == 1
-            and ids.shape == counts.shape
-            and isinstance(batch, CiphertextBatch)
-        ):
-            raise CodecError("split-info package fields have the wrong types or shapes")
-        return cls.bind(ids, counts, batch, public_key, spec)
-
-    @classmethod
-    def bind(
-        cls,
-        ids: npt.NDArray[np.uint64],
-        counts: npt.NDArray[np.int64],
-        batch: CiphertextBatch,
-        public_key: PublicKey,
-        spec: PackingSpec,
-    ) -> SplitInfoPackage:
-        """A package from a host's (type-checked) fields, bound to ``public_key``.
-
-        Raises :class:`CodecError` for a count outside ``[0, n_rows]``, a duplicate id or a
-        ciphertext count that does not match the layout, and
-        :class:`~p2pboost.exceptions.KeyMismatchError` for ciphertexts under another key.
-        """
-        if counts.size and (counts.min() < 0 or counts.max() > spec.n_rows):
-            raise CodecError("split-info count outside [0, n_rows]")
-        if np.unique(ids).size != ids.size:
-            raise CodecError("duplicate split ids")
-        if len(batch) != len(compression_layout(spec, int(ids.size))):
-            raise CodecError("number of compressed ciphertexts does not match the layout")
-        return cls(batch.ciphertexts(public_key), ids, counts)
-
-
-@dataclass(frozen=True, slots=True)
-class SplitLookup:
-    """Host-side secret: opaque id -> (feature, bin) of each candidate sent for a node."""
-
-    entries: dict[int, tuple[int, int]]
-
-    def resolve(self, opaque_id: int) -> tuple[int, int]:
-        """The (feature, bin) of ``opaque_id``; :class:`InputError` for an unknown id."""
-        try:
-            return self.entries[int(opaque_id)]
-        except KeyError:
-            raise InputError("unknown split id") from None
-
-
-def split_candidates(cumulative: EncryptedHistogram, *, min_rows: int = 1) -> list[tuple[int, int]]:
-    """(feature, bin) candidates whose left and right sides each have at least ``min_rows``.
-
-    Splitting after bin ``b`` sends bins ``0..b`` left; the last bin is never a candidate.
-    """
-    counts = cumulative.counts
-    total = counts[:, -1:]
-    ok = (counts >= min_rows) & (total - counts >= min_rows)
-    ok[:, -1] = False
-    features, bins = np.nonzero(ok)
-    return list(zip(features.tolist(), bins.tolist(), strict=True))
-
-
-def compress_split_infos(
-    public_key: PublicKey,
-    spec: PackingSpec,
-    cumulative: EncryptedHistogram,
-    candidates: Sequence[tuple[int, int]] | None = None,
-) -> tuple[SplitInfoPackage, SplitLookup]:
-    """Host side: shuffle ``candidates`` (default :func:`split_candidates`), give them opaque
-    ids and compress their cumulative sums."""
-    if cumulative.public_key != public_key or len(cumulative.planes) != spec.plaintexts_per_row:
-        raise InputError("histogram does not match the key or the packing spec")
-    cands = list(split_candidates(cumulative) if candidates is None else candidates)
-    secrets.SystemRandom().shuffle(cands)
-    ids: set[int] = set()
-    while len(ids) < len(cands):
-        ids.add(secrets.randbits(63))
-    id_list = list(ids)
-    secrets.SystemRandom().shuffle(id_list)  # set order is not random
-    sums = [cumulative.cell(f, b) for f, b in cands]
-    counts = np.array([cumulative.counts[f, b] for f, b in cands], dtype=np.int64)
-    package = SplitInfoPackage(
-        compress(public_key, spec, sums), np.array(id_list, dtype=np.uint64), counts
-    )
-    lookup = SplitLookup(dict(zip(id_list, cands, strict=True)))
-    return package, lookup
 
 
 def decompress_split_infos(

@@ -47,10 +47,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.compress import (
-    compress_groups,
     compress_parts,
     compressed_count,
-    compression_groups,
     cut_points,
     open_split_infos,
 )
@@ -190,12 +188,6 @@ def _open_task(
 ) -> tuple[I64, I64]:
     private_key = _state(fingerprint, material).require_private()
     return open_split_infos(private_key, spec, data, counts)
-
-
-def _compress_groups_task(
-    fingerprint: bytes, material: _KeyMaterial | None, groups: list[Any]
-) -> Any:
-    return compress_groups(_state(fingerprint, material).public_key.n2, groups)
 
 
 def _compress_task(
@@ -481,21 +473,6 @@ class PaillierEngine:
             )
         )
         return b"".join(out)
-
-    async def compress_batch(self, spec: PackingSpec, sums: Sequence[Sequence[Any]]) -> list[Any]:
-        """:func:`~p2pboost.crypto.compress.compress` on the pool (a host's split-infos)."""
-        return await self._run(_compress_groups_task, self._chunks(compression_groups(spec, sums)))
-
-    def compress_batch_blocking(
-        self, spec: PackingSpec, sums: Sequence[Sequence[Any]]
-    ) -> list[Any]:
-        """Blocking :meth:`compress_batch`."""
-        groups = compression_groups(spec, sums)
-        if len(groups) < 4:
-            return compress_groups(self.public_key.n2, groups)
-        executor, material = self._executor()
-        fn = functools.partial(_compress_groups_task, self._fingerprint(), material)
-        return [c for part in executor.map(fn, self._chunks(groups)) for c in part]
 
     async def precompute(self, count: int) -> int:
         """Make about ``count`` randomisers ahead of time; returns how many were stashed.

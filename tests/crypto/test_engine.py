@@ -103,25 +103,6 @@ async def test_event_loop_keeps_ticking_during_a_large_batch(engine: PaillierEng
     assert max(lateness) < 0.050, f"loop blocked for {max(lateness) * 1000:.1f} ms"
 
 
-async def test_compression_on_the_pool_equals_inline(
-    engine: PaillierEngine, public_key: PublicKey
-) -> None:
-    import numpy as np
-
-    from p2pboost.crypto.compress import compress
-    from p2pboost.crypto.packing import PackingSpec
-    from p2pboost.gbdt.fixedpoint import choose_grid
-
-    grid = choose_grid(np.array([1.0]), 100)
-    spec = PackingSpec.for_grids(100, grid, grid, key_bits=public_key.bits)
-    cts = engine.encrypt_batch_blocking(list(range(1, 101)))
-    sums = [[c] for c in cts]
-    expected = compress(public_key, spec, sums)
-    assert len(expected) == -(-100 // spec.split_infos_per_plaintext)
-    assert engine.compress_batch_blocking(spec, sums) == expected
-    assert await engine.compress_batch(spec, sums) == expected
-
-
 async def test_partial_sums_compress_on_the_pool_as_inline(
     engine: PaillierEngine, public_key: PublicKey
 ) -> None:
