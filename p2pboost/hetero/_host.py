@@ -70,6 +70,9 @@ __all__ = ["Host", "Shards"]
 
 #: Chunk tasks a shard may have queued before the host stops reading gradients (back-pressure).
 CHUNKS_AHEAD = 2
+#: Splits of a layer queued in the shards at once: each shard runs its tasks in order, so a
+#: node's compression must not wait behind every other split of the layer (packages stream).
+SPLITS_AHEAD = 2
 
 
 class Shards:
@@ -352,11 +355,13 @@ class _HostTree:
         sample_pos = self.positions[self.sample]
         counts = np.bincount(sample_pos, minlength=self.n_nodes)
         await h.shards.each(k.shard_retain, self.layer_nodes.tolist())
+        ahead = asyncio.Semaphore(SPLITS_AHEAD)
 
         async def pair(node: int, left: int, right: int) -> None:
             small, big = (left, right) if counts[left] <= counts[right] else (right, left)
             rows = self.sample[sample_pos == small]
-            results = await h.shards.each(k.shard_split, node, small, big, rows)
+            async with ahead:
+                results = await h.shards.each(k.shard_split, node, small, big, rows)
             await gather_or_cancel(
                 self._send_package(small, [r[0] for r in results]),
                 self._send_package(big, [r[1] for r in results]),
