@@ -27,7 +27,8 @@ pool and keeps them *in the engine* as bytes (any worker can then use any of the
 executor runs the tasks), up to ``stash_limit``; every encryption takes its factors out of the
 stash before it is sent, so a factor serves exactly one ciphertext.
 :meth:`PaillierEngine.precompute_while_idle` does it only while no other task of the engine is
-in flight (the guest waiting for the hosts).
+in flight (the guest waiting for the hosts). The worker side (key cache, tasks) is
+:mod:`p2pboost.crypto._workers`.
 """
 
 from __future__ import annotations
@@ -40,20 +41,24 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.compress import (
-    compress_parts,
-    compressed_count,
-    cut_points,
-    open_split_infos,
+from p2pboost.crypto._workers import (
+    KeyMaterial,
+    compress_task,
+    decrypt_task,
+    encrypt_packed_task,
+    encrypt_task,
+    factors_task,
+    init_worker,
+    open_task,
 )
-from p2pboost.crypto.packing import PackingSpec, pack
-from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PrivateKey, PublicKey
+from p2pboost.crypto.compress import compressed_count, cut_points
+from p2pboost.crypto.packing import PackingSpec
+from p2pboost.crypto.paillier import FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.workers import default_workers, process_pool
 
@@ -65,8 +70,6 @@ INLINE_BELOW = 64
 MAX_CHUNK = 2048
 #: Chunks per worker per batch, so a slow worker does not hold up the end of a batch.
 CHUNKS_PER_WORKER = 4
-#: Worker-side cache size: keys a worker keeps tables for (LRU by insertion).
-_CACHE_KEYS = 4
 #: Bytes of randomisers an engine keeps by default (131,072 factors at 2048 bits).
 STASH_BYTES = 64 * 1024 * 1024
 #: Randomisers per background task: short tasks, so real work never waits long behind one.
@@ -75,125 +78,6 @@ IDLE_CHUNK = 128
 MIN_OPEN_PIECE = 4
 
 I64 = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True, slots=True)
-class _KeyMaterial:
-    """What a worker needs: serialised keys (picklable, small)."""
-
-    public: bytes
-    private: bytes | None
-
-
-class _WorkerKey:
-    """Per-process state for one key: the parsed keys and the lazily built table."""
-
-    def __init__(self, material: _KeyMaterial) -> None:
-        self.public_key = PublicKey.from_bytes(material.public)
-        self.private_key = PrivateKey.from_bytes(material.private) if material.private else None
-        self._table: FixedBaseTable | None = None
-
-    @property
-    def table(self) -> FixedBaseTable:
-        if self._table is None:
-            self._table = FixedBaseTable(self.public_key, self.private_key)
-        return self._table
-
-    def require_private(self) -> PrivateKey:
-        if self.private_key is None:
-            raise KeyMismatchError("worker holds no private key for this fingerprint")
-        return self.private_key
-
-    def encrypt(self, plaintexts: Sequence[int], factors: bytes) -> list[Any]:
-        """Encrypt, the first ``len(factors) // width`` values with those factors."""
-        pk = self.public_key
-        if not factors:
-            return self.table.encrypt_many(plaintexts)
-        stashed = CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, factors).ciphertexts(pk)
-        k = len(stashed)
-        if k > len(plaintexts):
-            raise InputError("more randomisers than plaintexts")
-        head = self.table.encrypt_with_factors(plaintexts[:k], stashed)
-        return head + self.table.encrypt_many(plaintexts[k:])
-
-
-_WORKER_KEYS: dict[bytes, _WorkerKey] = {}
-
-
-def _install(fingerprint: bytes, material: _KeyMaterial) -> _WorkerKey:
-    state = _WORKER_KEYS.get(fingerprint)
-    if state is None or (material.private is not None and state.private_key is None):
-        state = _WorkerKey(material)
-        if state.public_key.fingerprint != fingerprint:
-            raise KeyMismatchError("key material does not match its fingerprint")
-        while len(_WORKER_KEYS) >= _CACHE_KEYS:
-            del _WORKER_KEYS[next(iter(_WORKER_KEYS))]
-        _WORKER_KEYS[fingerprint] = state
-    return state
-
-
-def _init_worker(fingerprint: bytes, material: _KeyMaterial) -> None:
-    """Pool initializer: parse the keys once and build the table before the first task."""
-    _install(fingerprint, material).table  # noqa: B018 - build eagerly, off the critical path
-
-
-def _state(fingerprint: bytes, material: _KeyMaterial | None) -> _WorkerKey:
-    if material is not None:
-        return _install(fingerprint, material)
-    try:
-        return _WORKER_KEYS[fingerprint]
-    except KeyError:
-        raise KeyMismatchError("worker has no key with this fingerprint") from None
-
-
-# --- worker tasks (module level: picklable by reference) -------------------------------------
-def _encrypt_task(
-    fingerprint: bytes, material: _KeyMaterial | None, plaintexts: list[int], factors: bytes
-) -> list[Any]:
-    return _state(fingerprint, material).encrypt(plaintexts, factors)
-
-
-def _encrypt_packed_task(
-    fingerprint: bytes,
-    material: _KeyMaterial | None,
-    spec: PackingSpec,
-    g: I64,
-    h: I64,
-    factors: bytes,
-) -> bytes:
-    """Pack rows of integer g/h into one plaintext each, encrypt, return ciphertext bytes."""
-    state = _state(fingerprint, material)
-    planes = pack(spec, g, h)
-    if len(planes) != 1:
-        raise InputError("encrypt_packed needs one plaintext per row")
-    return CiphertextBatch.from_ciphertexts(
-        state.public_key, state.encrypt(planes[0], factors)
-    ).data
-
-
-def _factors_task(fingerprint: bytes, material: _KeyMaterial | None, count: int) -> bytes:
-    state = _state(fingerprint, material)
-    return CiphertextBatch.from_ciphertexts(
-        state.public_key, state.table.random_factors(count)
-    ).data
-
-
-def _decrypt_task(fingerprint: bytes, material: _KeyMaterial | None, ciphertexts: list[Any]) -> Any:
-    decrypt = _state(fingerprint, material).require_private().decrypt
-    return [decrypt(c) for c in ciphertexts]
-
-
-def _open_task(
-    fingerprint: bytes, material: _KeyMaterial | None, spec: PackingSpec, data: bytes, counts: I64
-) -> tuple[I64, I64]:
-    private_key = _state(fingerprint, material).require_private()
-    return open_split_infos(private_key, spec, data, counts)
-
-
-def _compress_task(
-    fingerprint: bytes, material: _KeyMaterial | None, spec: PackingSpec, parts: list[bytes]
-) -> bytes:
-    return compress_parts(_state(fingerprint, material).public_key, spec, parts)
 
 
 class PaillierEngine:
@@ -236,7 +120,7 @@ class PaillierEngine:
         self.stash_limit = (
             STASH_BYTES // public_key.ciphertext_bytes if stash_limit is None else stash_limit
         )
-        self._material = _KeyMaterial(
+        self._material = KeyMaterial(
             public_key.to_bytes(), private_key.to_bytes() if private_key else None
         )
         self._external = executor
@@ -249,14 +133,14 @@ class PaillierEngine:
         self._idle: asyncio.Event | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
-    def _executor(self) -> tuple[Executor, _KeyMaterial | None]:
+    def _executor(self) -> tuple[Executor, KeyMaterial | None]:
         """The executor and what each task must carry (nothing for our own initialised pool)."""
         if self._external is not None:
             return self._external, self._material
         if self._own is None:
             self._own = process_pool(
                 self.workers,
-                initializer=_init_worker,
+                initializer=init_worker,
                 initargs=(self.public_key.fingerprint, self._material),
             )
         return self._own, None
@@ -358,7 +242,7 @@ class PaillierEngine:
         executor, material = self._executor()
         chunks = self._chunks(plain)
         factors = self._split_factors([len(c) for c in chunks])
-        fn = functools.partial(_encrypt_task, self._fingerprint(), material)
+        fn = functools.partial(encrypt_task, self._fingerprint(), material)
         return [c for part in executor.map(fn, chunks, factors) for c in part]
 
     def decrypt_batch_blocking(self, ciphertexts: Sequence[Any]) -> list[Any]:
@@ -368,7 +252,7 @@ class PaillierEngine:
         if len(cts) < INLINE_BELOW:
             return [private_key.decrypt(c) for c in cts]
         executor, material = self._executor()
-        fn = functools.partial(_decrypt_task, self._fingerprint(), material)
+        fn = functools.partial(decrypt_task, self._fingerprint(), material)
         return [m for part in executor.map(fn, self._chunks(cts)) for m in part]
 
     def precompute_blocking(self, count: int) -> int:
@@ -377,7 +261,7 @@ class PaillierEngine:
         if not sizes:
             return 0
         executor, material = self._executor()
-        fn = functools.partial(_factors_task, self._fingerprint(), material)
+        fn = functools.partial(factors_task, self._fingerprint(), material)
         return sum(self._put(part) for part in executor.map(fn, sizes))
 
     # --- async API -----------------------------------------------------------------------------
@@ -406,12 +290,12 @@ class PaillierEngine:
         """Encrypt ``values`` on the pool without blocking the event loop."""
         chunks = self._chunks(self._as_list(values))
         factors = self._split_factors([len(c) for c in chunks])
-        return await self._run(_encrypt_task, chunks, factors)
+        return await self._run(encrypt_task, chunks, factors)
 
     async def decrypt_batch(self, ciphertexts: Sequence[Any]) -> list[Any]:
         """Decrypt raw ciphertexts on the pool without blocking the event loop."""
         self._require_private()
-        return await self._run(_decrypt_task, self._chunks(list(ciphertexts)))
+        return await self._run(decrypt_task, self._chunks(list(ciphertexts)))
 
     async def encrypt_packed(self, spec: PackingSpec, g: I64, h: I64) -> bytes:
         """Pack rows of integer-form ``g``, ``h`` (one plaintext each) and encrypt them, in one
@@ -420,7 +304,7 @@ class PaillierEngine:
         The caller decides the chunking (one task per call): a chunk of rows to stream.
         """
         factors = self._take(len(g))
-        return cast(bytes, await self._call(_encrypt_packed_task, spec, g, h, factors))
+        return cast(bytes, await self._call(encrypt_packed_task, spec, g, h, factors))
 
     async def open_split_infos(
         self, spec: PackingSpec, data: bytes, counts: I64
@@ -443,11 +327,11 @@ class PaillierEngine:
         pieces = max(1, min(self.workers, compressed_count(spec, n) // MIN_OPEN_PIECE))
         cuts = cut_points(spec, n, pieces)
         if len(cuts) <= 2:
-            return cast(tuple[I64, I64], await self._call(_open_task, spec, data, counts))
+            return cast(tuple[I64, I64], await self._call(open_task, spec, data, counts))
         parts = await asyncio.gather(
             *(
                 self._call(
-                    _open_task,
+                    open_task,
                     spec,
                     data[a // per_ct * width : -(-b // per_ct) * width],
                     counts[a:b],
@@ -468,7 +352,7 @@ class PaillierEngine:
         cuts = cut_points(spec, n, self.workers)
         out = await asyncio.gather(
             *(
-                self._call(_compress_task, spec, [p[a * width : b * width] for p in parts])
+                self._call(compress_task, spec, [p[a * width : b * width] for p in parts])
                 for a, b in itertools.pairwise(cuts)
             )
         )
@@ -482,7 +366,7 @@ class PaillierEngine:
         ``stash_limit`` are kept.
         """
         sizes = self._chunk_sizes(max(0, min(count, self.stash_limit - self._stashed)))
-        made = await asyncio.gather(*(self._call(_factors_task, k) for k in sizes))
+        made = await asyncio.gather(*(self._call(factors_task, k) for k in sizes))
         return sum(self._put(part) for part in made)
 
     async def precompute_while_idle(self, target: int, stop: asyncio.Event) -> int:
@@ -509,7 +393,7 @@ class PaillierEngine:
                     running.add(
                         loop.run_in_executor(
                             executor,
-                            _factors_task,
+                            factors_task,
                             self._fingerprint(),
                             material,
                             min(IDLE_CHUNK, room),
