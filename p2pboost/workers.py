@@ -42,6 +42,7 @@ __all__ = [
     "owned_executor",
     "pinned_pool",
     "process_pool",
+    "spare_cpus",
 ]
 
 P = ParamSpec("P")
@@ -57,6 +58,23 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def spare_cpus() -> int | None:
+    """Processors (of those this process may use) with nothing to run right now, or None where
+    the system does not say.
+
+    Linux counts the runnable tasks of the whole machine in ``/proc/loadavg`` (fourth field,
+    the caller itself included): a snapshot, so callers that act on it poll. Background work
+    of lower value (making encryption randomisers ahead of time) uses it to take only what
+    nobody else wants, even from processes of the same priority.
+    """
+    try:
+        with open("/proc/loadavg", "rb") as fh:
+            runnable = int(fh.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, default_workers() - (runnable - 1))
 
 
 def _start_worker(initializer: Callable[..., object] | None, initargs: tuple[Any, ...]) -> None:

@@ -12,6 +12,7 @@ from p2pboost.workers import (
     owned_executor,
     pinned_pool,
     process_pool,
+    spare_cpus,
 )
 
 _KEPT: list[int] = []
@@ -72,3 +73,12 @@ async def test_owned_executor_gives_a_pinned_pool_when_asked() -> None:
         async with owned_executor(plain, 3) as (pool, n):
             assert pool is plain
             assert n == 3
+
+
+def test_spare_cpus_is_a_count_where_the_kernel_says() -> None:
+    spare = spare_cpus()
+    if os.path.exists("/proc/loadavg"):
+        assert spare is not None
+        assert 0 <= spare <= default_workers()
+    else:
+        assert spare is None

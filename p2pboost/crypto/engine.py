@@ -27,8 +27,8 @@ pool and keeps them *in the engine* as bytes (any worker can then use any of the
 executor runs the tasks), up to ``stash_limit``; every encryption takes its factors out of the
 stash before it is sent, so a factor serves exactly one ciphertext.
 :meth:`PaillierEngine.precompute_while_idle` does it only while no other task of the engine is
-in flight (the guest waiting for the hosts). The worker side (key cache, tasks) is
-:mod:`p2pboost.crypto._workers`.
+in flight (the guest waiting for the hosts) and only on processors nobody else needs. The
+worker side (key cache, tasks) is :mod:`p2pboost.crypto._workers`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from p2pboost.crypto.compress import compressed_count, cut_points
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import InputError, KeyMismatchError
-from p2pboost.workers import default_workers, process_pool
+from p2pboost.workers import default_workers, process_pool, spare_cpus
 
 __all__ = ["PaillierEngine", "default_workers"]
 
@@ -74,6 +74,8 @@ CHUNKS_PER_WORKER = 4
 STASH_BYTES = 64 * 1024 * 1024
 #: Randomisers per background task: short tasks, so real work never waits long behind one.
 IDLE_CHUNK = 128
+#: Seconds between looks for spare processors while background work waits for one.
+SPARE_POLL = 0.01
 #: Fewest compressed ciphertexts worth a task of their own when a package is opened.
 MIN_OPEN_PIECE = 4
 
@@ -369,13 +371,27 @@ class PaillierEngine:
         made = await asyncio.gather(*(self._call(factors_task, k) for k in sizes))
         return sum(self._put(part) for part in made)
 
+    def _spare_slots(self, running: int) -> int:
+        """How many background tasks may run now: the engine's workers, but no more than the
+        processors nobody else needs (our own background tasks count as spare, they yield)."""
+        spare = spare_cpus()
+        if spare is None:
+            return self.workers
+        return max(0, min(self.workers, spare + running))
+
     async def precompute_while_idle(self, target: int, stop: asyncio.Event) -> int:
         """Fill the stash towards ``target`` randomisers while the engine has nothing else to
-        do, until ``stop`` is set; returns how many were made.
+        do and the machine has spare processors, until ``stop`` is set; returns how many were
+        made.
 
-        One short task per worker at a time (:data:`IDLE_CHUNK` randomisers), and only while
-        no other task of this engine is in flight, so real work waits at most one short task.
-        Tasks still running when ``stop`` is set finish and their randomisers are kept.
+        Short tasks (:data:`IDLE_CHUNK` randomisers), only while no other task of this engine
+        is in flight, so real work waits at most one short task; and, where the kernel says how
+        many tasks are runnable (:func:`~p2pboost.workers.spare_cpus`), no more of them than
+        there are idle processors, polled every :data:`SPARE_POLL` seconds. On a machine of its
+        own the guest then uses every worker while it waits for the hosts; on a machine shared
+        with the hosts (or anything else) it takes only what they leave, since its workers run
+        at the same priority as theirs. Tasks still running when ``stop`` is set finish and
+        their randomisers are kept.
         """
         loop_idle = self._idle = asyncio.Event()
         if self._busy == 0:
@@ -389,7 +405,8 @@ class PaillierEngine:
                 room = min(target, self.stash_limit) - self._stashed - IDLE_CHUNK * len(running)
                 if stop.is_set() or (room <= 0 and not running):
                     break
-                if room > 0 and len(running) < self.workers and loop_idle.is_set():
+                wanted = room > 0 and loop_idle.is_set() and len(running) < self.workers
+                if wanted and len(running) < self._spare_slots(len(running)):
                     running.add(
                         loop.run_in_executor(
                             executor,
@@ -405,7 +422,11 @@ class PaillierEngine:
                     waiters.append(asyncio.ensure_future(loop_idle.wait()))
                 try:
                     pending: list[asyncio.Future[Any]] = [*running, *waiters]
-                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        pending,
+                        timeout=SPARE_POLL if wanted else None,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
                 finally:
                     for w in waiters:
                         w.cancel()

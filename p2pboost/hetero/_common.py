@@ -82,8 +82,8 @@ class HeteroConfig:
     ``chunk_rows``: ciphertexts per streamed chunk (one pool task each). ``workers``:
     processes of the pool the protocol starts when no executor is given. ``precompute``:
     while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
-    next tree ahead of time (at most ``stash_bytes`` of them are kept), so that tree's
-    encryption costs about one product per row.
+    next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
+    are kept), so that tree's encryption costs one product per row for those.
     """
 
     key_bits: int = 2048

@@ -189,8 +189,13 @@ async def test_stash_is_consumed_exactly(public_key: PublicKey, private_key: Pri
         eng.close()
 
 
-async def test_idle_precompute_fills_the_stash_until_stopped(engine: PaillierEngine) -> None:
+async def test_idle_precompute_fills_the_stash_until_stopped(
+    engine: PaillierEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Randomisers are made between the engine's own tasks, and it stops on request."""
+    from p2pboost.crypto import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "spare_cpus", lambda: 2)
     stop = asyncio.Event()
     filler = asyncio.ensure_future(engine.precompute_while_idle(engine.stashed + 600, stop))
     values = list(range(2000, 2300))
@@ -204,3 +209,23 @@ async def test_idle_precompute_fills_the_stash_until_stopped(engine: PaillierEng
     cts = await engine.encrypt_batch(values)
     assert engine.stashed == before - len(values)
     assert await engine.decrypt_batch(cts) == values
+
+
+async def test_idle_precompute_takes_only_spare_processors(
+    engine: PaillierEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every processor busy elsewhere nothing is made; once one is free, work starts."""
+    from p2pboost.crypto import engine as engine_module
+
+    spare = [0]
+    monkeypatch.setattr(engine_module, "spare_cpus", lambda: spare[0])
+    stop = asyncio.Event()
+    start = engine.stashed
+    filler = asyncio.ensure_future(engine.precompute_while_idle(start + 300, stop))
+    await asyncio.sleep(0.3)
+    assert engine.stashed == start
+    spare[0] = 1
+    while engine.stashed < start + 300:  # noqa: ASYNC110 - the stash has no event to wait on
+        await asyncio.sleep(0.01)
+    stop.set()
+    assert await filler == 300
