@@ -186,6 +186,13 @@ class _Shard:
         n_feat = self.codes.shape[1]
         return build_histogram(self.public_key, np.zeros((0, n_feat), np.uint8), self.n_slots, [[]])
 
+    def local(self) -> Codes:
+        """Bins of this shard's rows in slot order (the chunks' parts joined once)."""
+        if len(self.local_codes) != 1:
+            joined = np.concatenate(self.local_codes) if self.local_codes else self.codes[:0]
+            self.local_codes = [joined]
+        return self.local_codes[0]
+
     def candidates(self, hist: EncryptedHistogram, counts: I64) -> NodeCandidates:
         f, b, dl, left = node_candidates(counts, self.allowed, self.min_rows)
         sums = candidate_sums(hist, f, b, dl, counts[:, -1])
@@ -243,8 +250,7 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
 def shard_root(token: str) -> NodeCandidates:
     """The root's candidates with this shard's partial sums (after every chunk)."""
     shard = _get(token)
-    if shard.local_codes:
-        shard.local_codes = [np.concatenate(shard.local_codes)]
+    shard.local()
     return shard.candidates(*shard.hists[0])
 
 
@@ -262,8 +268,7 @@ def shard_split(
     if slots.size and slots.min() < 0:
         raise InputError("split rows outside the tree's sample")
     mine = slots[slots % shard.shards == shard.index] // shard.shards
-    local = shard.local_codes[0] if shard.local_codes else shard.codes[:0]
-    small_hist = build_histogram(shard.public_key, local, shard.n_slots, [shard.cts], mine)
+    small_hist = build_histogram(shard.public_key, shard.local(), shard.n_slots, [shard.cts], mine)
     small_counts = node_counts(shard.codes[rows], shard.n_slots)
     big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
     shard.hists[small] = (small_hist, small_counts)
@@ -281,6 +286,7 @@ def shard_end_tree(token: str) -> None:
     """The tree ended: free its ciphertexts and histograms (the run's settings stay)."""
     shard = _get(token)
     shard.cts, shard.local_codes, shard.hists = [], [], {}
+    shard.sample = shard.slot_of_row = np.zeros(0, np.int64)
 
 
 def shard_close(token: str) -> None:
