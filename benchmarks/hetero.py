@@ -20,10 +20,10 @@ What is timed, and what is not:
 
 * ``s_per_tree``: the guest's wall time inside ``guest_train`` divided by the trees. The key
   pair is generated and the pools are started (warmed) *before* that, as a long-running
-  party would have them, and reported on their own lines of the table. The guest's pool
-  makes the encryption randomisers of the next tree while it waits for the host
-  (``HeteroConfig.precompute``), so from the second tree on part of the encryption is done
-  ahead; all of it is inside the timed span.
+  party would have them, and reported on their own lines of the table. While the guest waits
+  for the host its pool makes the next tree's encryption randomisers on processors the host
+  leaves idle (``HeteroConfig.precompute``), so from the second tree on part of the
+  encryption is done ahead; all of it is inside the timed span.
 * ``phases``: per party, the wall seconds spent in each protocol phase (a
   :class:`~p2pboost.hetero._common.Progress` that clocks every ``enter``). Wall
   time includes waiting for the other side, so a host's ``layer`` also holds the time the
