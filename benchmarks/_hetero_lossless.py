@@ -6,8 +6,10 @@
 The guest holds ``NAME_hetero_guest.csv`` (labels and its features); the host features of
 ``NAME_hetero_host.csv`` go to one host, or are split column-wise into ``--hosts`` contiguous
 blocks (host 1 gets the first block). All parties run in this process over the in-memory
-transport (real node sessions, codec and flow control; no sockets), sharing one process pool
-of ``--workers`` processes for the cryptography. The same split is trained by
+transport (real node sessions, codec and flow control; no sockets), sharing one pinned pool
+(:class:`~p2pboost.workers.PinnedPool`) of ``--workers`` processes for the cryptography: the
+guest uses it as a plain executor, each host keeps its row shards in it. The same split is
+trained by
 
 * the federation (timed: ``s_per_tree``),
 * the plaintext core on the joined columns (guest's, then each host's: the global feature
@@ -54,7 +56,7 @@ from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
 from p2pboost.net.node import Node
-from p2pboost.workers import process_pool
+from p2pboost.workers import pinned_pool
 from transports.memory import MemoryNetwork, MemoryTransport
 
 __all__ = ["CostModel", "compare_trees", "main", "run_federation"]
@@ -176,12 +178,10 @@ async def run_federation(
     network = MemoryNetwork()
     hosts = [f"host{k}" for k in range(1, len(host_X) + 1)]
     keys = await asyncio.to_thread(generate_keypair, key_bits, allow_insecure=key_bits < 2048)
-    pool = process_pool(workers)
+    pool = pinned_pool(workers)
     try:
         # Warm the pool (process start-up is not part of training).
-        await asyncio.gather(
-            *(asyncio.get_running_loop().run_in_executor(pool, abs, 0) for _ in range(workers))
-        )
+        await asyncio.to_thread(pool.start)
         host_nodes = [
             Node(
                 h,

@@ -11,6 +11,14 @@ Pools use the ``spawn`` start method: ``fork`` from a process with running threa
 loop's executor threads, OpenSSL's) can deadlock, and spawn behaves the same on every platform.
 Scripts that create a pool need the usual ``if __name__ == "__main__":`` guard.
 
+Some work keeps state in a worker between tasks: a vertical host keeps its shard of a tree's
+ciphertexts and the partial histograms of the frontier in the process that built them, so per
+layer only row numbers go in and candidate bytes come out. A process pool may run any task on
+any of its processes, so that needs a :class:`PinnedPool`: one single-process pool per worker,
+tasks addressed to a worker with :meth:`PinnedPool.submit_to` run in order in that process. It
+is a plain :class:`~concurrent.futures.Executor` too (``submit`` picks the least busy worker),
+so one pinned pool can serve every role of a party.
+
 Every protocol takes an optional ``executor`` and otherwise starts its own pool:
 :func:`owned_executor` is the one place that decides, and shuts an own pool down without
 blocking the event loop (a pool's shutdown waits for its workers to exit).
@@ -22,11 +30,23 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Any
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["WORKER_NICENESS", "default_workers", "owned_executor", "process_pool"]
+__all__ = [
+    "WORKER_NICENESS",
+    "PinnedPool",
+    "default_workers",
+    "owned_executor",
+    "pinned_pool",
+    "process_pool",
+    "spare_cpus",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 #: How much workers lower their priority (0 = normal, 19 = lowest on Linux).
 WORKER_NICENESS = 10
@@ -38,6 +58,23 @@ def default_workers() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def spare_cpus() -> int | None:
+    """Processors (of those this process may use) with nothing to run right now, or None where
+    the system does not say.
+
+    Linux counts the runnable tasks of the whole machine in ``/proc/loadavg`` (fourth field,
+    the caller itself included): a snapshot, so callers that act on it poll. Background work
+    of lower value (making encryption randomisers ahead of time) uses it to take only what
+    nobody else wants, even from processes of the same priority.
+    """
+    try:
+        with open("/proc/loadavg", "rb") as fh:
+            runnable = int(fh.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, default_workers() - (runnable - 1))
 
 
 def _start_worker(initializer: Callable[..., object] | None, initargs: tuple[Any, ...]) -> None:
@@ -62,9 +99,83 @@ def process_pool(
     )
 
 
+class PinnedPool(Executor):
+    """``workers`` single-process pools: a task sent to worker ``i`` runs in its process.
+
+    Tasks sent to one worker run one at a time in submission order, so module-level state a
+    task leaves behind is there for the next task sent to the same worker (the vertical host's
+    ciphertext shards, :mod:`p2pboost.hetero._kernels`). :meth:`submit` (hence
+    ``loop.run_in_executor`` and :meth:`map`) sends a task to the worker with the fewest tasks
+    pending, so the pool also serves as an ordinary executor. Workers are started as by
+    :func:`process_pool` (spawn, lower priority, then ``initializer``), each when it is first
+    used; :meth:`start` starts them all and waits until they run.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        *,
+        initializer: Callable[..., object] | None = None,
+        initargs: tuple[Any, ...] = (),
+    ) -> None:
+        n = workers or default_workers()
+        if n < 1:
+            raise ValueError("a pinned pool needs at least one worker")
+        self._pools = [
+            process_pool(1, initializer=initializer, initargs=initargs) for _ in range(n)
+        ]
+        self._pending = [0] * n
+        self._lock = threading.Lock()
+
+    @property
+    def workers(self) -> int:
+        """How many worker processes (and so how many places state can be pinned to)."""
+        return len(self._pools)
+
+    def submit_to(
+        self, worker: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> Future[T]:
+        """Run ``fn(*args, **kwargs)`` in worker ``worker``, after its earlier tasks."""
+        future = self._pools[worker].submit(fn, *args, **kwargs)
+        with self._lock:
+            self._pending[worker] += 1
+
+        def _done(_: Future[T]) -> None:
+            with self._lock:
+                self._pending[worker] -= 1
+
+        future.add_done_callback(_done)
+        return future
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Run ``fn`` in the worker with the fewest pending tasks."""
+        with self._lock:
+            worker = min(range(len(self._pending)), key=self._pending.__getitem__)
+        return self.submit_to(worker, fn, *args, **kwargs)
+
+    def start(self) -> None:
+        """Start every worker process and wait until each has run a task."""
+        for future in [self.submit_to(i, os.getpid) for i in range(self.workers)]:
+            future.result()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        for pool in self._pools:
+            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def pinned_pool(
+    workers: int | None = None,
+    *,
+    initializer: Callable[..., object] | None = None,
+    initargs: tuple[Any, ...] = (),
+) -> PinnedPool:
+    """A :class:`PinnedPool` of ``workers`` processes (default: one per core)."""
+    return PinnedPool(workers, initializer=initializer, initargs=initargs)
+
+
 @contextlib.asynccontextmanager
 async def owned_executor(
-    executor: Executor | None, workers: int | None = None
+    executor: Executor | None, workers: int | None = None, *, pinned: bool = False
 ) -> AsyncIterator[tuple[Executor, int]]:
     """``(executor, workers)`` for a protocol run.
 
@@ -72,12 +183,20 @@ async def owned_executor(
     tasks to keep in flight; default: one per core). Without one, a fresh pool of ``workers``
     processes (default: one per core) is started and shut down on exit, in a thread, so the
     event loop keeps serving the node's other sessions meanwhile.
+
+    ``pinned=True`` asks for a :class:`PinnedPool`: a caller's pinned pool is used as it is
+    (``workers`` is then its number of workers); any other executor cannot keep state in a
+    chosen process, so a fresh pinned pool of ``workers`` processes is started beside it (and
+    shut down on exit); the caller keeps its executor for the work that needs no pinning.
     """
+    if pinned and isinstance(executor, PinnedPool):
+        yield executor, executor.workers
+        return
     n = workers or default_workers()
-    if executor is not None:
+    if executor is not None and not pinned:
         yield executor, n
         return
-    pool = process_pool(n)
+    pool: Executor = pinned_pool(n) if pinned else process_pool(n)
     try:
         yield pool, n
     finally:

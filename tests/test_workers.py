@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
-from p2pboost.workers import WORKER_NICENESS, default_workers, process_pool
+from p2pboost.workers import (
+    WORKER_NICENESS,
+    PinnedPool,
+    default_workers,
+    owned_executor,
+    pinned_pool,
+    process_pool,
+    spare_cpus,
+)
+
+_KEPT: list[int] = []
 
 
 def _niceness() -> int:
@@ -26,3 +37,48 @@ def test_initializer_still_runs_and_pool_works() -> None:
     with process_pool(2, initializer=os.nice, initargs=(0,)) as pool:
         assert list(pool.map(_add, [1, 2], [3, 4])) == [4, 6]
     assert default_workers() >= 1
+
+
+def _keep(value: int) -> list[int]:
+    """Worker-side state: what this process was given so far."""
+    _KEPT.append(value)
+    return list(_KEPT)
+
+
+def test_pinned_workers_keep_state_in_order() -> None:
+    with pinned_pool(2) as pool:
+        pool.start()
+        assert pool.workers == 2
+        futures = [pool.submit_to(i % 2, _keep, i) for i in range(6)]
+        assert futures[-2].result() == [0, 2, 4]
+        assert futures[-1].result() == [1, 3, 5]
+        assert pool.submit_to(0, _niceness).result() == min(19, os.nice(0) + WORKER_NICENESS)
+        # An ordinary executor too: map, submit.
+        assert list(pool.map(_add, [1, 2, 3], [3, 4, 5])) == [4, 6, 8]
+
+
+async def test_owned_executor_gives_a_pinned_pool_when_asked() -> None:
+    with pinned_pool(1) as mine:
+        async with owned_executor(mine, 4, pinned=True) as (pool, n):
+            assert pool is mine
+            assert n == 1
+    with process_pool(1) as plain:
+        async with owned_executor(plain, 1, pinned=True) as (pool, n):
+            assert isinstance(pool, PinnedPool)
+            assert pool is not plain  # type: ignore[comparison-overlap]
+            assert n == 1
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(pool, _add, 2, 3) == 5
+        assert plain.submit(_add, 1, 1).result() == 2  # the caller's pool is left running
+        async with owned_executor(plain, 3) as (pool, n):
+            assert pool is plain
+            assert n == 3
+
+
+def test_spare_cpus_is_a_count_where_the_kernel_says() -> None:
+    spare = spare_cpus()
+    if os.path.exists("/proc/loadavg"):
+        assert spare is not None
+        assert 0 <= spare <= default_workers()
+    else:
+        assert spare is None

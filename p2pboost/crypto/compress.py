@@ -1,23 +1,32 @@
-"""Cipher compressing (SecureBoost+, Alg. 4): many split-infos per ciphertext, shuffled.
+"""Cipher compressing (SecureBoost+, Alg. 4): many split-infos per ciphertext, and back.
 
 A split-info is the encrypted packed left-sum of one split candidate (feature, bin): about 105
 bits of a 2047-bit plaintext. Decryption is the guest's bottleneck, so the host shifts and adds
-``capacity = floor(plaintext_bits / packed_bits)`` of them into one ciphertext (Horner's rule:
+``capacity = floor(plaintext_bits / packed bits)`` of them into one ciphertext (Horner's rule:
 ``acc = acc * 2**w + c``, i.e. ``acc**(2**w) * c mod n**2``), and the guest decrypts once per
 ``capacity`` candidates. The slot budget of :class:`~p2pboost.crypto.packing.PackingSpec`
 guarantees that no packed sum overflows its ``w`` bits, so the shifted sums never overlap.
 
-Before compressing, the host shuffles the candidates and names each by a random 63-bit opaque
-id; the guest sees ids, counts and sums but not which feature or threshold they belong to. The
-id -> (feature, bin) mapping (:class:`SplitLookup`) never leaves the host.
-
 The layout (which sum sits in which ciphertext at which shift) depends only on the spec and the
-number of split-infos, so it is recomputed on both sides and never sent.
+number of split-infos, so it is recomputed on both sides and never sent. The order of the
+split-infos is the host's to choose: it shuffles them first (:mod:`p2pboost.hetero._host`), so
+neither the order nor which sums share a ciphertext says anything about their features.
+
+Two kernels run in worker processes with bytes in and bytes out (fixed-width big-endian
+ciphertexts, as :class:`~p2pboost.crypto.paillier.CiphertextBatch` carries them), so no list of
+big integers ever crosses a process boundary:
+
+* :func:`compress_parts` (host): the product of several partial sums of each split-info (a
+  host's row shards each hold part of every histogram), then Horner;
+* :func:`open_split_infos` (guest): parse and range-check, decrypt, split the plaintexts and
+  unpack them into exact integer sums.
+
+:func:`cut_points` says where a package may be cut so the pieces run in parallel.
 """
 
 from __future__ import annotations
 
-import secrets
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,22 +35,21 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.histogram import EncryptedHistogram
 from p2pboost.crypto.packing import PackingSpec, unpack_sums
-from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
-from p2pboost.exceptions import CodecError, CryptoError, InputError
+from p2pboost.crypto.paillier import CiphertextBatch, PrivateKey, PublicKey
+from p2pboost.exceptions import CryptoError, InputError
 
 __all__ = [
-    "SplitInfoPackage",
-    "SplitLookup",
     "compress",
     "compress_groups",
-    "compress_split_infos",
+    "compress_parts",
+    "compressed_count",
     "compression_groups",
     "compression_layout",
+    "cut_points",
     "decompress",
     "decompress_split_infos",
-    "split_candidates",
+    "open_split_infos",
 ]
 
 
@@ -85,14 +93,38 @@ def compression_layout(spec: PackingSpec, n_infos: int) -> list[list[_Item]]:
     return layout
 
 
+def compressed_count(spec: PackingSpec, n_infos: int) -> int:
+    """How many ciphertexts :func:`compression_layout` uses for ``n_infos`` split-infos.
+
+    Closed form for one plaintext per row (what the vertical protocol sends), so a receiver
+    can check a package's size without building its layout.
+    """
+    if spec.plaintexts_per_row == 1:
+        return -(-n_infos // spec.split_infos_per_plaintext)
+    return len(compression_layout(spec, n_infos))
+
+
+def cut_points(spec: PackingSpec, n_infos: int, pieces: int) -> list[int]:
+    """Split-info indices ``0 = c_0 < c_1 < ... = n_infos`` cutting a package in at most
+    ``pieces`` runs of whole ciphertexts.
+
+    A run that starts on a ciphertext boundary is laid out exactly as a package of its own, so
+    each run can be compressed or opened by a separate task and the results concatenated. Only
+    one-plaintext rows are cut (a split-info of several plaintexts may straddle ciphertexts).
+    """
+    if n_infos <= 0:
+        return [0]
+    if spec.plaintexts_per_row != 1 or pieces <= 1:
+        return [0, n_infos]
+    per_ct = spec.split_infos_per_plaintext
+    per_piece = per_ct * math.ceil(compressed_count(spec, n_infos) / pieces)
+    return [*range(0, n_infos, per_piece), n_infos]
+
+
 def compression_groups(
     spec: PackingSpec, sums: Sequence[Sequence[Any]]
 ) -> list[list[tuple[Any, int]]]:
-    """``(ciphertext, width)`` pairs per compressed ciphertext, in Horner order.
-
-    The groups are independent, so they can be compressed in parallel
-    (:meth:`~p2pboost.crypto.engine.PaillierEngine.compress_batch`).
-    """
+    """``(ciphertext, width)`` pairs per compressed ciphertext, in Horner order."""
     return [
         [(sums[item.info][item.plane], item.width) for item in items]
         for items in compression_layout(spec, len(sums))
@@ -115,6 +147,26 @@ def compress(public_key: PublicKey, spec: PackingSpec, sums: Sequence[Sequence[A
     return compress_groups(public_key.n2, compression_groups(spec, sums))
 
 
+def compress_parts(public_key: PublicKey, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
+    """Worker kernel: multiply partial sums and compress them, bytes in and out.
+
+    ``parts[k]`` holds one ciphertext per split-info (one plaintext per row), fixed-width
+    big-endian, all in the same split-info order; split-info ``i``'s sum is the product of the
+    ``i``-th ciphertext of every part. Returns the compressed ciphertexts, same encoding.
+    """
+    if spec.plaintexts_per_row != 1 or not parts:
+        raise InputError("compress_parts takes one or more parts of one-plaintext split-infos")
+    fp, width, n2 = public_key.fingerprint, public_key.ciphertext_bytes, public_key.n2
+    if len({len(part) for part in parts}) != 1:
+        raise InputError("partial sums differ in length")
+    sums = CiphertextBatch(fp, width, parts[0]).ciphertexts(public_key)
+    for part in parts[1:]:
+        other = CiphertextBatch(fp, width, part).ciphertexts(public_key)
+        sums = [a * b % n2 for a, b in zip(sums, other, strict=True)]
+    compressed = compress(public_key, spec, [[s] for s in sums])
+    return CiphertextBatch.from_ciphertexts(public_key, compressed).data
+
+
 def decompress(spec: PackingSpec, plaintexts: Sequence[int], n_infos: int) -> list[list[int]]:
     """Split decrypted compressed plaintexts back into ``planes[p][i]`` packed sums."""
     layout = compression_layout(spec, n_infos)
@@ -130,136 +182,30 @@ def decompress(spec: PackingSpec, plaintexts: Sequence[int], n_infos: int) -> li
     return planes
 
 
-@dataclass(frozen=True, eq=False)
-class SplitInfoPackage:
-    """What a host sends the guest for one node.
-
-    ``ciphertexts`` are the compressed sums; ``ids[i]`` and ``counts[i]`` name and count
-    split-info ``i`` in the (shuffled) order of the layout.
-    """
-
-    ciphertexts: list[Any]
-    ids: npt.NDArray[np.uint64]
-    counts: npt.NDArray[np.int64]
-
-    def __len__(self) -> int:
-        return int(self.ids.shape[0])
-
-    def to_wire(self, public_key: PublicKey) -> dict[str, Any]:
-        """A codec-ready dict: ``{"ids": uint64[m], "counts": int64[m], "ciphertexts": batch}``."""
-        return {
-            "ids": np.asarray(self.ids, dtype=np.uint64),
-            "counts": np.asarray(self.counts, dtype=np.int64),
-            "ciphertexts": CiphertextBatch.from_ciphertexts(public_key, self.ciphertexts),
-        }
-
-    @classmethod
-    def from_wire(cls, obj: object, public_key: PublicKey, spec: PackingSpec) -> SplitInfoPackage:
-        """Validate a decoded :meth:`to_wire` dict from a host (untrusted).
-
-        Raises :class:`CodecError` for a wrong shape, dtype, duplicate id, count outside
-        ``[0, n_rows]`` or ciphertext count that does not match the layout, and
-        :class:`~p2pboost.exceptions.KeyMismatchError` for ciphertexts under another key.
-        """
-        if not isinstance(obj, dict) or set(obj) != {"ids", "counts", "ciphertexts"}:
-            raise CodecError("split-info package must have exactly ids, counts, ciphertexts")
-        ids, counts, batch = obj["ids"], obj["counts"], obj["ciphertexts"]
-        if not (
-            isinstance(ids, np.ndarray)
-            and ids.dtype == np.uint64
-            and isinstance(counts, np.ndarray)
-            and counts.dtype == np.int64
-            and ids.ndim == counts.ndim == 1
-            and ids.shape == counts.shape
-            and isinstance(batch, CiphertextBatch)
-        ):
-            raise CodecError("split-info package fields have the wrong types or shapes")
-        return cls.bind(ids, counts, batch, public_key, spec)
-
-    @classmethod
-    def bind(
-        cls,
-        ids: npt.NDArray[np.uint64],
-        counts: npt.NDArray[np.int64],
-        batch: CiphertextBatch,
-        public_key: PublicKey,
-        spec: PackingSpec,
-    ) -> SplitInfoPackage:
-        """A package from a host's (type-checked) fields, bound to ``public_key``.
-
-        Raises :class:`CodecError` for a count outside ``[0, n_rows]``, a duplicate id or a
-        ciphertext count that does not match the layout, and
-        :class:`~p2pboost.exceptions.KeyMismatchError` for ciphertexts under another key.
-        """
-        if counts.size and (counts.min() < 0 or counts.max() > spec.n_rows):
-            raise CodecError("split-info count outside [0, n_rows]")
-        if np.unique(ids).size != ids.size:
-            raise CodecError("duplicate split ids")
-        if len(batch) != len(compression_layout(spec, int(ids.size))):
-            raise CodecError("number of compressed ciphertexts does not match the layout")
-        return cls(batch.ciphertexts(public_key), ids, counts)
-
-
-@dataclass(frozen=True, slots=True)
-class SplitLookup:
-    """Host-side secret: opaque id -> (feature, bin) of each candidate sent for a node."""
-
-    entries: dict[int, tuple[int, int]]
-
-    def resolve(self, opaque_id: int) -> tuple[int, int]:
-        """The (feature, bin) of ``opaque_id``; :class:`InputError` for an unknown id."""
-        try:
-            return self.entries[int(opaque_id)]
-        except KeyError:
-            raise InputError("unknown split id") from None
-
-
-def split_candidates(cumulative: EncryptedHistogram, *, min_rows: int = 1) -> list[tuple[int, int]]:
-    """(feature, bin) candidates whose left and right sides each have at least ``min_rows``.
-
-    Splitting after bin ``b`` sends bins ``0..b`` left; the last bin is never a candidate.
-    """
-    counts = cumulative.counts
-    total = counts[:, -1:]
-    ok = (counts >= min_rows) & (total - counts >= min_rows)
-    ok[:, -1] = False
-    features, bins = np.nonzero(ok)
-    return list(zip(features.tolist(), bins.tolist(), strict=True))
-
-
-def compress_split_infos(
-    public_key: PublicKey,
-    spec: PackingSpec,
-    cumulative: EncryptedHistogram,
-    candidates: Sequence[tuple[int, int]] | None = None,
-) -> tuple[SplitInfoPackage, SplitLookup]:
-    """Host side: shuffle ``candidates`` (default :func:`split_candidates`), give them opaque
-    ids and compress their cumulative sums."""
-    if cumulative.public_key != public_key or len(cumulative.planes) != spec.plaintexts_per_row:
-        raise InputError("histogram does not match the key or the packing spec")
-    cands = list(split_candidates(cumulative) if candidates is None else candidates)
-    secrets.SystemRandom().shuffle(cands)
-    ids: set[int] = set()
-    while len(ids) < len(cands):
-        ids.add(secrets.randbits(63))
-    id_list = list(ids)
-    secrets.SystemRandom().shuffle(id_list)  # set order is not random
-    sums = [cumulative.cell(f, b) for f, b in cands]
-    counts = np.array([cumulative.counts[f, b] for f, b in cands], dtype=np.int64)
-    package = SplitInfoPackage(
-        compress(public_key, spec, sums), np.array(id_list, dtype=np.uint64), counts
-    )
-    lookup = SplitLookup(dict(zip(id_list, cands, strict=True)))
-    return package, lookup
-
-
 def decompress_split_infos(
     spec: PackingSpec, plaintexts: Sequence[int], counts: npt.ArrayLike
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Guest side: exact integer left-sums ``(g, h)`` of each split-info, shape (m, outputs).
+    """Exact integer left-sums ``(g, h)`` of each split-info, shape (m, outputs).
 
-    ``plaintexts`` are the decrypted ``package.ciphertexts``; ``counts`` is ``package.counts``.
+    ``plaintexts`` are the decrypted compressed ciphertexts; ``counts`` the rows of each sum.
     """
     cnt = np.asarray(counts)
     planes = decompress(spec, plaintexts, int(cnt.shape[0]))
     return unpack_sums(spec, planes, cnt)
+
+
+def open_split_infos(
+    private_key: PrivateKey, spec: PackingSpec, data: bytes, counts: npt.ArrayLike
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """Worker kernel of the guest: compressed ciphertext bytes in, exact left sums out.
+
+    Parses ``data`` (fixed-width big-endian ciphertexts under ``private_key``'s public key),
+    raising :class:`~p2pboost.exceptions.CodecError` for a value outside ``(0, n**2)``;
+    decrypts; and unpacks the sums of ``counts`` split-infos
+    (:func:`decompress_split_infos`), raising :class:`CryptoError` for a sum that cannot be.
+    """
+    public_key = private_key.public_key
+    batch = CiphertextBatch(public_key.fingerprint, public_key.ciphertext_bytes, data)
+    decrypt = private_key.decrypt
+    plaintexts = [decrypt(c) for c in batch.ciphertexts(public_key)]
+    return decompress_split_infos(spec, plaintexts, counts)

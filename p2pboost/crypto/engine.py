@@ -12,25 +12,55 @@ Key material reaches a worker once. With the engine's own pool it is installed b
 key existed, so then each task carries the *public* numbers (or, for decryption, the key's few
 hundred bytes) and the worker caches what it derives from them (the fixed-base tables, tens of MiB,
 the CRT constants) by fingerprint: built once per worker and key, never per task.
+
+**Fused steps, bytes across the boundary.** Pickling a 2048-bit integer costs about as much as
+a few modular products, and a list of them is rebuilt object by object on the other side. The
+protocol's steps therefore each run as one task whose inputs and outputs are numpy arrays or
+fixed-width big-endian ciphertext bytes (what :class:`~p2pboost.crypto.paillier.CiphertextBatch`
+carries on the wire): :meth:`PaillierEngine.encrypt_packed` (pack and encrypt a chunk of rows),
+:meth:`PaillierEngine.open_split_infos` (decrypt and unpack a package) and
+:meth:`PaillierEngine.compress_parts` (multiply partial sums and compress them).
+
+**Randomisers made ahead of time.** Encryption's cost is the random factor ``hs**a``; with a
+factor made earlier it is one product. :meth:`PaillierEngine.precompute` makes factors on the
+pool and keeps them *in the engine* as bytes (any worker can then use any of them, whatever
+executor runs the tasks), up to ``stash_limit``; every encryption takes its factors out of the
+stash before it is sent, so a factor serves exactly one ciphertext.
+:meth:`PaillierEngine.precompute_while_idle` does it only while no other task of the engine is
+in flight (the guest waiting for the hosts) and only on processors nobody else needs. The
+worker side (key cache, tasks) is :mod:`p2pboost.crypto._workers`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import math
+import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
-from p2pboost.crypto.compress import compress_groups, compression_groups
+from p2pboost.crypto._workers import (
+    KeyMaterial,
+    compress_task,
+    decrypt_task,
+    encrypt_packed_task,
+    encrypt_task,
+    factors_task,
+    init_worker,
+    open_task,
+)
+from p2pboost.crypto.compress import compressed_count, cut_points
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import InputError, KeyMismatchError
-from p2pboost.workers import default_workers, process_pool
+from p2pboost.workers import default_workers, process_pool, spare_cpus
 
 __all__ = ["PaillierEngine", "default_workers"]
 
@@ -40,95 +70,16 @@ INLINE_BELOW = 64
 MAX_CHUNK = 2048
 #: Chunks per worker per batch, so a slow worker does not hold up the end of a batch.
 CHUNKS_PER_WORKER = 4
-#: Worker-side cache size: keys a worker keeps tables for (LRU by insertion).
-_CACHE_KEYS = 4
-#: Most precomputed randomisers one worker keeps per key (64 MiB at 2048 bits).
-STASH_LIMIT = 1 << 17
+#: Bytes of randomisers an engine keeps by default (131,072 factors at 2048 bits).
+STASH_BYTES = 64 * 1024 * 1024
+#: Randomisers per background task: short tasks, so real work never waits long behind one.
+IDLE_CHUNK = 128
+#: Seconds between looks for spare processors while background work waits for one.
+SPARE_POLL = 0.01
+#: Fewest compressed ciphertexts worth a task of their own when a package is opened.
+MIN_OPEN_PIECE = 4
 
-
-@dataclass(frozen=True, slots=True)
-class _KeyMaterial:
-    """What a worker needs: serialised keys (picklable, small)."""
-
-    public: bytes
-    private: bytes | None
-
-
-class _WorkerKey:
-    """Per-process state for one key: the parsed keys and the lazily built table."""
-
-    def __init__(self, material: _KeyMaterial) -> None:
-        self.public_key = PublicKey.from_bytes(material.public)
-        self.private_key = PrivateKey.from_bytes(material.private) if material.private else None
-        self._table: FixedBaseTable | None = None
-        #: Randomisers made ahead of time (:meth:`PaillierEngine.precompute`); each is popped
-        #: and used for exactly one ciphertext.
-        self.stash: list[Any] = []
-
-    @property
-    def table(self) -> FixedBaseTable:
-        if self._table is None:
-            self._table = FixedBaseTable(self.public_key, self.private_key)
-        return self._table
-
-
-_WORKER_KEYS: dict[bytes, _WorkerKey] = {}
-
-
-def _install(fingerprint: bytes, material: _KeyMaterial) -> _WorkerKey:
-    state = _WORKER_KEYS.get(fingerprint)
-    if state is None or (material.private is not None and state.private_key is None):
-        state = _WorkerKey(material)
-        if state.public_key.fingerprint != fingerprint:
-            raise KeyMismatchError("key material does not match its fingerprint")
-        while len(_WORKER_KEYS) >= _CACHE_KEYS:
-            del _WORKER_KEYS[next(iter(_WORKER_KEYS))]
-        _WORKER_KEYS[fingerprint] = state
-    return state
-
-
-def _init_worker(fingerprint: bytes, material: _KeyMaterial) -> None:
-    """Pool initializer: parse the keys once and build the table before the first task."""
-    _install(fingerprint, material).table  # noqa: B018 - build eagerly, off the critical path
-
-
-def _state(fingerprint: bytes, material: _KeyMaterial | None) -> _WorkerKey:
-    if material is not None:
-        return _install(fingerprint, material)
-    try:
-        return _WORKER_KEYS[fingerprint]
-    except KeyError:
-        raise KeyMismatchError("worker has no key with this fingerprint") from None
-
-
-def _encrypt_task(fingerprint: bytes, material: _KeyMaterial | None, plaintexts: list[int]) -> Any:
-    state = _state(fingerprint, material)
-    k = min(len(plaintexts), len(state.stash))
-    if not k:
-        return state.table.encrypt_many(plaintexts)
-    factors = state.stash[-k:]
-    del state.stash[-k:]  # popped before use: a randomiser never serves twice
-    head = state.table.encrypt_with_factors(plaintexts[:k], factors)
-    return head + state.table.encrypt_many(plaintexts[k:])
-
-
-def _precompute_task(fingerprint: bytes, material: _KeyMaterial | None, count: int) -> int:
-    state = _state(fingerprint, material)
-    k = max(0, min(count, STASH_LIMIT - len(state.stash)))
-    state.stash.extend(state.table.random_factors(k))
-    return k
-
-
-def _decrypt_task(fingerprint: bytes, material: _KeyMaterial | None, ciphertexts: list[Any]) -> Any:
-    private_key = _state(fingerprint, material).private_key
-    if private_key is None:
-        raise KeyMismatchError("worker holds no private key for this fingerprint")
-    decrypt = private_key.decrypt
-    return [decrypt(c) for c in ciphertexts]
-
-
-def _compress_task(fingerprint: bytes, material: _KeyMaterial | None, groups: list[Any]) -> Any:
-    return compress_groups(_state(fingerprint, material).public_key.n2, groups)
+I64 = npt.NDArray[np.int64]
 
 
 class PaillierEngine:
@@ -141,9 +92,11 @@ class PaillierEngine:
     ``if __name__ == "__main__":`` guard. With a caller's executor, each task carries the key
     blob (for a key owner: including ``p`` and ``q``; it goes only to local worker processes).
 
-    Plaintexts are ints in ``[0, n)``; ciphertexts are ``gmpy2.mpz``. Batches below
-    :data:`INLINE_BELOW` values run in the calling thread in the blocking API, never in the
-    async one. Use as a (async) context manager or call :meth:`close`.
+    Plaintexts are ints in ``[0, n)``; ciphertexts are ``gmpy2.mpz``, or fixed-width bytes for
+    the fused steps. Batches below :data:`INLINE_BELOW` values run in the calling thread in the
+    blocking API, never in the async one. ``stash_limit`` bounds the randomisers kept ahead of
+    time (default :data:`STASH_BYTES` worth). Use as a (async) context manager or call
+    :meth:`close`.
     """
 
     def __init__(
@@ -154,31 +107,42 @@ class PaillierEngine:
         executor: Executor | None = None,
         workers: int | None = None,
         chunk_size: int | None = None,
+        stash_limit: int | None = None,
     ) -> None:
         if private_key is not None and private_key.public_key != public_key:
             raise KeyMismatchError("private key does not belong to the public key")
         if workers is not None and workers < 1:
             raise InputError("workers must be at least 1")
+        if stash_limit is not None and stash_limit < 0:
+            raise InputError("stash_limit must be >= 0")
         self.public_key = public_key
         self.private_key = private_key
         self.workers = workers or default_workers()
         self.chunk_size = chunk_size
-        self._material = _KeyMaterial(
+        self.stash_limit = (
+            STASH_BYTES // public_key.ciphertext_bytes if stash_limit is None else stash_limit
+        )
+        self._material = KeyMaterial(
             public_key.to_bytes(), private_key.to_bytes() if private_key else None
         )
         self._external = executor
         self._own: ProcessPoolExecutor | None = None
         self._table: FixedBaseTable | None = None
+        self._stash: deque[bytes] = deque()
+        self._stashed = 0
+        self._lock = threading.Lock()
+        self._busy = 0  # tasks of the async API in flight (event-loop thread only)
+        self._idle: asyncio.Event | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
-    def _executor(self) -> tuple[Executor, _KeyMaterial | None]:
+    def _executor(self) -> tuple[Executor, KeyMaterial | None]:
         """The executor and what each task must carry (nothing for our own initialised pool)."""
         if self._external is not None:
             return self._external, self._material
         if self._own is None:
             self._own = process_pool(
                 self.workers,
-                initializer=_init_worker,
+                initializer=init_worker,
                 initargs=(self.public_key.fingerprint, self._material),
             )
         return self._own, None
@@ -237,6 +201,40 @@ class PaillierEngine:
             raise KeyMismatchError("this engine holds no private key")
         return self.private_key
 
+    # --- the stash of randomisers --------------------------------------------------------------
+    @property
+    def stashed(self) -> int:
+        """Randomisers made ahead of time and not used yet."""
+        return self._stashed
+
+    def _put(self, factors: bytes) -> int:
+        width = self.public_key.ciphertext_bytes
+        with self._lock:
+            k = max(0, min(len(factors) // width, self.stash_limit - self._stashed))
+            if k:
+                self._stash.append(factors[: k * width])
+                self._stashed += k
+        return k
+
+    def _take(self, count: int) -> bytes:
+        """Remove up to ``count`` randomisers from the stash (they are never handed out again)."""
+        width = self.public_key.ciphertext_bytes
+        parts = []
+        with self._lock:
+            while count > 0 and self._stash:
+                block = self._stash.popleft()
+                k = min(count, len(block) // width)
+                parts.append(block[: k * width])
+                if k * width < len(block):
+                    self._stash.appendleft(block[k * width :])
+                self._stashed -= k
+                count -= k
+        return b"".join(parts)
+
+    def _split_factors(self, sizes: list[int]) -> list[bytes]:
+        """One slice of the stash per chunk of ``sizes`` values (empty when it runs dry)."""
+        return [self._take(k) for k in sizes]
+
     # --- blocking API (for worker threads, scripts and benchmarks) ----------------------------
     def encrypt_batch_blocking(self, values: Sequence[int] | np.ndarray[Any, Any]) -> list[Any]:
         """Encrypt ``values`` (ints in ``[0, n)``) and wait; never call this on the event loop."""
@@ -244,8 +242,10 @@ class PaillierEngine:
         if len(plain) < INLINE_BELOW:
             return self._local_table().encrypt_many(plain)
         executor, material = self._executor()
-        fn = functools.partial(_encrypt_task, self._fingerprint(), material)
-        return [c for part in executor.map(fn, self._chunks(plain)) for c in part]
+        chunks = self._chunks(plain)
+        factors = self._split_factors([len(c) for c in chunks])
+        fn = functools.partial(encrypt_task, self._fingerprint(), material)
+        return [c for part in executor.map(fn, chunks, factors) for c in part]
 
     def decrypt_batch_blocking(self, ciphertexts: Sequence[Any]) -> list[Any]:
         """Decrypt raw ciphertexts to plaintexts in ``[0, n)`` and wait."""
@@ -254,65 +254,191 @@ class PaillierEngine:
         if len(cts) < INLINE_BELOW:
             return [private_key.decrypt(c) for c in cts]
         executor, material = self._executor()
-        fn = functools.partial(_decrypt_task, self._fingerprint(), material)
+        fn = functools.partial(decrypt_task, self._fingerprint(), material)
         return [m for part in executor.map(fn, self._chunks(cts)) for m in part]
 
+    def precompute_blocking(self, count: int) -> int:
+        """Blocking :meth:`precompute`."""
+        sizes = self._chunk_sizes(max(0, min(count, self.stash_limit - self._stashed)))
+        if not sizes:
+            return 0
+        executor, material = self._executor()
+        fn = functools.partial(factors_task, self._fingerprint(), material)
+        return sum(self._put(part) for part in executor.map(fn, sizes))
+
     # --- async API -----------------------------------------------------------------------------
-    async def _run_chunks(self, task: Any, chunks: list[Any]) -> list[Any]:
-        """Run ``task(fingerprint, material, chunk)`` for every chunk; results in order."""
-        if not chunks:
-            return []
+    async def _call(self, task: Any, *args: Any) -> Any:
+        """Run ``task(fingerprint, material, *args)`` on the pool, counted as engine work."""
         loop = asyncio.get_running_loop()
         executor, material = self._executor()
-        fn = functools.partial(task, self._fingerprint(), material)
-        return list(
-            await asyncio.gather(*(loop.run_in_executor(executor, fn, chunk) for chunk in chunks))
-        )
+        self._busy += 1
+        if self._idle is not None:
+            self._idle.clear()
+        try:
+            return await loop.run_in_executor(executor, task, self._fingerprint(), material, *args)
+        finally:
+            self._busy -= 1
+            if self._busy == 0 and self._idle is not None:
+                self._idle.set()
 
-    async def _run(self, task: Any, items: list[Any]) -> list[Any]:
-        parts = await self._run_chunks(task, self._chunks(items))
+    async def _run(self, task: Any, chunks: list[Any], *extra: list[Any]) -> list[Any]:
+        """``task`` over every chunk (with the matching item of each ``extra`` list), joined."""
+        parts = await asyncio.gather(
+            *(self._call(task, chunk, *(e[i] for e in extra)) for i, chunk in enumerate(chunks))
+        )
         return [x for part in parts for x in part]
 
     async def encrypt_batch(self, values: Sequence[int] | np.ndarray[Any, Any]) -> list[Any]:
         """Encrypt ``values`` on the pool without blocking the event loop."""
-        return await self._run(_encrypt_task, self._as_list(values))
+        chunks = self._chunks(self._as_list(values))
+        factors = self._split_factors([len(c) for c in chunks])
+        return await self._run(encrypt_task, chunks, factors)
 
     async def decrypt_batch(self, ciphertexts: Sequence[Any]) -> list[Any]:
         """Decrypt raw ciphertexts on the pool without blocking the event loop."""
         self._require_private()
-        return await self._run(_decrypt_task, list(ciphertexts))
+        return await self._run(decrypt_task, self._chunks(list(ciphertexts)))
+
+    async def encrypt_packed(self, spec: PackingSpec, g: I64, h: I64) -> bytes:
+        """Pack rows of integer-form ``g``, ``h`` (one plaintext each) and encrypt them, in one
+        task, using stashed randomisers first; returns the ciphertexts as fixed-width bytes.
+
+        The caller decides the chunking (one task per call): a chunk of rows to stream.
+        """
+        factors = self._take(len(g))
+        return cast(bytes, await self._call(encrypt_packed_task, spec, g, h, factors))
+
+    async def open_split_infos(
+        self, spec: PackingSpec, data: bytes, counts: I64
+    ) -> tuple[I64, I64]:
+        """Decrypt and unpack a compressed package (:func:`~p2pboost.crypto.compress.
+        open_split_infos`), cut into pieces of whole ciphertexts that run in parallel.
+
+        Raises :class:`~p2pboost.exceptions.CodecError` for a ciphertext outside
+        ``(0, n**2)`` and :class:`~p2pboost.exceptions.CryptoError` for sums that cannot be.
+        """
+        self._require_private()
+        n = int(counts.size)
+        width = self.public_key.ciphertext_bytes
+        if len(data) != compressed_count(spec, n) * width:
+            raise InputError("package size does not match its split-infos")
+        if n == 0:
+            empty = np.zeros((0, spec.n_outputs), dtype=np.int64)
+            return empty, empty.copy()
+        per_ct = max(1, spec.split_infos_per_plaintext)
+        pieces = max(1, min(self.workers, compressed_count(spec, n) // MIN_OPEN_PIECE))
+        cuts = cut_points(spec, n, pieces)
+        if len(cuts) <= 2:
+            return cast(tuple[I64, I64], await self._call(open_task, spec, data, counts))
+        parts = await asyncio.gather(
+            *(
+                self._call(
+                    open_task,
+                    spec,
+                    data[a // per_ct * width : -(-b // per_ct) * width],
+                    counts[a:b],
+                )
+                for a, b in itertools.pairwise(cuts)
+            )
+        )
+        return (
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+        )
+
+    async def compress_parts(self, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
+        """Multiply the partial sums of each split-info across ``parts`` and compress them
+        (:func:`~p2pboost.crypto.compress.compress_parts`), in pieces that run in parallel."""
+        width = self.public_key.ciphertext_bytes
+        n = len(parts[0]) // width if parts else 0
+        cuts = cut_points(spec, n, self.workers)
+        out = await asyncio.gather(
+            *(
+                self._call(compress_task, spec, [p[a * width : b * width] for p in parts])
+                for a, b in itertools.pairwise(cuts)
+            )
+        )
+        return b"".join(out)
 
     async def precompute(self, count: int) -> int:
-        """Make about ``count`` randomisers ahead of time in the workers; returns how many.
+        """Make about ``count`` randomisers ahead of time; returns how many were stashed.
 
-        Call it while the pool would otherwise idle (the guest waiting for histograms): later
-        encryptions then cost one product each until the stashes run dry. Each worker keeps at
-        most :data:`STASH_LIMIT`; a stash lives in the worker that made it, so with several
-        workers a batch may still compute some factors itself.
+        Later encryptions (:meth:`encrypt_batch`, :meth:`encrypt_packed` and the blocking
+        form) then cost one product per value until the stash runs dry. At most
+        ``stash_limit`` are kept.
         """
-        if count <= 0:
-            return 0
-        return sum(await self._run_chunks(_precompute_task, self._chunk_sizes(count)))
+        sizes = self._chunk_sizes(max(0, min(count, self.stash_limit - self._stashed)))
+        made = await asyncio.gather(*(self._call(factors_task, k) for k in sizes))
+        return sum(self._put(part) for part in made)
 
-    def precompute_blocking(self, count: int) -> int:
-        """Blocking :meth:`precompute`."""
-        if count <= 0:
-            return 0
+    def _spare_slots(self, running: int) -> int:
+        """How many background tasks may run now: the engine's workers, but no more than the
+        processors nobody else needs (our own background tasks count as spare, they yield)."""
+        spare = spare_cpus()
+        if spare is None:
+            return self.workers
+        return max(0, min(self.workers, spare + running))
+
+    async def precompute_while_idle(self, target: int, stop: asyncio.Event) -> int:
+        """Fill the stash towards ``target`` randomisers while the engine has nothing else to
+        do and the machine has spare processors, until ``stop`` is set; returns how many were
+        made.
+
+        Short tasks (:data:`IDLE_CHUNK` randomisers), only while no other task of this engine
+        is in flight, so real work waits at most one short task; and, where the kernel says how
+        many tasks are runnable (:func:`~p2pboost.workers.spare_cpus`), no more of them than
+        there are idle processors, polled every :data:`SPARE_POLL` seconds. On a machine of its
+        own the guest then uses every worker while it waits for the hosts; on a machine shared
+        with the hosts (or anything else) it takes only what they leave, since its workers run
+        at the same priority as theirs. Tasks still running when ``stop`` is set finish and
+        their randomisers are kept.
+        """
+        loop_idle = self._idle = asyncio.Event()
+        if self._busy == 0:
+            loop_idle.set()
+        made = 0
         executor, material = self._executor()
-        fn = functools.partial(_precompute_task, self._fingerprint(), material)
-        return sum(executor.map(fn, self._chunk_sizes(count)))
-
-    async def compress_batch(self, spec: PackingSpec, sums: Sequence[Sequence[Any]]) -> list[Any]:
-        """:func:`~p2pboost.crypto.compress.compress` on the pool (a host's split-infos)."""
-        return await self._run(_compress_task, compression_groups(spec, sums))
-
-    def compress_batch_blocking(
-        self, spec: PackingSpec, sums: Sequence[Sequence[Any]]
-    ) -> list[Any]:
-        """Blocking :meth:`compress_batch`."""
-        groups = compression_groups(spec, sums)
-        if len(groups) < 4:
-            return compress_groups(self.public_key.n2, groups)
-        executor, material = self._executor()
-        fn = functools.partial(_compress_task, self._fingerprint(), material)
-        return [c for part in executor.map(fn, self._chunks(groups)) for c in part]
+        loop = asyncio.get_running_loop()
+        running: set[asyncio.Future[bytes]] = set()
+        try:
+            while True:
+                room = min(target, self.stash_limit) - self._stashed - IDLE_CHUNK * len(running)
+                if stop.is_set() or (room <= 0 and not running):
+                    break
+                wanted = room > 0 and loop_idle.is_set() and len(running) < self.workers
+                if wanted and len(running) < self._spare_slots(len(running)):
+                    running.add(
+                        loop.run_in_executor(
+                            executor,
+                            factors_task,
+                            self._fingerprint(),
+                            material,
+                            min(IDLE_CHUNK, room),
+                        )
+                    )
+                    continue
+                waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
+                if not loop_idle.is_set():
+                    waiters.append(asyncio.ensure_future(loop_idle.wait()))
+                try:
+                    pending: list[asyncio.Future[Any]] = [*running, *waiters]
+                    await asyncio.wait(
+                        pending,
+                        timeout=SPARE_POLL if wanted else None,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for w in waiters:
+                        w.cancel()
+                for fut in [f for f in running if f.done()]:
+                    running.discard(fut)
+                    made += self._put(fut.result())
+            for fut in asyncio.as_completed(running):
+                made += self._put(await fut)
+            running.clear()
+        finally:
+            for fut in running:
+                fut.cancel()
+            if self._idle is loop_idle:
+                self._idle = None
+        return made

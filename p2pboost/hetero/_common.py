@@ -5,13 +5,9 @@ Messages and their rules are in :mod:`p2pboost.hetero._messages`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +24,6 @@ __all__ = [
     "HostPhase",
     "Progress",
     "grid_wire",
-    "offload",
     "packing_spec",
     "unpack_bitmap",
 ]
@@ -38,7 +33,6 @@ logger = logging.getLogger("p2pboost.hetero")
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
-T = TypeVar("T")
 
 VERSION = 1
 
@@ -85,20 +79,27 @@ class HeteroConfig:
     """Knobs of the protocol (not of the model: those are :class:`BoostParams`).
 
     ``key_bits`` below 2048 needs ``allow_insecure_key`` (1024 is for tests and comparisons).
-    ``chunk_rows``: ciphertexts per streamed chunk. ``workers``: processes of the pool the
-    protocol starts when no executor is given.
+    ``chunk_rows``: ciphertexts per streamed chunk (one pool task each). ``workers``:
+    processes of the pool the protocol starts when no executor is given. ``precompute``:
+    while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
+    next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
+    are kept), so that tree's encryption costs one product per row for those.
     """
 
     key_bits: int = 2048
     allow_insecure_key: bool = False
     chunk_rows: int = 2048
     workers: int | None = None
+    precompute: bool = True
+    stash_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.chunk_rows < 1:
             raise InputError("chunk_rows must be at least 1")
         if self.workers is not None and self.workers < 1:
             raise InputError("workers must be at least 1")
+        if self.stash_bytes < 0:
+            raise InputError("stash_bytes must be >= 0")
 
 
 # -- message validation ------------------------------------------------------------------------
@@ -121,8 +122,3 @@ def grid_wire(g: Grid, h: Grid) -> list[int]:
 
 def packing_spec(n_rows: int, grids: tuple[Grid, Grid], public_key: PublicKey) -> PackingSpec:
     return PackingSpec.for_grids(n_rows, grids[0], grids[1], key_bits=public_key.bits)
-
-
-async def offload(executor: Executor, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` in the process pool."""
-    return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)

@@ -26,24 +26,17 @@ import hashlib
 import itertools
 import secrets
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.compress import SplitInfoPackage, decompress_split_infos
+from p2pboost.crypto.compress import compressed_count
 from p2pboost.crypto.engine import PaillierEngine
-from p2pboost.crypto.packing import PackingSpec, pack
-from p2pboost.crypto.paillier import (
-    CiphertextBatch,
-)
-from p2pboost.exceptions import (
-    CodecError,
-    CryptoError,
-    KeyMismatchError,
-)
+from p2pboost.crypto.packing import PackingSpec
+from p2pboost.crypto.paillier import CiphertextBatch
+from p2pboost.exceptions import CodecError, CryptoError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed
 from p2pboost.gbdt.grower import (
@@ -68,7 +61,6 @@ from p2pboost.hetero._common import (
     HeteroConfig,
     Progress,
     grid_wire,
-    offload,
     packing_spec,
     unpack_bitmap,
 )
@@ -137,12 +129,17 @@ class GrownTree:
 
 @dataclass
 class GuestTrainer:
-    """The guest's state across trees; :meth:`grow` runs the protocol for one tree."""
+    """The guest's state across trees; :meth:`grow` runs the protocol for one tree.
+
+    ``workers`` is how many tasks the pool runs at once (chunks kept in flight). Between
+    trees the engine's stash of randomisers is filled while the pool idles (``config.precompute``);
+    :meth:`aclose` stops that when training ends.
+    """
 
     params: BoostParams
     config: HeteroConfig
-    pool: Executor
     engine: PaillierEngine
+    workers: int
     links: list[HostLink]
     mapper: BinMapper
     data: BinnedData
@@ -155,10 +152,37 @@ class GuestTrainer:
         self.candidates = candidate_mask(self.mapper.n_bins, p.max_bin)
         offsets = np.cumsum([self.data.n_features] + [lk.n_features for lk in self.links])
         self.host_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(offsets)]
+        self._filling: asyncio.Task[int] | None = None
+        self._stop_filling = asyncio.Event()
 
-    async def grow(self, tree_id: int, task: TreeTask) -> GrownTree:
-        """Grow one tree of the round loop with the hosts."""
+    def _start_filling(self, target: int) -> None:
+        """Make randomisers for the next tree while the pool idles (the hosts' turn)."""
+        if not self.config.precompute or target <= 0:
+            return
+        self._stop_filling = asyncio.Event()
+        self._filling = asyncio.ensure_future(
+            self.engine.precompute_while_idle(target, self._stop_filling)
+        )
+
+    async def _stop(self, *, wait: bool) -> None:
+        """Stop filling; with ``wait``, let running tasks land in the stash first."""
+        filling, self._filling = self._filling, None
+        if filling is None:
+            return
+        self._stop_filling.set()
+        if not wait:
+            filling.cancel()
+        await asyncio.gather(filling, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Stop making randomisers (training ended or failed)."""
+        await self._stop(wait=False)
+
+    async def grow(self, tree_id: int, task: TreeTask, *, more: bool = True) -> GrownTree:
+        """Grow one tree of the round loop with the hosts (``more``: another tree may follow,
+        so it is worth making randomisers while waiting for the hosts)."""
         self.progress.tree = tree_id
+        await self._stop(wait=True)  # at most one short task per worker still running
         sample = task.sample
         rows = np.arange(self.data.n_rows) if sample is None else sample
         g_grid, h_grid = task.grids
@@ -194,6 +218,8 @@ class GuestTrainer:
             if not stream.done():
                 stream.cancel()
                 await asyncio.gather(stream, return_exceptions=True)
+        if more:
+            self._start_filling(int(rows.size))
         layers = _TreeRound(self, tree_id, grower, spec, task.grids)
         tree = await drive_async(grower.schedule(root), layers.answer)
         eval_leaves = []
@@ -207,26 +233,28 @@ class GuestTrainer:
     async def _stream_gradients(
         self, spec: PackingSpec, gq: F64, hq: F64, rows: I64, g_grid: Grid, h_grid: Grid
     ) -> None:
-        """Pack, encrypt chunk by chunk in the pool, and send each chunk to every host."""
+        """Pack and encrypt each chunk in one pool task (ciphertext bytes back), and send it to
+        every host; the loop only slices arrays and wraps bytes."""
         gi = to_fixed(gq[rows, 0], g_grid)
         hi = to_fixed(hq[rows, 0], h_grid)
         step = self.config.chunk_rows
         starts = list(range(0, rows.size, step))
+        pk = self.engine.public_key
 
-        async def encrypt(start: int) -> list[Any]:
+        def encrypt(start: int) -> asyncio.Future[bytes]:
             sl = slice(start, start + step)
-            planes = await offload(self.pool, pack, spec, gi[sl], hi[sl])
-            return await self.engine.encrypt_batch(planes[0])
+            return asyncio.ensure_future(self.engine.encrypt_packed(spec, gi[sl], hi[sl]))
 
-        # At most two chunks ahead: the pool stays busy, memory stays bounded.
-        pending: list[asyncio.Future[list[Any]]] = []
+        # Two chunks per worker ahead: every worker has its next chunk queued while the loop
+        # sends, and memory stays bounded.
+        ahead = 2 * self.workers
+        pending = [encrypt(start) for start in starts[:ahead]]
         try:
             for i, start in enumerate(starts):
-                while len(pending) < 2 and i + len(pending) < len(starts):
-                    pending.append(asyncio.ensure_future(encrypt(starts[i + len(pending)])))
-                cts = await pending.pop(0)
-                batch = CiphertextBatch.from_ciphertexts(self.engine.public_key, cts)
-                msg = Chunk(start, batch)
+                data = await pending.pop(0)
+                if i + ahead < len(starts):
+                    pending.append(encrypt(starts[i + ahead]))
+                msg = Chunk(start, CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, data))
                 await gather_or_cancel(*(send(link.grad, msg) for link in self.links))
         finally:
             for fut in pending:
@@ -320,16 +348,13 @@ class _TreeRound:
                 node = msg.node
                 if node not in expected or node in decrypting:
                     raise reject(link.name, f"unexpected package for node {node}")
-                try:
-                    pkg = SplitInfoPackage.bind(
-                        msg.ids, msg.counts, msg.ciphertexts, self.t.engine.public_key, self.spec
-                    )
-                except (CodecError, KeyMismatchError) as exc:
-                    raise reject(link.name, f"bad split-info package: {exc}") from None
+                problem = self._check_package(msg)
+                if problem is not None:
+                    raise reject(link.name, f"bad split-info package: {problem}")
                 node_count = int(frontier.count[expected[node]])
-                if pkg.counts.size and pkg.counts.max() > node_count:
+                if msg.counts.size and msg.counts.max() > node_count:
                     raise reject(link.name, "split-info count above the node's rows")
-                decrypting[node] = asyncio.ensure_future(self._open(link.name, pkg))
+                decrypting[node] = asyncio.ensure_future(self._open(link.name, msg))
             results = await gather_or_cancel(*decrypting.values())
         finally:
             for fut in decrypting.values():
@@ -337,18 +362,32 @@ class _TreeRound:
             await asyncio.gather(*decrypting.values(), return_exceptions=True)
         return {(link.index, n): r for n, r in zip(decrypting, results, strict=True)}
 
-    async def _open(self, peer: str, pkg: SplitInfoPackage) -> _Package:
-        plain = await self.t.engine.decrypt_batch(pkg.ciphertexts)
+    def _check_package(self, msg: Package) -> str | None:
+        """What is wrong with a package's shape, or None (its values are checked where they
+        are parsed, in the pool: :meth:`_open`)."""
+        pk, batch = self.t.engine.public_key, msg.ciphertexts
+        if msg.counts.size and msg.counts.max() > self.spec.n_rows:
+            return "split-info count outside [0, n_rows]"
+        if batch.fingerprint != pk.fingerprint or batch.width != pk.ciphertext_bytes:
+            return "ciphertexts were made under a different public key"
+        if len(batch) != compressed_count(self.spec, int(msg.ids.size)):
+            return "number of compressed ciphertexts does not match the layout"
+        return None
+
+    async def _open(self, peer: str, msg: Package) -> _Package:
+        """Decrypt and unpack a package in the pool (bytes in, exact integer sums out)."""
         try:
-            g_int, h_int = await offload(
-                self.t.pool, decompress_split_infos, self.spec, plain, pkg.counts
+            g_int, h_int = await self.t.engine.open_split_infos(
+                self.spec, msg.ciphertexts.data, msg.counts
             )
+        except CodecError as exc:
+            raise reject(peer, f"bad split-info package: {exc}") from None
         except CryptoError as exc:
             raise reject(peer, f"split-info sums do not decode: {exc}") from None
         g_grid, h_grid = self.grids
         return _Package(
-            pkg.ids,
-            pkg.counts,
+            msg.ids,
+            msg.counts,
             from_fixed(np.asarray(g_int, dtype=np.int64), g_grid),
             from_fixed(np.asarray(h_int, dtype=np.int64), h_grid),
         )

@@ -1,18 +1,34 @@
 """A host's side of each tree: ciphertext histograms, split-info packages, owned splits.
 
-:class:`Host` answers the guest until it says "done". Per tree it accumulates the root
-histogram chunk by chunk as ciphertexts arrive, then per layer builds the smaller child of each
-split and derives the sibling by subtraction, and streams each node's shuffled, compressed
-candidates as soon as they are ready. Ciphertext work runs in the process pool, one task per
-group of features (:mod:`p2pboost.hetero._kernels`). The id -> (feature, bin,
-direction) lookups and the thresholds never leave this module.
+:class:`Host` answers the guest until it says "done". Per tree it spreads the gradient chunks
+over its row shards as they arrive (each shard adds its rows to the root's partial histogram),
+then per layer has every shard build its part of the smaller child of each split and derive
+the sibling by subtraction, and streams each node's shuffled, compressed candidates as soon as
+they are ready. The shards live in pinned worker processes and keep the tree's ciphertexts
+and histograms there (:mod:`p2pboost.hetero._kernels`); only bytes and row numbers travel.
+
+A node's package is made in two steps, both off the event loop:
+
+1. every shard returns the node's candidates and its partial left sum of each (bytes);
+2. the loop draws one uniformly random order over *all* the node's candidates and random
+   opaque ids (numpy on bytes from ``os.urandom``: no per-candidate Python), reorders the
+   shards' sums by it, and one task per run of whole ciphertexts multiplies the partial sums
+   and compresses them (:meth:`~p2pboost.crypto.engine.PaillierEngine.compress_parts`).
+
+The second hop is the price of privacy: compressing inside each shard would put the sums of
+one shard's rows, or in a feature-group design one group's features, into the same ciphertexts
+in a telling order. Here every ciphertext holds a random draw of the node's candidates. The id
+-> (feature, bin, direction) lookups and the thresholds never leave this module.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
-from concurrent.futures import Executor
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,33 +36,19 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.engine import PaillierEngine
-from p2pboost.crypto.histogram import EncryptedHistogram
-from p2pboost.crypto.paillier import (
-    CiphertextBatch,
-    PublicKey,
-)
-from p2pboost.exceptions import (
-    CodecError,
-    InputError,
-    KeyMismatchError,
-)
+from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid
 from p2pboost.gbdt.split import candidate_mask
+from p2pboost.hetero import _kernels as k
 from p2pboost.hetero._common import (
     B8,
     I64,
     HostPhase,
     Progress,
-    offload,
     packing_spec,
     unpack_bitmap,
-)
-from p2pboost.hetero._kernels import (
-    Candidates,
-    candidate_sums,
-    child_histograms,
-    chunk_histogram,
 )
 from p2pboost.hetero._messages import (
     Bye,
@@ -62,8 +64,68 @@ from p2pboost.hetero.model import HostSplit
 from p2pboost.net.node import Channel
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.workers import PinnedPool
 
-__all__ = ["Host"]
+__all__ = ["Host", "Shards"]
+
+#: Chunk tasks a shard may have queued before the host stops reading gradients (back-pressure).
+CHUNKS_AHEAD = 2
+#: Splits of a layer queued in the shards at once: each shard runs its tasks in order, so a
+#: node's compression must not wait behind every other split of the layer (packages stream).
+SPLITS_AHEAD = 2
+
+
+class Shards:
+    """The event loop's handle on a host's row shards, one per worker of ``pool``."""
+
+    def __init__(self, pool: PinnedPool) -> None:
+        self.pool = pool
+        self.n = pool.workers
+        self.token = secrets.token_hex(16)  # names this run's state in the shared workers
+
+    def call(self, shard: int, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        future: Future[Any] = self.pool.submit_to(shard, fn, self.token, *args)
+        return asyncio.wrap_future(future)
+
+    async def each(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """``fn(token, *args)`` in every shard, results in shard order."""
+        return await gather_or_cancel(*(self.call(i, fn, *args) for i in range(self.n)))
+
+    async def open(self, key: bytes, codes: npt.NDArray[Any], n_slots: int, min_rows: int) -> None:
+        await gather_or_cancel(
+            *(
+                self.call(i, k.shard_open, key, codes, n_slots, min_rows, i, self.n)
+                for i in range(self.n)
+            )
+        )
+
+    async def release(self, fn: Callable[..., Any]) -> None:
+        """Run a clean-up kernel in every shard, best effort: it runs in ``finally`` blocks,
+        where the pool may be broken or gone and the first error must stay the one raised."""
+        futures = []
+        for i in range(self.n):
+            try:
+                futures.append(self.call(i, fn))
+            except RuntimeError:  # the pool was shut down
+                return
+        await asyncio.gather(*futures, return_exceptions=True)
+
+
+@dataclass
+class _Lookup:
+    """Opaque id -> (feature, bin, missing left) of one node's candidates, sorted by id."""
+
+    ids: npt.NDArray[np.uint64]
+    feature: I64
+    bin: I64
+    default_left: B8
+
+    def find(self, ids: npt.NDArray[np.uint64]) -> I64 | None:
+        """Positions of ``ids``, or None if one is unknown."""
+        pos = np.searchsorted(self.ids, ids)
+        if pos.size and (pos.max() >= self.ids.size or np.any(self.ids[pos] != ids)):
+            return None
+        return pos.astype(np.int64)
 
 
 @dataclass
@@ -80,9 +142,8 @@ class Host:
     evals: list[BinnedData]
     min_rows: int
     progress: Progress
-    pool: Executor = field(init=False)
+    shards: Shards = field(init=False)
     engine: PaillierEngine = field(init=False)
-    groups: list[I64] = field(init=False)
     splits: list[HostSplit] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -90,6 +151,14 @@ class Host:
         self.allowed = candidate_mask(self.mapper.n_bins, self.mapper.max_bin)
 
     async def serve(self) -> str:
+        try:
+            key = self.public_key.to_bytes()
+            await self.shards.open(key, self.rows_major, self.data.n_slots, self.min_rows)
+            return await self._trees()
+        finally:
+            await self.shards.release(k.shard_close)
+
+    async def _trees(self) -> str:
         n_trees = 0
         while True:
             msg = await recv(self.ctl, (TreeStart, Done))
@@ -102,7 +171,11 @@ class Host:
             if msg.tree != n_trees:
                 raise reject(self.guest, "trees out of order")
             self.progress.tree = n_trees
-            await _HostTree(self, n_trees, msg).run()
+            tree = _HostTree(self, n_trees, msg)
+            try:
+                await tree.run()
+            finally:
+                await self.shards.release(k.shard_end_tree)
             n_trees += 1
 
 
@@ -134,20 +207,17 @@ class _HostTree:
             raise reject(peer, f"bad gradient grid: {exc}") from None
         if self.spec.plaintexts_per_row != 1:
             raise reject(peer, "packed gradients must fit one plaintext")
-        self.slot_of_row = np.full(n, -1, dtype=np.int64)
-        self.slot_of_row[self.sample] = np.arange(m)
-        self.cts: list[Any] = []
         self.positions = np.zeros(n, dtype=np.int64)
         self.n_nodes = 1
         self.frontier = [0]
-        self.hists: dict[int, list[EncryptedHistogram]] = {}
-        self.lookups: dict[int, dict[int, tuple[int, int, bool]]] = {}
+        self.lookups: dict[int, _Lookup] = {}
 
     async def run(self) -> None:
         h = self.h
         h.progress.enter(HostPhase.ROOT, 0)
-        self.hists[0] = await self._root()
-        await self._send_package(0)
+        await h.shards.each(k.shard_tree, self.sample, self.allowed)
+        await self._root()
+        await self._send_package(0, await h.shards.each(k.shard_root))
         depth = 0
         while True:
             msg = await recv(h.ctl, (Decide, Layer))
@@ -163,90 +233,67 @@ class _HostTree:
             h.progress.enter(HostPhase.LAYER, depth)
             await self._layer()
 
-    async def _root(self) -> list[EncryptedHistogram]:
-        """Accumulate the root histogram chunk by chunk, as chunks arrive."""
+    async def _root(self) -> None:
+        """Hand each gradient chunk to the shards as it arrives: shard ``s`` gets the slots
+        ``s, s + W, ...`` (their ciphertext bytes, cut out with numpy)."""
         h, peer = self.h, self.h.guest
-        m = int(self.sample.size)
-        acc: list[EncryptedHistogram | None] = [None] * len(h.groups)
-        pending: list[asyncio.Future[list[EncryptedHistogram]]] = []
-
-        async def chunk_task(codes: npt.NDArray[Any], cts: list[Any]) -> list[EncryptedHistogram]:
-            return await gather_or_cancel(
-                *(
-                    offload(h.pool, chunk_histogram, h.public_key, codes[:, g], h.data.n_slots, cts)
-                    for g in h.groups
-                )
-            )
-
+        m, n_shards = int(self.sample.size), h.shards.n
+        width = h.public_key.ciphertext_bytes
+        pending: deque[asyncio.Future[Any]] = deque()
+        received = 0
         try:
-            while len(self.cts) < m:
+            while received < m:
                 msg = await recv(h.grad, Chunk)
                 start, batch = msg.start, msg.ct
-                if start != len(self.cts):
+                if start != received:
                     raise reject(peer, "gradient chunks out of order or malformed")
                 if not 0 < len(batch) <= m - start:
                     raise reject(peer, "gradient chunk of a wrong size")
-                try:
-                    cts = batch.ciphertexts(h.public_key)
-                except (CodecError, KeyMismatchError) as exc:
-                    raise reject(peer, f"bad gradient ciphertexts: {exc}") from None
-                self.cts.extend(cts)
-                rows = self.sample[start : start + len(cts)]
-                pending.append(asyncio.ensure_future(chunk_task(h.rows_major[rows], cts)))
-                while pending and pending[0].done():
-                    await self._merge(acc, pending.pop(0))
+                if batch.fingerprint != h.public_key.fingerprint or batch.width != width:
+                    raise reject(peer, "bad gradient ciphertexts: not under the training key")
+                for shard, first, part in k.chunk_parts(start, batch.data, width, n_shards):
+                    pending.append(h.shards.call(shard, k.shard_chunk, first, part))
+                received += len(batch)
+                while len(pending) > CHUNKS_AHEAD * n_shards or (pending and pending[0].done()):
+                    await self._chunk_done(pending.popleft())
             while pending:
-                await self._merge(acc, pending.pop(0))
+                await self._chunk_done(pending.popleft())
         finally:
             for fut in pending:
                 fut.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        assert all(a is not None for a in acc)
-        return [a for a in acc if a is not None]
 
-    @staticmethod
-    async def _merge(
-        acc: list[EncryptedHistogram | None], fut: asyncio.Future[list[EncryptedHistogram]]
-    ) -> None:
-        parts = await fut
-        for g, part in enumerate(parts):
-            cur = acc[g]
-            acc[g] = part if cur is None else await asyncio.to_thread(cur.merge, part)
+    async def _chunk_done(self, fut: asyncio.Future[Any]) -> None:
+        try:
+            await fut
+        except CodecError as exc:
+            raise reject(self.h.guest, f"bad gradient ciphertexts: {exc}") from None
 
-    async def _send_package(self, node: int) -> None:
-        """Candidates of ``node`` over all groups -> shuffled, ids, compressed -> the guest."""
+    async def _send_package(self, node: int, parts: list[k.NodeCandidates]) -> None:
+        """The shards' candidates of ``node`` -> shuffled, ids, compressed -> the guest."""
         h = self.h
-        parts: list[Candidates] = await gather_or_cancel(
-            *(
-                offload(h.pool, candidate_sums, hist, self.allowed[g], h.min_rows)
-                for hist, g in zip(self.hists[node], h.groups, strict=True)
-            )
+        width = h.public_key.ciphertext_bytes
+        head = parts[0]
+        n = len(head)
+        order = _random_order(n)
+        ids = _random_ids(n)
+        sums = [
+            np.frombuffer(p.sums, dtype=np.uint8).reshape(n, width)[order].tobytes() for p in parts
+        ]
+        compressed = await h.engine.compress_parts(self.spec, sums) if n else b""
+        by_id = np.argsort(ids)
+        chosen = order[by_id]
+        self.lookups[node] = _Lookup(
+            ids[by_id], head.feature[chosen], head.bin[chosen], head.default_left[chosen]
         )
-        feats = np.concatenate([g[p.feature] for p, g in zip(parts, h.groups, strict=True)])
-        bins = np.concatenate([p.bin for p in parts])
-        dls = np.concatenate([p.default_left for p in parts])
-        counts = np.concatenate([p.counts for p in parts])
-        sums = [s for p in parts for s in p.sums]
-        order = list(range(len(sums)))
-        secrets.SystemRandom().shuffle(order)
-        ids: set[int] = set()
-        while len(ids) < len(order):
-            ids.add(secrets.randbits(63))
-        id_list = list(ids)
-        secrets.SystemRandom().shuffle(id_list)
-        compressed = await h.engine.compress_batch(self.spec, [[sums[i]] for i in order])
-        self.lookups[node] = {
-            id_: (int(feats[i]), int(bins[i]), bool(dls[i]))
-            for id_, i in zip(id_list, order, strict=True)
-        }
         await send(
             h.info,
             Package(
                 self.tree_id,
                 node,
-                np.array(id_list, dtype=np.uint64),
-                counts[order].astype(np.int64) if order else np.empty(0, np.int64),
-                CiphertextBatch.from_ciphertexts(h.public_key, compressed),
+                ids,
+                head.counts[order],
+                CiphertextBatch(h.public_key.fingerprint, width, compressed),
             ),
         )
 
@@ -258,12 +305,16 @@ class _HostTree:
             lookup = self.lookups.get(node)
             if lookup is None or node not in self.frontier:
                 raise reject(peer, f"node {node} is not being split")
-            if any(int(i) not in lookup for i in ids.tolist()):
+            pos = lookup.find(ids)
+            if pos is None:
                 raise reject(peer, f"unknown split id for node {node}")
-            best = min(ids.tolist(), key=lambda i: _order(lookup[int(i)]))
-            f, b, dl = lookup[int(best)]
+            # The core's candidate order: feature, bin, then missing-left before missing-right.
+            first = np.lexsort((~lookup.default_left[pos], lookup.bin[pos], lookup.feature[pos]))
+            best = int(pos[first[0]])
+            f, b = int(lookup.feature[best]), int(lookup.bin[best])
+            dl = bool(lookup.default_left[best])
             rows = np.flatnonzero(self.positions == node)
-            chosen.append(best)
+            chosen.append(int(lookup.ids[best]))
             bitmaps.append(np.packbits(_go_left(h.data.codes[f, rows], b, dl, h.data.missing_bin)))
             evals.append([np.packbits(_go_left(e.codes[f], b, dl, e.missing_bin)) for e in h.evals])
             h.splits.append(HostSplit(self.tree_id, node, f, b, h.mapper.threshold(f, b), dl))
@@ -273,10 +324,10 @@ class _HostTree:
         """Apply the guest's left-set bitmaps; returns whether the tree grows another layer."""
         peer = self.h.guest
         nodes, left, right, bitmaps, grow = msg.nodes, msg.left, msg.right, msg.bitmaps, msg.grow
-        k = nodes.size
-        fresh = self.n_nodes + 2 * np.arange(k)
+        n_split = nodes.size
+        fresh = self.n_nodes + 2 * np.arange(n_split)
         if (
-            np.unique(nodes).size != k
+            np.unique(nodes).size != n_split
             or not set(nodes.tolist()) <= set(self.frontier)
             or not np.array_equal(left, fresh)
             or not np.array_equal(right, fresh + 1)
@@ -288,14 +339,13 @@ class _HostTree:
             go_left = unpack_bitmap(bitmaps[j], rows.size, peer)
             new[rows] = np.where(go_left, left[j], right[j])
         self.positions = new
-        self.n_nodes += 2 * k
+        self.n_nodes += 2 * n_split
         self.layer_nodes, self.layer_left, self.layer_right = nodes, left, right
         self.frontier = [
             c for pair in zip(left.tolist(), right.tolist(), strict=True) for c in pair
         ]
-        for node in nodes.tolist():
-            self.lookups.pop(node, None)
-        if grow and k == 0:
+        self.lookups.clear()
+        if grow and n_split == 0:
             raise reject(peer, "asked to grow a layer without splits")
         return grow
 
@@ -304,22 +354,18 @@ class _HostTree:
         h = self.h
         sample_pos = self.positions[self.sample]
         counts = np.bincount(sample_pos, minlength=self.n_nodes)
+        await h.shards.each(k.shard_retain, self.layer_nodes.tolist())
+        ahead = asyncio.Semaphore(SPLITS_AHEAD)
 
         async def pair(node: int, left: int, right: int) -> None:
             small, big = (left, right) if counts[left] <= counts[right] else (right, left)
             rows = self.sample[sample_pos == small]
-            cts = [self.cts[i] for i in self.slot_of_row[rows].tolist()]
-            codes = h.rows_major[rows]
-            parent = self.hists.pop(node)
-            results = await gather_or_cancel(
-                *(
-                    offload(h.pool, child_histograms, par, codes[:, g], cts)
-                    for par, g in zip(parent, h.groups, strict=True)
-                )
+            async with ahead:
+                results = await h.shards.each(k.shard_split, node, small, big, rows)
+            await gather_or_cancel(
+                self._send_package(small, [r[0] for r in results]),
+                self._send_package(big, [r[1] for r in results]),
             )
-            self.hists[small] = [r[0] for r in results]
-            self.hists[big] = [r[1] for r in results]
-            await gather_or_cancel(self._send_package(left), self._send_package(right))
 
         await gather_or_cancel(
             *(
@@ -334,10 +380,22 @@ class _HostTree:
         )
 
 
-def _order(entry: tuple[int, int, bool]) -> tuple[int, int, int]:
-    """The core's candidate order: feature, bin, then missing-left before missing-right."""
-    f, b, dl = entry
-    return (f, b, 0 if dl else 1)
+def _random_order(n: int) -> I64:
+    """A uniformly random permutation of ``range(n)`` from the operating system's CSPRNG.
+
+    Sorting ``n`` random 64-bit keys: uniform but for ties, which have probability below
+    ``n**2 / 2**65`` and then keep index order.
+    """
+    keys = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+    return np.argsort(keys, kind="stable").astype(np.int64)
+
+
+def _random_ids(n: int) -> npt.NDArray[np.uint64]:
+    """``n`` distinct random 63-bit ids (redrawn on the rare collision)."""
+    while True:
+        ids = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(1)
+        if np.unique(ids).size == n:
+            return ids
 
 
 def _go_left(codes: npt.NDArray[Any], bin_: int, default_left: bool, missing_bin: int) -> B8:

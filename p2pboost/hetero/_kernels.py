@@ -1,11 +1,30 @@
-"""Host-side ciphertext work of hetero SecureBoost: pure functions run in a process pool.
+"""A host's ciphertext work, in row shards that stay in their worker process for a tree.
 
-Everything here is synchronous and picklable (module-level functions on numpy arrays, gmpy2
-integers and :class:`~p2pboost.crypto.histogram.EncryptedHistogram` values), so
-:mod:`p2pboost.hetero.train` can hand it to worker processes and keep the event loop
-free. A host splits its features into groups, one task per group, so the cores share a layer.
+A host cuts each tree's sampled rows into ``W`` shards, one per worker of a
+:class:`~p2pboost.workers.PinnedPool`: slot ``s`` of the guest's gradient stream (the
+``s``-th sampled row) belongs to shard ``s % W``. A shard receives its rows' ciphertexts once,
+as bytes, and keeps them in its process for the whole tree, together with the *partial*
+histograms (over its own rows) of the frontier nodes. Per layer it is sent the rows of the
+smaller child of a split and returns, for both children, the candidates and its partial left
+sum of each as ciphertext bytes; the host multiplies the shards' partial sums of a candidate
+(ciphertext addition) when it compresses them (:func:`~p2pboost.crypto.compress.compress_parts`).
+So no big integer ever crosses a process boundary, and per layer only row numbers go in and
+candidate bytes come out.
 
-Candidate enumeration (:func:`candidate_sums`) follows the plaintext core's split rule exactly
+Why rows and not feature groups: every shard does the same share of every node's additions
+whatever the number of features (five features on two workers would split 3:2), the tree's
+ciphertexts are held once rather than once per group, each chunk goes to one process, and
+partial histograms reduce by multiplication, which the compression step does anyway. The cost
+is that each shard computes the prefix sums of every feature (a few products per bin, far below
+the additions of its rows).
+
+Everything here runs in the worker: module-level functions (picklable by reference) acting on
+the module's registry :data:`_SHARDS`, keyed by a token the host draws per training run, so
+several hosts (or runs) can share one pinned pool. A tree's state is dropped when the tree ends
+(:func:`shard_end_tree`), a parent's histogram as soon as its children are built, and
+everything by :func:`shard_close`.
+
+Candidate enumeration (:func:`node_candidates`) follows the plaintext core's split rule exactly
 (:func:`p2pboost.gbdt.split.find_best_splits`): candidate ``(feature, bin, direction)`` sends
 value bins ``<= bin`` left, and missing values left for direction 0 ("missing left") or right
 for direction 1. Three kinds of candidates are *not* sent, none of which can change the core's
@@ -23,16 +42,31 @@ That also cuts the guest's decryptions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram
-from p2pboost.crypto.paillier import PublicKey
+from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.exceptions import InputError
 
-__all__ = ["Candidates", "candidate_sums", "child_histograms", "chunk_histogram"]
+__all__ = [
+    "NodeCandidates",
+    "candidate_sums",
+    "chunk_parts",
+    "node_candidates",
+    "node_counts",
+    "shard_chunk",
+    "shard_close",
+    "shard_end_tree",
+    "shard_open",
+    "shard_retain",
+    "shard_root",
+    "shard_split",
+    "shard_tree",
+]
 
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
@@ -40,43 +74,34 @@ Codes = npt.NDArray[np.unsignedinteger[Any]]
 
 
 @dataclass(frozen=True, eq=False)
-class Candidates:
-    """Split candidates of one node over one feature group, in (feature, bin, direction) order.
-
-    ``feature`` is local to the group; ``sums[i]`` is the ciphertext of the packed left sums of
-    candidate ``i`` over ``counts[i]`` (sampled) rows.
-    """
+class NodeCandidates:
+    """Split candidates of one node, in (feature, bin, direction) order, with one shard's
+    partial left sums: ``sums`` holds one ciphertext per candidate, fixed-width big-endian."""
 
     feature: I64
     bin: I64
     default_left: B8
     counts: I64
-    sums: list[Any]
+    sums: bytes
+
+    def __len__(self) -> int:
+        return int(self.feature.size)
 
 
-def chunk_histogram(
-    public_key: PublicKey, codes: Codes, n_slots: int, ciphertexts: list[Any]
-) -> EncryptedHistogram:
-    """Histogram of one streamed chunk: ``codes`` ``(rows, features)``, one ciphertext a row."""
-    return build_histogram(public_key, codes, n_slots, [ciphertexts])
+def node_counts(codes: Codes, n_slots: int) -> I64:
+    """Rows per (feature, slot) of ``codes`` ``(rows, features)``: shape ``(features, n_slots)``."""
+    n_feat = codes.shape[1]
+    keys = codes.astype(np.int64) + np.arange(n_feat, dtype=np.int64) * n_slots
+    return np.bincount(keys.ravel(), minlength=n_feat * n_slots).reshape(n_feat, n_slots)
 
 
-def child_histograms(
-    parent: EncryptedHistogram, codes: Codes, ciphertexts: list[Any]
-) -> tuple[EncryptedHistogram, EncryptedHistogram]:
-    """The smaller child's histogram from its rows, and its sibling as ``parent - child``."""
-    small = build_histogram(parent.public_key, codes, parent.n_bins, [ciphertexts])
-    return small, parent.subtract(small)
+def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, B8, I64]:
+    """``(feature, bin, default_left, left_count)`` of a node's candidates (module docstring).
 
-
-def candidate_sums(hist: EncryptedHistogram, allowed: B8, min_rows: int) -> Candidates:
-    """Candidates of a node (see the module docstring) with their encrypted left sums.
-
-    ``hist`` has ``n_slots`` bins per feature, the last one for missing values; ``allowed``
-    ``(features, n_slots - 1, 2)`` is the core's candidate mask (:func:`candidate_mask` and
-    column sampling) for these features.
+    ``counts`` ``(features, n_slots)`` are the node's rows per bin, the last slot for missing
+    values; ``allowed`` ``(features, n_slots - 1, 2)`` is the core's candidate mask
+    (:func:`~p2pboost.gbdt.split.candidate_mask` and column sampling).
     """
-    counts = hist.counts
     n_feat, n_slots = counts.shape
     if allowed.shape != (n_feat, n_slots - 1, 2):
         raise ValueError("candidate mask does not match the histogram")
@@ -90,28 +115,180 @@ def candidate_sums(hist: EncryptedHistogram, allowed: B8, min_rows: int) -> Cand
     ok &= (left >= min_rows) & (total[:, None, None] - left >= min_rows)
     ok[..., 1] &= (missing > 0)[:, None]
     f, b, d = np.nonzero(ok)  # C order: sorted by (feature, bin, direction)
-    n2 = hist.public_key.n2
-    plane = hist.planes[0]
-    cumulative: list[Any] = []
-    for feat in range(n_feat):  # prefix products per feature (only where needed)
-        base = feat * n_slots
-        last = int(b[f == feat].max()) if np.any(f == feat) else -1
-        acc = plane[base]
-        row = [acc]
-        for i in range(1, last + 1):
-            acc = acc * plane[base + i] % n2
-            row.append(acc)
-        cumulative.append(row)
-    sums = []
-    for feat, bin_, direction in zip(f.tolist(), b.tolist(), d.tolist(), strict=True):
-        s = cumulative[feat][bin_]
-        if direction == 0 and missing[feat] > 0:
-            s = s * plane[feat * n_slots + n_slots - 1] % n2
-        sums.append(s)
-    return Candidates(
-        feature=f.astype(np.int64),
-        bin=b.astype(np.int64),
-        default_left=d == 0,
-        counts=left[f, b, d].astype(np.int64),
-        sums=sums,
+    return (
+        f.astype(np.int64),
+        b.astype(np.int64),
+        d == 0,
+        left[f, b, d].astype(np.int64),
     )
+
+
+def candidate_sums(
+    hist: EncryptedHistogram, feature: I64, bin_: I64, default_left: B8, missing: I64
+) -> list[Any]:
+    """Encrypted left sums of candidates over the rows of ``hist`` (one plane).
+
+    Prefix sums over the value bins (:meth:`EncryptedHistogram.cumulative`), times the missing
+    slot for "missing left" where the node (``missing[f]``: all shards' rows) has missing values.
+    """
+    n2, n_slots = hist.public_key.n2, hist.n_bins
+    plane = hist.planes[0]
+    cumulative = hist.cumulative().planes[0]
+    sums = []
+    for f, b, dl in zip(feature.tolist(), bin_.tolist(), default_left.tolist(), strict=True):
+        s = cumulative[f * n_slots + b]
+        if dl and missing[f] > 0:
+            s = s * plane[f * n_slots + n_slots - 1] % n2
+        sums.append(s)
+    return sums
+
+
+def chunk_parts(start: int, data: bytes, width: int, shards: int) -> list[tuple[int, int, bytes]]:
+    """Cut a chunk of ciphertexts (slots ``start, start + 1, ...``, ``width`` bytes each) into
+    the shards' parts: ``(shard, first slot, bytes of slots first, first + shards, ...)``.
+
+    Runs on the event loop: one numpy strided copy per shard, no per-ciphertext Python.
+    """
+    n = len(data) // width
+    if shards == 1:
+        return [(0, start, bytes(data))] if n else []
+    blocks = np.frombuffer(data, dtype=np.uint8).reshape(n, width)
+    parts = []
+    for shard in range(shards):
+        j0 = (shard - start) % shards
+        if j0 < n:
+            parts.append((shard, start + j0, blocks[j0::shards].tobytes()))
+    return parts
+
+
+# -- worker-side state ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Shard:
+    """One shard of one host's run, living in a pinned worker."""
+
+    public_key: PublicKey
+    codes: Codes  # (rows, features): every row of the host (counts need the whole node)
+    n_slots: int
+    min_rows: int
+    index: int
+    shards: int
+    sample: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    slot_of_row: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    allowed: B8 = field(default_factory=lambda: np.zeros((0, 0, 2), np.bool_))
+    local_codes: list[Codes] = field(default_factory=list)
+    cts: list[Any] = field(default_factory=list)
+    #: node -> (partial histogram over this shard's rows, counts over all the node's rows)
+    hists: dict[int, tuple[EncryptedHistogram, I64]] = field(default_factory=dict)
+
+    def empty(self) -> EncryptedHistogram:
+        n_feat = self.codes.shape[1]
+        return build_histogram(self.public_key, np.zeros((0, n_feat), np.uint8), self.n_slots, [[]])
+
+    def local(self) -> Codes:
+        """Bins of this shard's rows in slot order (the chunks' parts joined once)."""
+        if len(self.local_codes) != 1:
+            joined = np.concatenate(self.local_codes) if self.local_codes else self.codes[:0]
+            self.local_codes = [joined]
+        return self.local_codes[0]
+
+    def candidates(self, hist: EncryptedHistogram, counts: I64) -> NodeCandidates:
+        f, b, dl, left = node_candidates(counts, self.allowed, self.min_rows)
+        sums = candidate_sums(hist, f, b, dl, counts[:, -1])
+        data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
+        return NodeCandidates(f, b, dl, left, data)
+
+
+_SHARDS: dict[str, _Shard] = {}
+
+
+def _get(token: str) -> _Shard:
+    try:
+        return _SHARDS[token]
+    except KeyError:
+        raise InputError("this worker holds no shard for the token") from None
+
+
+def shard_open(
+    token: str, key: bytes, codes: Codes, n_slots: int, min_rows: int, index: int, shards: int
+) -> None:
+    """Start shard ``index`` of ``shards`` for a host's run: key, binned rows, settings."""
+    if not 0 <= index < shards:
+        raise InputError("shard index out of range")
+    _SHARDS[token] = _Shard(PublicKey.from_bytes(key), codes, n_slots, min_rows, index, shards)
+
+
+def shard_tree(token: str, sample: I64, allowed: B8) -> None:
+    """A tree begins: its sampled rows (slot order) and candidate mask; nothing else kept."""
+    shard = _get(token)
+    shard.sample, shard.allowed = sample, allowed
+    shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
+    shard.slot_of_row[sample] = np.arange(sample.size)
+    shard.local_codes, shard.cts = [], []
+    shard.hists = {0: (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))}
+
+
+def shard_chunk(token: str, first: int, data: bytes) -> None:
+    """This shard's ciphertexts of slots ``first, first + W, ...`` (bytes from the guest):
+    parse and range-check them (:class:`~p2pboost.exceptions.CodecError`), keep them, and add
+    them to the root's partial histogram."""
+    shard = _get(token)
+    pk = shard.public_key
+    if first % shard.shards != shard.index or first // shard.shards != len(shard.cts):
+        raise InputError("chunk slots out of order for this shard")
+    cts = CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, data).ciphertexts(pk)
+    slots = np.arange(first, first + shard.shards * len(cts), shard.shards)
+    codes = shard.codes[shard.sample[slots]]
+    part = build_histogram(pk, codes, shard.n_slots, [cts])
+    root, counts = shard.hists[0]
+    shard.hists[0] = (root.merge(part), counts)
+    shard.cts.extend(cts)
+    shard.local_codes.append(codes)
+
+
+def shard_root(token: str) -> NodeCandidates:
+    """The root's candidates with this shard's partial sums (after every chunk)."""
+    shard = _get(token)
+    shard.local()
+    return shard.candidates(*shard.hists[0])
+
+
+def shard_split(
+    token: str, parent: int, small: int, big: int, rows: I64
+) -> tuple[NodeCandidates, NodeCandidates]:
+    """Split ``parent``: ``rows`` are the smaller child's (all shards' rows, sampled). Builds
+    the partial histogram of ``small`` from this shard's rows, derives ``big`` as the parent
+    minus ``small``, frees the parent, and returns both children's candidates."""
+    shard = _get(token)
+    if parent not in shard.hists:
+        raise InputError(f"no histogram of node {parent} in this shard")
+    parent_hist, parent_counts = shard.hists.pop(parent)
+    slots = shard.slot_of_row[rows]
+    if slots.size and slots.min() < 0:
+        raise InputError("split rows outside the tree's sample")
+    mine = slots[slots % shard.shards == shard.index] // shard.shards
+    small_hist = build_histogram(shard.public_key, shard.local(), shard.n_slots, [shard.cts], mine)
+    small_counts = node_counts(shard.codes[rows], shard.n_slots)
+    big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
+    shard.hists[small] = (small_hist, small_counts)
+    shard.hists[big] = (big_hist, big_counts)
+    return shard.candidates(small_hist, small_counts), shard.candidates(big_hist, big_counts)
+
+
+def shard_retain(token: str, nodes: list[int]) -> None:
+    """Drop the histograms of every node but ``nodes`` (the frontier nodes being split)."""
+    shard = _get(token)
+    shard.hists = {n: shard.hists[n] for n in nodes if n in shard.hists}
+
+
+def shard_end_tree(token: str) -> None:
+    """The tree ended: free its ciphertexts and histograms (the run's settings stay)."""
+    shard = _get(token)
+    shard.cts, shard.local_codes, shard.hists = [], [], {}
+    shard.sample = shard.slot_of_row = np.zeros(0, np.int64)
+
+
+def shard_close(token: str) -> None:
+    """The run ended: forget the shard (a no-op when it is already gone)."""
+    _SHARDS.pop(token, None)

@@ -194,7 +194,12 @@ class HeteroGuest:
 
 
 class HeteroHost:
-    """A feature holder: learns nothing about labels, keeps its thresholds to itself."""
+    """A feature holder: learns nothing about labels, keeps its thresholds to itself.
+
+    ``executor``: a :class:`~p2pboost.workers.PinnedPool` (``p2pboost.workers.pinned_pool``)
+    is used as it is; with any other executor each training starts ``workers`` pinned
+    processes of its own for the ciphertexts (see :func:`p2pboost.hetero.train.host_train`).
+    """
 
     def __init__(
         self,

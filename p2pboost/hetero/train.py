@@ -42,7 +42,9 @@ never sees a host feature value, feature index or threshold.
 Every message from a peer is validated (type, shape, dtype, ranges, known ids, bitmap lengths,
 counts); a violation raises :class:`~p2pboost.exceptions.RemoteProtocolError` naming the peer.
 CPU-heavy work (encryption, decryption, ciphertext histograms, compression, packing) runs in
-a process pool; numpy steps run in threads; the event loop only moves messages.
+worker processes, one task per fused step with arrays or ciphertext bytes in and out (see
+``docs/explanation/hetero.md``, "Where the work runs"); numpy steps run in threads; the event
+loop only moves messages.
 """
 
 from __future__ import annotations
@@ -78,13 +80,13 @@ from p2pboost.hetero._common import (
     Progress,
 )
 from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
-from p2pboost.hetero._host import Host
+from p2pboost.hetero._host import Host, Shards
 from p2pboost.hetero._messages import Bye, Done, Hello, Setup
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import owned_executor
+from p2pboost.workers import PinnedPool, owned_executor
 
 __all__ = [
     "GuestPhase",
@@ -171,26 +173,37 @@ async def guest_train(
     # The core's round loop: the same draws, refits, margins, callbacks and early stop.
     loop = RoundLoop(params, n_total, objective.n_outputs, callbacks)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
-    async with owned_executor(executor, config.workers) as (pool, _):
-        engine = PaillierEngine(public_key, private_key, executor=pool)
+    n_trees = params.n_estimators * objective.n_outputs
+    async with owned_executor(executor, config.workers) as (pool, n_workers):
+        engine = PaillierEngine(
+            public_key,
+            private_key,
+            executor=pool,
+            workers=n_workers,
+            stash_limit=config.stash_bytes // public_key.ciphertext_bytes,
+        )
         trainer = GuestTrainer(
             params=params,
             config=config,
-            pool=pool,
             engine=engine,
+            workers=n_workers,
             links=links,
             mapper=mapper,
             data=data,
             evals=evals,
             progress=progress,
         )
-        for _ in loop:
-            for task in loop.tasks(margins):
-                grown = await trainer.grow(len(loop.trees), task)
-                tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
-                loop.add_tree(tree, task.out)
-            progress.enter(GuestPhase.EVALUATE)
-            loop.end_round(margins.evaluation())
+        try:
+            for _ in loop:
+                for task in loop.tasks(margins):
+                    tree_id = len(loop.trees)
+                    grown = await trainer.grow(tree_id, task, more=tree_id + 1 < n_trees)
+                    tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
+                    loop.add_tree(tree, task.out)
+                progress.enter(GuestPhase.EVALUATE)
+                loop.end_round(margins.evaluation())
+        finally:
+            await trainer.aclose()
 
         progress.enter(GuestPhase.FINISH)
         fingerprint = model_fingerprint(loop.trees)
@@ -229,6 +242,14 @@ async def host_train(
 
     ``eval_sets`` are this host's features of the guest's evaluation sets (aligned rows).
     Returns this host's model part: its own splits only.
+
+    A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
+    worker (:mod:`p2pboost.hetero._kernels`), which needs a
+    :class:`~p2pboost.workers.PinnedPool`. Pass one as ``executor`` (it may be shared with
+    other roles and runs) and it is used as it is. Any other executor cannot keep state in a
+    chosen process: the host then starts its own pinned pool of ``workers`` processes for the
+    shards (shut down when training ends) and uses your executor only for compressing
+    split-infos. Without an executor it starts a pinned pool and uses it for everything.
     """
     X_arr = check_matrix(X)
     evals = [check_matrix(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
@@ -253,12 +274,11 @@ async def host_train(
         min_rows=setup.min_samples_leaf,
         progress=progress,
     )
-    async with owned_executor(executor, workers) as (pool, n_workers):
-        host.pool = pool
-        host.engine = PaillierEngine(setup.key, executor=pool)
-        host.groups = np.array_split(
-            np.arange(host.data.n_features), min(n_workers, host.data.n_features)
-        )
+    async with owned_executor(executor, workers, pinned=True) as (pinned, n_workers):
+        assert isinstance(pinned, PinnedPool)
+        host.shards = Shards(pinned)
+        # Compression needs no pinning: the caller's executor when there is one.
+        host.engine = PaillierEngine(setup.key, executor=executor or pinned, workers=n_workers)
         fingerprint = await host.serve()
     progress.enter(HostPhase.DONE)
     splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))

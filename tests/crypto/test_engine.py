@@ -105,23 +105,53 @@ async def test_event_loop_keeps_ticking_during_a_large_batch(engine: PaillierEng
     assert max(lateness) < 0.050 * time_factor(), f"loop blocked for {max(lateness) * 1000:.1f} ms"
 
 
-async def test_compression_on_the_pool_equals_inline(
+async def test_partial_sums_compress_on_the_pool_as_inline(
     engine: PaillierEngine, public_key: PublicKey
 ) -> None:
     import numpy as np
 
     from p2pboost.crypto.compress import compress
     from p2pboost.crypto.packing import PackingSpec
+    from p2pboost.crypto.paillier import CiphertextBatch
     from p2pboost.gbdt.fixedpoint import choose_grid
 
     grid = choose_grid(np.array([1.0]), 100)
     spec = PackingSpec.for_grids(100, grid, grid, key_bits=public_key.bits)
     cts = engine.encrypt_batch_blocking(list(range(1, 101)))
-    sums = [[c] for c in cts]
+    halves = (cts[:50], cts[50:])  # two partial sums of each split-info
+    sums = [[a * b % public_key.n2] for a, b in zip(*halves, strict=True)]
     expected = compress(public_key, spec, sums)
-    assert len(expected) == -(-100 // spec.split_infos_per_plaintext)
-    assert engine.compress_batch_blocking(spec, sums) == expected
-    assert await engine.compress_batch(spec, sums) == expected
+    assert len(expected) == -(-50 // spec.split_infos_per_plaintext)
+    parts = [CiphertextBatch.from_ciphertexts(public_key, h).data for h in halves]
+    got = await engine.compress_parts(spec, parts)
+    assert got == CiphertextBatch.from_ciphertexts(public_key, expected).data
+
+
+async def test_fused_steps_round_trip(engine: PaillierEngine, public_key: PublicKey) -> None:
+    """pack + encrypt in one task -> bytes; decrypt + unpack in (several) tasks -> the sums."""
+    import numpy as np
+
+    from p2pboost.crypto.packing import PackingSpec
+    from p2pboost.crypto.paillier import CiphertextBatch
+    from p2pboost.gbdt.fixedpoint import choose_grid
+
+    rng = np.random.default_rng(3)
+    n = 400
+    g, h = rng.integers(-(2**20), 2**20, n), rng.integers(0, 2**20, n)
+    grid = choose_grid(np.array([2.0**20]), n)
+    spec = PackingSpec.for_grids(n, grid, grid, key_bits=public_key.bits)
+    data = await engine.encrypt_packed(spec, g, h)
+    assert len(data) == n * public_key.ciphertext_bytes
+    parts = [data[: len(data) // 2], data[len(data) // 2 :]]
+    infos = n // 2  # split-info i = rows i and i + 200 (two shards' partial sums)
+    compressed = await engine.compress_parts(spec, parts)
+    assert len(CiphertextBatch(public_key.fingerprint, public_key.ciphertext_bytes, compressed)) > 4
+    counts = np.full(infos, 2, dtype=np.int64)
+    G, H = await engine.open_split_infos(spec, compressed, counts)  # cut into pieces
+    np.testing.assert_array_equal(G[:, 0], g[:infos] + g[infos:])
+    np.testing.assert_array_equal(H[:, 0], h[:infos] + h[infos:])
+    with pytest.raises(InputError):
+        await engine.open_split_infos(spec, compressed[:-1], counts)
 
 
 async def test_precomputed_factors_are_used_once(engine: PaillierEngine) -> None:
@@ -136,21 +166,68 @@ async def test_precomputed_factors_are_used_once(engine: PaillierEngine) -> None
     assert engine.decrypt_batch_blocking(engine.encrypt_batch_blocking([9] * 100)) == [9] * 100
 
 
-def test_worker_stash_is_consumed_exactly(public_key: PublicKey, private_key: PrivateKey) -> None:
-    """The worker functions, run in this process: each stashed factor serves one ciphertext."""
+async def test_stash_is_consumed_exactly(public_key: PublicKey, private_key: PrivateKey) -> None:
+    """Each stashed randomiser serves one ciphertext: taken out before the task is sent."""
+    eng = PaillierEngine(public_key, private_key, workers=1, stash_limit=10)
+    try:
+        assert await eng.precompute(25) == 10  # bounded
+        assert eng.stashed == 10
+        width = public_key.ciphertext_bytes
+        first = eng._take(4)
+        assert len(first) == 4 * width
+        assert eng.stashed == 6
+        rest = eng._take(100)
+        assert len(rest) == 6 * width
+        assert eng.stashed == 0
+        assert eng._take(1) == b""
+        factors = {first[i : i + width] for i in range(0, len(first), width)}
+        assert len(factors | {rest[i : i + width] for i in range(0, len(rest), width)}) == 10
+        assert eng.precompute_blocking(64) == 10
+        cts = eng.encrypt_batch_blocking(list(range(100)))  # 10 with factors, 90 without
+        assert eng.stashed == 0
+        assert len(set(cts)) == 100
+        assert eng.decrypt_batch_blocking(cts) == list(range(100))
+    finally:
+        eng.close()
+
+
+async def test_idle_precompute_fills_the_stash_until_stopped(
+    engine: PaillierEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Randomisers are made between the engine's own tasks, and it stops on request."""
     from p2pboost.crypto import engine as engine_module
 
-    material = engine_module._KeyMaterial(public_key.to_bytes(), private_key.to_bytes())
-    fp = public_key.fingerprint
-    state = engine_module._install(fp, material)
-    state.stash.clear()
-    assert engine_module._precompute_task(fp, None, 10) == 10
-    stashed = list(state.stash)
-    cts = engine_module._encrypt_task(fp, None, [1, 2, 3, 4])
-    assert len(state.stash) == 6
-    assert state.stash == stashed[:6]
-    assert [private_key.decrypt(c) for c in cts] == [1, 2, 3, 4]
-    cts = engine_module._encrypt_task(fp, None, list(range(20)))
-    assert state.stash == []
-    assert [private_key.decrypt(c) for c in cts] == list(range(20))
-    engine_module._WORKER_KEYS.pop(fp)
+    monkeypatch.setattr(engine_module, "spare_cpus", lambda: 2)
+    stop = asyncio.Event()
+    filler = asyncio.ensure_future(engine.precompute_while_idle(engine.stashed + 600, stop))
+    values = list(range(2000, 2300))
+    assert await engine.decrypt_batch(await engine.encrypt_batch(values)) == values
+    while engine.stashed < 300:  # noqa: ASYNC110 - the stash has no event to wait on
+        await asyncio.sleep(0.01)
+    stop.set()
+    made = await filler
+    assert made >= 300
+    before = engine.stashed
+    cts = await engine.encrypt_batch(values)
+    assert engine.stashed == before - len(values)
+    assert await engine.decrypt_batch(cts) == values
+
+
+async def test_idle_precompute_takes_only_spare_processors(
+    engine: PaillierEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every processor busy elsewhere nothing is made; once one is free, work starts."""
+    from p2pboost.crypto import engine as engine_module
+
+    spare = [0]
+    monkeypatch.setattr(engine_module, "spare_cpus", lambda: spare[0])
+    stop = asyncio.Event()
+    start = engine.stashed
+    filler = asyncio.ensure_future(engine.precompute_while_idle(start + 300, stop))
+    await asyncio.sleep(0.3)
+    assert engine.stashed == start
+    spare[0] = 1
+    while engine.stashed < start + 300:  # noqa: ASYNC110 - the stash has no event to wait on
+        await asyncio.sleep(0.01)
+    stop.set()
+    assert await filler == 300

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -12,15 +13,16 @@ from hypothesis import strategies as st
 
 from p2pboost.codec import decode, encode
 from p2pboost.crypto.compress import (
-    SplitInfoPackage,
     compress,
-    compress_split_infos,
+    compress_parts,
+    compressed_count,
     compression_layout,
+    cut_points,
     decompress,
     decompress_split_infos,
-    split_candidates,
+    open_split_infos,
 )
-from p2pboost.crypto.histogram import batch_invert, build_histogram
+from p2pboost.crypto.histogram import batch_invert, build_histogram, product
 from p2pboost.crypto.packing import PackingSpec, pack
 from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import CodecError, CryptoError, InputError
@@ -89,18 +91,19 @@ def test_pipeline_equals_plaintext_histogram(
     sibling_rows = np.setdiff1d(parent_rows, child_rows)
     sibling = parent.subtract(child).cumulative()
 
-    package, lookup = compress_split_infos(
-        public_key, spec, sibling, split_candidates(sibling, min_rows=0)
-    )
-    assert len(package) == n_features * (n_bins - 1)
-    assert len(package.ciphertexts) == len(compression_layout(spec, len(package)))
-    plaintexts = [private_key.decrypt(c) for c in package.ciphertexts]
-    G, H = decompress_split_infos(spec, plaintexts, package.counts)
+    # Every (feature, bin) cut, shuffled, compressed, decrypted, unpacked.
+    cands = [(f, b) for f in range(n_features) for b in range(n_bins - 1)]
+    cands = [cands[i] for i in rng.permutation(len(cands))]
+    counts = np.array([sibling.counts[f, b] for f, b in cands], dtype=np.int64)
+    compressed = compress(public_key, spec, [sibling.cell(f, b) for f, b in cands])
+    assert len(compressed) == len(compression_layout(spec, len(cands)))
+    assert len(compressed) == compressed_count(spec, len(cands))
+    plaintexts = [private_key.decrypt(c) for c in compressed]
+    G, H = decompress_split_infos(spec, plaintexts, counts)
 
-    for i, opaque in enumerate(package.ids.tolist()):
-        f, b = lookup.resolve(opaque)
+    for i, (f, b) in enumerate(cands):
         left = sibling_rows[bins[sibling_rows, f] <= b]
-        assert package.counts[i] == len(left)
+        assert counts[i] == len(left)
         np.testing.assert_array_equal(G[i], p["gi"][left].sum(axis=0))
         np.testing.assert_array_equal(H[i], p["hi"][left].sum(axis=0))
 
@@ -188,47 +191,57 @@ def test_capacity_matches_the_spec(public_key: PublicKey) -> None:
     assert len(layout) == -(-100 // spec.split_infos_per_plaintext)
 
 
-def test_lookup_rejects_unknown_ids(public_key: PublicKey, table: FixedBaseTable) -> None:
-    bins = np.array([[0], [1], [1]], dtype=np.uint8)
-    hist = build_histogram(public_key, bins, 2, [table.encrypt_many([1, 2, 3])]).cumulative()
-    grid = choose_grid(np.array([1.0]), 3)
-    spec = PackingSpec.for_grids(3, grid, grid, key_bits=public_key.bits)
-    package, lookup = compress_split_infos(public_key, spec, hist)
-    assert lookup.resolve(int(package.ids[0])) == (0, 0)
-    with pytest.raises(InputError):
-        lookup.resolve(int(package.ids[0]) ^ 1)
-
-
-def test_package_survives_the_wire_and_is_validated(
-    public_key: PublicKey, table: FixedBaseTable
+def test_byte_kernels_round_trip_and_validate(
+    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable
 ) -> None:
+    """Partial sums -> compress_parts -> the wire -> open_split_infos: the exact sums, whole or
+    cut at cut_points; foreign, out-of-range or wrongly counted ciphertexts are refused."""
     rng = np.random.default_rng(4)
-    bins = rng.integers(0, 5, (30, 2)).astype(np.uint8)
-    hist = build_histogram(public_key, bins, 5, [table.encrypt_many(range(30))]).cumulative()
-    grid = choose_grid(np.array([1.0]), 30)
-    spec = PackingSpec.for_grids(30, grid, grid, key_bits=public_key.bits)
-    package, _ = compress_split_infos(public_key, spec, hist, split_candidates(hist, min_rows=0))
-    wire = decode(encode(package.to_wire(public_key)))
-    back = SplitInfoPackage.from_wire(wire, public_key, spec)
-    assert back.ciphertexts == package.ciphertexts
-    np.testing.assert_array_equal(back.ids, package.ids)
-    np.testing.assert_array_equal(back.counts, package.counts)
-
-    assert isinstance(wire, dict)
-    bad_cases = [
-        {**wire, "extra": 1},
-        {**wire, "ids": wire["ids"].astype(np.int64)},
-        {**wire, "counts": wire["counts"][:-1]},
-        {**wire, "counts": np.full_like(wire["counts"], 31)},
-        {**wire, "ids": np.zeros_like(wire["ids"])},
-        {
-            **wire,
-            "ciphertexts": CiphertextBatch(
-                public_key.fingerprint, public_key.ciphertext_bytes, b""
-            ),
-        },
-        [1, 2],
+    n, m = 300, 40
+    g, h = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
+    grid = choose_grid(np.array([1.0]), n)
+    spec = PackingSpec.for_grids(n, grid, grid, key_bits=public_key.bits)
+    width = public_key.ciphertext_bytes
+    rows = [rng.choice(n, size=int(rng.integers(1, n)), replace=False) for _ in range(m)]
+    cts = table.encrypt_many(pack(spec, g, h)[0])
+    # Two shards: each holds a part of every split-info's rows.
+    halves = [[r[r % 2 == s] for r in rows] for s in (0, 1)]
+    parts = [
+        CiphertextBatch.from_ciphertexts(
+            public_key, [product([cts[i] for i in r], public_key.n2) for r in half]
+        ).data
+        for half in halves
     ]
-    for bad in bad_cases:
-        with pytest.raises(CodecError):
-            SplitInfoPackage.from_wire(bad, public_key, spec)
+    counts = np.array([r.size for r in rows], dtype=np.int64)
+    data = compress_parts(public_key, spec, parts)
+    assert len(data) == compressed_count(spec, m) * width
+    wire = decode(encode(CiphertextBatch(public_key.fingerprint, width, data)))
+    assert isinstance(wire, CiphertextBatch)
+    G, H = open_split_infos(private_key, spec, wire.data, counts)
+    assert G[:, 0].tolist() == [int(g[r].sum()) for r in rows]
+    assert H[:, 0].tolist() == [int(h[r].sum()) for r in rows]
+
+    per_ct = spec.split_infos_per_plaintext
+    cuts = cut_points(spec, m, 3)
+    assert cuts[0] == 0
+    assert cuts[-1] == m
+    assert all(c % per_ct == 0 for c in cuts[:-1])
+    pieces = [
+        compress_parts(public_key, spec, [p[a * width : b * width] for p in parts])
+        for a, b in itertools.pairwise(cuts)
+    ]
+    assert b"".join(pieces) == data
+    opened = [
+        open_split_infos(
+            private_key, spec, data[a // per_ct * width : -(-b // per_ct) * width], counts[a:b]
+        )[0]
+        for a, b in itertools.pairwise(cuts)
+    ]
+    np.testing.assert_array_equal(np.concatenate(opened), G)
+
+    with pytest.raises(CodecError):  # a value outside (0, n**2)
+        open_split_infos(private_key, spec, int(public_key.n2).to_bytes(width, "big"), counts[:1])
+    with pytest.raises(CryptoError):  # fewer ciphertexts than the layout needs
+        open_split_infos(private_key, spec, data[:width], counts)
+    with pytest.raises(InputError):
+        compress_parts(public_key, spec, [parts[0], parts[1][:width]])

@@ -25,7 +25,7 @@ from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
 from p2pboost.testing import LocalFederation
-from p2pboost.workers import process_pool
+from p2pboost.workers import pinned_pool, process_pool
 
 Keys = tuple[PublicKey, PrivateKey]
 
@@ -34,8 +34,17 @@ CONFIG = HeteroConfig(key_bits=1024, allow_insecure_key=True, chunk_rows=128)
 
 @pytest.fixture(scope="session")
 def pool() -> Iterator[Executor]:
+    """A pinned pool: the guest uses it as an executor, hosts keep their row shards in it."""
+    with pinned_pool(2) as executor:
+        executor.start()  # start the workers once for the whole session
+        yield executor
+
+
+@pytest.fixture(scope="session")
+def plain_pool() -> Iterator[Executor]:
+    """An ordinary process pool: hosts then start pinned workers of their own."""
     with process_pool(2) as executor:
-        list(executor.map(abs, range(2)))  # start the workers once for the whole session
+        list(executor.map(abs, range(2)))
         yield executor
 
 

@@ -1,65 +1,230 @@
-"""The host's ciphertext kernels against plaintext sums, and the candidates they keep."""
+"""The host's shard kernels against plaintext sums, and the candidates they keep.
+
+The kernels run here in the test process (their state registry is this module's), exactly as
+a pinned worker runs them: chunks cut by :func:`chunk_parts`, partial sums multiplied and
+compressed by :func:`compress_parts`, opened by :func:`open_split_infos` as the guest does.
+"""
 
 from __future__ import annotations
 
+import itertools
+import secrets
+from typing import Any
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from p2pboost.crypto.compress import compress, decompress_split_infos
-from p2pboost.crypto.histogram import build_histogram
+from p2pboost.crypto.compress import compress_parts, open_split_infos
 from p2pboost.crypto.packing import PackingSpec, pack
+from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PublicKey
+from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.split import candidate_mask
-from p2pboost.hetero._kernels import candidate_sums, child_histograms
+from p2pboost.hetero import _kernels as k
 from tests.hetero.conftest import Keys
 
 
-def test_candidate_sums_decrypt_to_the_plaintext_left_sums(keys: Keys) -> None:
-    public_key, private_key = keys
-    rng = np.random.default_rng(5)
-    n, n_feat, max_bin = 120, 3, 6
+@pytest.fixture(scope="module")
+def table(keys: Keys) -> FixedBaseTable:
+    return FixedBaseTable(keys[0], keys[1], window_bits=8)
+
+
+class _Run:
+    """``shards`` row shards of one host run, in this process."""
+
+    def __init__(
+        self, public_key: PublicKey, codes: np.ndarray, n_slots: int, min_rows: int, shards: int
+    ) -> None:
+        self.tokens = [secrets.token_hex(8) for _ in range(shards)]
+        self.public_key = public_key
+        for i, token in enumerate(self.tokens):
+            k.shard_open(token, public_key.to_bytes(), codes, n_slots, min_rows, i, shards)
+
+    def each(self, fn: Any, *args: Any) -> list[Any]:
+        return [fn(token, *args) for token in self.tokens]
+
+    def stream(self, data: bytes, chunk: int) -> None:
+        width = self.public_key.ciphertext_bytes
+        n = len(data) // width
+        for start in range(0, n, chunk):
+            piece = data[start * width : min(n, start + chunk) * width]
+            for shard, first, part in k.chunk_parts(start, piece, width, len(self.tokens)):
+                k.shard_chunk(self.tokens[shard], first, part)
+
+    def close(self) -> None:
+        self.each(k.shard_close)
+
+
+def _problem(seed: int, n: int, n_feat: int, max_bin: int) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
     codes = rng.integers(0, max_bin, size=(n, n_feat)).astype(np.uint8)
     codes[rng.random((n, n_feat)) < 0.2] = max_bin  # missing
-    codes[:, 2] = np.where(codes[:, 2] == 3, 2, codes[:, 2])  # bin 3 of feature 2 is empty
     g, h = rng.normal(size=n), rng.random(n)
     gg, hg = choose_grid(g, n), choose_grid(h, n)
-    gi, hi = to_fixed(quantize(g, gg), gg), to_fixed(quantize(h, hg), hg)
-    spec = PackingSpec.for_grids(n, gg, hg, key_bits=public_key.bits)
-    cts = [public_key.encrypt(m) for m in pack(spec, gi, hi)[0]]
-    hist = build_histogram(public_key, codes, max_bin + 1, [cts])
-    allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
-    cand = candidate_sums(hist, allowed, min_rows=2)
+    return {
+        "rng": rng,
+        "codes": codes,
+        "gi": to_fixed(quantize(g, gg), gg),
+        "hi": to_fixed(quantize(h, hg), hg),
+        "gg": gg,
+        "hg": hg,
+    }
 
-    plain = [private_key.decrypt(c) for c in compress(public_key, spec, [[s] for s in cand.sums])]
-    g_sum, h_sum = decompress_split_infos(spec, plain, cand.counts)
-    for i, (f, b, dl) in enumerate(
-        zip(cand.feature.tolist(), cand.bin.tolist(), cand.default_left.tolist(), strict=True)
-    ):
+
+def _check(
+    cands: list[k.NodeCandidates],
+    rows: np.ndarray,
+    p: dict[str, Any],
+    spec: PackingSpec,
+    keys: Keys,
+    max_bin: int,
+    min_rows: int,
+) -> None:
+    """The shards agree on the candidates, and their partial sums multiply to the plaintext
+    left sums of ``rows`` (through compression, decryption and unpacking)."""
+    public_key, private_key = keys
+    head = cands[0]
+    for other in cands[1:]:
+        for mine, theirs in ((head.feature, other.feature), (head.bin, other.bin)):
+            np.testing.assert_array_equal(mine, theirs)
+    # Shuffle as the host does, then multiply, compress, open.
+    width = public_key.ciphertext_bytes
+    order = np.random.default_rng(len(head)).permutation(len(head))
+    parts = [
+        np.frombuffer(c.sums, np.uint8).reshape(len(head), width)[order].tobytes() for c in cands
+    ]
+    data = compress_parts(public_key, spec, parts) if len(head) else b""
+    g_sum, h_sum = open_split_infos(private_key, spec, data, head.counts[order])
+    codes = p["codes"][rows]
+    for j, i in enumerate(order.tolist()):
+        f, b, dl = int(head.feature[i]), int(head.bin[i]), bool(head.default_left[i])
         col = codes[:, f]
         left = (col <= b) | ((col == max_bin) & dl)
-        assert cand.counts[i] == left.sum()
-        assert g_sum[i, 0] == gi[left].sum()
-        assert h_sum[i, 0] == hi[left].sum()
-        assert 2 <= left.sum() <= n - 2
-    keys_seen = list(
-        zip(cand.feature.tolist(), cand.bin.tolist(), cand.default_left.tolist(), strict=True)
+        assert head.counts[i] == left.sum()
+        assert g_sum[j, 0] == p["gi"][rows][left].sum()
+        assert h_sum[j, 0] == p["hi"][rows][left].sum()
+        assert min_rows <= left.sum() <= rows.size - min_rows
+    seen = list(
+        zip(head.feature.tolist(), head.bin.tolist(), head.default_left.tolist(), strict=True)
     )
-    assert keys_seen == sorted(keys_seen, key=lambda k: (k[0], k[1], not k[2]))
-    assert (2, 3, True) not in keys_seen  # same left set as bin 2: not sent
-
-    # Sibling by subtraction equals the directly built histogram.
-    rows = np.flatnonzero(codes[:, 0] <= 2)
-    small, sibling = child_histograms(hist, codes[rows], [cts[i] for i in rows])
-    other = np.setdiff1d(np.arange(n), rows)
-    direct = build_histogram(public_key, codes[other], max_bin + 1, [[cts[i] for i in other]])
-    np.testing.assert_array_equal(sibling.counts, direct.counts)
-    dec = [private_key.decrypt(c) for c in sibling.planes[0]]
-    assert dec == [private_key.decrypt(c) for c in direct.planes[0]]
-    assert small.counts.sum() == rows.size * n_feat
+    assert seen == sorted(seen, key=lambda c: (c[0], c[1], not c[2]))
 
 
-def test_candidate_mask_shape_is_checked(keys: Keys) -> None:
-    public_key, _ = keys
-    hist = build_histogram(public_key, np.zeros((2, 1), np.uint8), 3, [[public_key.encrypt(1)] * 2])
-    with pytest.raises(ValueError, match="mask"):
-        candidate_sums(hist, np.ones((1, 5, 2), dtype=np.bool_), 1)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(3, 80),
+    n_feat=st.integers(1, 3),
+    max_bin=st.integers(2, 6),
+    shards=st.integers(1, 3),
+    chunk=st.integers(1, 40),
+    min_rows=st.integers(1, 3),
+)
+def test_shards_give_the_plaintext_left_sums(
+    keys: Keys,
+    table: FixedBaseTable,
+    seed: int,
+    n: int,
+    n_feat: int,
+    max_bin: int,
+    shards: int,
+    chunk: int,
+    min_rows: int,
+) -> None:
+    """Root over a streamed sample, then a split (smaller child built, sibling subtracted):
+    every candidate's sums equal the plaintext fixed-point left sums, whatever the shards."""
+    public_key = keys[0]
+    p = _problem(seed, n, n_feat, max_bin)
+    rng = p["rng"]
+    sample = np.flatnonzero(rng.random(n) < 0.9)
+    if sample.size < 2:
+        sample = np.arange(n)
+    spec = PackingSpec.for_grids(int(sample.size), p["gg"], p["hg"], key_bits=public_key.bits)
+    plain = pack(spec, p["gi"][sample], p["hi"][sample])[0]
+    data = CiphertextBatch.from_ciphertexts(public_key, table.encrypt_many(plain)).data
+    allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
+    run = _Run(public_key, p["codes"], max_bin + 1, min_rows, shards)
+    try:
+        run.each(k.shard_tree, sample, allowed)
+        run.stream(data, chunk)
+        _check(run.each(k.shard_root), sample, p, spec, keys, max_bin, min_rows)
+        left = sample[p["codes"][sample, 0] <= rng.integers(0, max_bin)]
+        right = np.setdiff1d(sample, left)
+        small, big = (1, 2) if left.size <= right.size else (2, 1)
+        small_rows, big_rows = (left, right) if small == 1 else (right, left)
+        results = run.each(k.shard_split, 0, small, big, small_rows)
+        _check([r[0] for r in results], small_rows, p, spec, keys, max_bin, min_rows)
+        _check([r[1] for r in results], big_rows, p, spec, keys, max_bin, min_rows)
+        run.each(k.shard_retain, [big])
+        run.each(k.shard_end_tree)
+    finally:
+        run.close()
+
+
+def test_candidates_skip_what_cannot_win(keys: Keys, table: FixedBaseTable) -> None:
+    """No "missing right" without missing values; no empty bin above 0; min_rows both sides."""
+    public_key = keys[0]
+    n, max_bin = 120, 6
+    p = _problem(5, n, 3, max_bin)
+    codes = p["codes"]
+    codes[:, 1] = np.where(codes[:, 1] == max_bin, 0, codes[:, 1])  # feature 1: none missing
+    codes[:, 2] = np.where(codes[:, 2] == 3, 2, codes[:, 2])  # bin 3 of feature 2 is empty
+    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
+    data = CiphertextBatch.from_ciphertexts(
+        public_key, table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
+    ).data
+    run = _Run(public_key, codes, max_bin + 1, 2, 2)
+    try:
+        run.each(k.shard_tree, np.arange(n), candidate_mask(np.full(3, max_bin), max_bin))
+        run.stream(data, 50)
+        cands = run.each(k.shard_root)
+        _check(cands, np.arange(n), p, spec, keys, max_bin, 2)
+        head = cands[0]
+        seen = set(
+            zip(head.feature.tolist(), head.bin.tolist(), head.default_left.tolist(), strict=True)
+        )
+        assert not any(f == 1 and not dl for f, _, dl in seen)
+        assert (2, 3, True) not in seen
+        assert (0, 0, True) in seen
+    finally:
+        run.close()
+
+
+def test_shards_refuse_bad_input(keys: Keys, table: FixedBaseTable) -> None:
+    public_key = keys[0]
+    codes = np.zeros((4, 1), np.uint8)
+    run = _Run(public_key, codes, 3, 1, 2)
+    width = public_key.ciphertext_bytes
+    try:
+        run.each(k.shard_tree, np.arange(4), candidate_mask(np.array([2]), 2))
+        with pytest.raises(InputError, match="out of order"):
+            k.shard_chunk(run.tokens[0], 1, bytes(width))
+        too_big = int(public_key.n2).to_bytes(width, "big")
+        with pytest.raises(CodecError):
+            k.shard_chunk(run.tokens[0], 0, too_big)
+        with pytest.raises(InputError, match="no histogram"):
+            k.shard_split(run.tokens[0], 5, 1, 2, np.arange(2))
+        k.shard_tree(run.tokens[1], np.arange(2), candidate_mask(np.array([2]), 2))
+        with pytest.raises(InputError, match="outside the tree's sample"):
+            k.shard_split(run.tokens[1], 0, 1, 2, np.array([3]))
+        with pytest.raises(ValueError, match="mask"):
+            k.node_candidates(np.zeros((1, 3), np.int64), np.ones((1, 5, 2), np.bool_), 1)
+    finally:
+        run.close()
+    with pytest.raises(InputError, match="no shard"):
+        k.shard_root(run.tokens[0])
+
+
+def test_chunk_parts_cover_every_slot_once() -> None:
+    width = 3
+    for shards, start, n in itertools.product((1, 2, 3), (0, 1, 5), (1, 2, 7)):
+        data = bytes(itertools.chain.from_iterable([s] * width for s in range(start, start + n)))
+        got: dict[int, int] = {}
+        for shard, first, part in k.chunk_parts(start, data, width, shards):
+            slots = list(part[::width])
+            assert slots == list(range(first, first + shards * len(slots), shards))
+            assert all(s % shards == shard for s in slots)
+            got.update(dict.fromkeys(slots, shard))
+        assert sorted(got) == list(range(start, start + n))

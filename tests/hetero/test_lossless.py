@@ -54,15 +54,18 @@ async def test_binary_with_missing_values_one_host(
 
 
 @pytest.mark.slow
-async def test_multiclass_with_two_hosts(pool: Executor, keys: Keys) -> None:
-    """One tree per class per round; host ``b`` and host ``c`` each hold a block of columns."""
+async def test_multiclass_with_two_hosts(plain_pool: Executor, keys: Keys) -> None:
+    """One tree per class per round; host ``b`` and host ``c`` each hold a block of columns.
+
+    With an ordinary process pool, each host keeps its shards in pinned workers of its own.
+    """
     from sklearn.datasets import load_wine
 
     X, y = load_wine(return_X_y=True)
     params = BoostParams(objective="multi:softmax", num_class=3, n_estimators=2, max_depth=3)
     blocks = [X[:, :4], X[:, 4:9], X[:, 9:]]
     async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
-        fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys)
+        fed = await federate(c, blocks[0], y, blocks[1:], params, plain_pool, keys)
         margin = await predict(c, fed, blocks[0], blocks[1:])
     core = train(params, X, y)
     assert len(fed.guest.trees) == 6

@@ -1,0 +1,155 @@
+"""The worker side of :class:`~p2pboost.crypto.engine.PaillierEngine`: key cache and tasks.
+
+Everything here runs in worker processes: module-level functions (picklable by reference)
+over a per-process cache of keys and their fixed-base tables, one task per fused step with
+numpy arrays or fixed-width ciphertext bytes in and out (see :mod:`p2pboost.crypto.engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.crypto.compress import compress_parts, open_split_infos
+from p2pboost.crypto.packing import PackingSpec, pack
+from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PrivateKey, PublicKey
+from p2pboost.exceptions import InputError, KeyMismatchError
+
+__all__ = [
+    "KeyMaterial",
+    "compress_task",
+    "decrypt_task",
+    "encrypt_packed_task",
+    "encrypt_task",
+    "factors_task",
+    "init_worker",
+    "open_task",
+]
+
+#: Worker-side cache size: keys a worker keeps tables for (LRU by insertion).
+_CACHE_KEYS = 4
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMaterial:
+    """What a worker needs: serialised keys (picklable, small)."""
+
+    public: bytes
+    private: bytes | None
+
+
+class WorkerKey:
+    """Per-process state for one key: the parsed keys and the lazily built table."""
+
+    def __init__(self, material: KeyMaterial) -> None:
+        self.public_key = PublicKey.from_bytes(material.public)
+        self.private_key = PrivateKey.from_bytes(material.private) if material.private else None
+        self._table: FixedBaseTable | None = None
+
+    @property
+    def table(self) -> FixedBaseTable:
+        if self._table is None:
+            self._table = FixedBaseTable(self.public_key, self.private_key)
+        return self._table
+
+    def require_private(self) -> PrivateKey:
+        if self.private_key is None:
+            raise KeyMismatchError("worker holds no private key for this fingerprint")
+        return self.private_key
+
+    def encrypt(self, plaintexts: Sequence[int], factors: bytes) -> list[Any]:
+        """Encrypt, the first ``len(factors) // width`` values with those factors."""
+        pk = self.public_key
+        if not factors:
+            return self.table.encrypt_many(plaintexts)
+        stashed = CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, factors).ciphertexts(pk)
+        k = len(stashed)
+        if k > len(plaintexts):
+            raise InputError("more randomisers than plaintexts")
+        head = self.table.encrypt_with_factors(plaintexts[:k], stashed)
+        return head + self.table.encrypt_many(plaintexts[k:])
+
+
+WORKER_KEYS: dict[bytes, WorkerKey] = {}
+
+
+def install(fingerprint: bytes, material: KeyMaterial) -> WorkerKey:
+    state = WORKER_KEYS.get(fingerprint)
+    if state is None or (material.private is not None and state.private_key is None):
+        state = WorkerKey(material)
+        if state.public_key.fingerprint != fingerprint:
+            raise KeyMismatchError("key material does not match its fingerprint")
+        while len(WORKER_KEYS) >= _CACHE_KEYS:
+            del WORKER_KEYS[next(iter(WORKER_KEYS))]
+        WORKER_KEYS[fingerprint] = state
+    return state
+
+
+def init_worker(fingerprint: bytes, material: KeyMaterial) -> None:
+    """Pool initializer: parse the keys once and build the table before the first task."""
+    install(fingerprint, material).table  # noqa: B018 - build eagerly, off the critical path
+
+
+def worker_key(fingerprint: bytes, material: KeyMaterial | None) -> WorkerKey:
+    if material is not None:
+        return install(fingerprint, material)
+    try:
+        return WORKER_KEYS[fingerprint]
+    except KeyError:
+        raise KeyMismatchError("worker has no key with this fingerprint") from None
+
+
+# --- tasks ----------------------------------------------------------------------------------
+def encrypt_task(
+    fingerprint: bytes, material: KeyMaterial | None, plaintexts: list[int], factors: bytes
+) -> list[Any]:
+    return worker_key(fingerprint, material).encrypt(plaintexts, factors)
+
+
+def encrypt_packed_task(
+    fingerprint: bytes,
+    material: KeyMaterial | None,
+    spec: PackingSpec,
+    g: I64,
+    h: I64,
+    factors: bytes,
+) -> bytes:
+    """Pack rows of integer g/h into one plaintext each, encrypt, return ciphertext bytes."""
+    state = worker_key(fingerprint, material)
+    planes = pack(spec, g, h)
+    if len(planes) != 1:
+        raise InputError("encrypt_packed needs one plaintext per row")
+    return CiphertextBatch.from_ciphertexts(
+        state.public_key, state.encrypt(planes[0], factors)
+    ).data
+
+
+def factors_task(fingerprint: bytes, material: KeyMaterial | None, count: int) -> bytes:
+    state = worker_key(fingerprint, material)
+    return CiphertextBatch.from_ciphertexts(
+        state.public_key, state.table.random_factors(count)
+    ).data
+
+
+def decrypt_task(fingerprint: bytes, material: KeyMaterial | None, ciphertexts: list[Any]) -> Any:
+    decrypt = worker_key(fingerprint, material).require_private().decrypt
+    return [decrypt(c) for c in ciphertexts]
+
+
+def open_task(
+    fingerprint: bytes, material: KeyMaterial | None, spec: PackingSpec, data: bytes, counts: I64
+) -> tuple[I64, I64]:
+    private_key = worker_key(fingerprint, material).require_private()
+    return open_split_infos(private_key, spec, data, counts)
+
+
+def compress_task(
+    fingerprint: bytes, material: KeyMaterial | None, spec: PackingSpec, parts: list[bytes]
+) -> bytes:
+    return compress_parts(worker_key(fingerprint, material).public_key, spec, parts)
