@@ -47,15 +47,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import os
 import tempfile
 import time
-import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +69,7 @@ from benchmarks.lossless import (
     load_hetero_split,
 )
 from p2pboost import certs
+from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.metrics import auc
 from p2pboost.gbdt.params import BoostParams
@@ -125,20 +122,8 @@ def _warm_pinned_pool(workers: int) -> PinnedPool:
     return pool
 
 
-def _party(conn: Connection, role: str, kwargs: dict[str, Any]) -> None:
-    """Process entry point: run the role, send ``("ok", result)`` or ``("error", text)``."""
-    try:
-        coro = _host(conn, **kwargs) if role == "host" else _guest(**kwargs)
-        conn.send(("ok", asyncio.run(coro)))
-    except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        raise
-    finally:
-        conn.close()
-
-
 async def _host(
-    conn: Connection,
+    report: Report,
     fed: str,
     name: str,
     X: np.ndarray,
@@ -156,7 +141,7 @@ async def _host(
             peers={GUEST: None},
             tls=TLSConfig.from_dir(Path(fed) / name),
         ) as node:
-            conn.send(("address", node.address))
+            report("address", node.address)
             # Start the clock when the guest dials (it trains right away), not while it boots.
             # The node has no public "connected" event, so poll its statistics.
             while not node.stats().peers[GUEST].connected:  # noqa: ASYNC110
@@ -176,6 +161,7 @@ async def _host(
 
 
 async def _guest(
+    report: Report,
     fed: str,
     addresses: dict[str, str],
     X: np.ndarray,
@@ -242,22 +228,6 @@ async def _guest(
 # -- the parent: spawn, wire, collect ----------------------------------------------------------
 
 
-def _receive(conn: Connection, proc: BaseProcess, what: str, kind: str) -> Any:
-    """The next message of a party, or SystemExit if it failed or died."""
-    deadline = time.monotonic() + PARTY_TIMEOUT
-    while not conn.poll(0.5):
-        if not proc.is_alive() and not conn.poll(0):
-            raise SystemExit(f"{what} exited (code {proc.exitcode}) without reporting")
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not report within {PARTY_TIMEOUT:.0f} s")
-    tag, payload = conn.recv()
-    if tag == "error":
-        raise SystemExit(f"{what} failed:\n{payload}")
-    if tag != kind:
-        raise SystemExit(f"{what} sent {tag!r}, expected {kind!r}")
-    return payload
-
-
 @dataclass(frozen=True)
 class FederationResult:
     """What the parties reported: the guest's dict and each host's, in host order."""
@@ -276,55 +246,33 @@ def run_federation(
     workers: int,
 ) -> FederationResult:
     """Train and predict once, guest and every host in its own spawned process."""
-    ctx = multiprocessing.get_context("spawn")
     names = [f"host{k}" for k in range(1, len(host_blocks) + 1)]
-    procs: list[BaseProcess] = []
-    pipes: list[Connection] = []
-    try:
+    with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
         for name, block in zip(names, host_blocks, strict=True):
-            recv, send = ctx.Pipe(duplex=False)
-            kwargs = {
-                "fed": str(fed),
-                "name": name,
-                "X": split.host_train[:, block],
-                "X_test": split.host_test[:, block],
-                "workers": workers,
-            }
-            proc = ctx.Process(target=_party, args=(send, "host", kwargs), name=name)
-            proc.start()
-            send.close()
-            procs.append(proc)
-            pipes.append(recv)
-        addresses = {
-            name: _receive(pipe, proc, name, "address")
-            for name, pipe, proc in zip(names, pipes, procs, strict=True)
-        }
-        recv, send = ctx.Pipe(duplex=False)
-        kwargs = {
-            "fed": str(fed),
-            "addresses": addresses,
-            "X": split.guest_train,
-            "y": split.y_train,
-            "X_test": split.guest_test,
-            "params": params.to_dict(),
-            "key_bits": key_bits,
-            "workers": workers,
-        }
-        guest_proc = ctx.Process(target=_party, args=(send, "guest", kwargs), name=GUEST)
-        guest_proc.start()
-        send.close()
-        procs.insert(0, guest_proc)
-        guest = _receive(recv, guest_proc, GUEST, "ok")
-        hosts = [
-            _receive(pipe, proc, name, "ok")
-            for name, pipe, proc in zip(names, pipes, procs[1:], strict=True)
-        ]
-    finally:
-        for party in procs:
-            party.join(timeout=30)
-            if party.is_alive():
-                party.kill()
-                party.join()
+            parties.start(
+                name,
+                _host,
+                fed=str(fed),
+                name=name,
+                X=split.host_train[:, block],
+                X_test=split.host_test[:, block],
+                workers=workers,
+            )
+        addresses = {name: parties.expect(name, "address") for name in names}
+        parties.start(
+            GUEST,
+            _guest,
+            fed=str(fed),
+            addresses=addresses,
+            X=split.guest_train,
+            y=split.y_train,
+            X_test=split.guest_test,
+            params=params.to_dict(),
+            key_bits=key_bits,
+            workers=workers,
+        )
+        results = parties.wait()
+    guest, hosts = results[GUEST], [results[name] for name in names]
     return FederationResult(guest, hosts)
 
 
