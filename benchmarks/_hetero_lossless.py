@@ -48,8 +48,8 @@ from benchmarks.lossless import (
     load_hetero_split,
 )
 from p2pboost.crypto.compress import compress
+from p2pboost.crypto.keys import SCHEMES, make_keypair, make_table
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.paillier import FixedBaseTable, generate_keypair
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.fixedpoint import choose_grid
@@ -92,16 +92,18 @@ class CostModel:
     capacity: int
 
     @classmethod
-    def measure(cls, key_bits: int, n_rows: int, repeats: int = 5) -> CostModel:
+    def measure(
+        cls, key_bits: int, n_rows: int, repeats: int = 5, scheme: str = "paillier"
+    ) -> CostModel:
         """Time each operation ``repeats`` times on one core and keep the fastest (as
         ``timeit`` advises: the least time is the closest to the uncontended cost, so the
         floor is the harder target on a shared machine)."""
-        public_key, private_key = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
-        table = FixedBaseTable(public_key, private_key)
+        public_key, private_key = make_keypair(scheme, key_bits, allow_insecure=key_bits < 2048)
+        table = make_table(public_key, private_key)
         rng = np.random.default_rng(0)
         plain = [int(v) for v in rng.integers(0, 1 << 60, size=400)]
         cts = table.encrypt_many(plain)
-        n2 = public_key.n2
+        n2 = public_key.modulus
 
         def add_all() -> None:
             acc = cts[0]
@@ -109,7 +111,7 @@ class CostModel:
                 acc = acc * c % n2
 
         grid = choose_grid(np.ones(n_rows), n_rows)
-        spec = PackingSpec.for_grids(n_rows, grid, grid, key_bits=key_bits)
+        spec = PackingSpec.for_grids(n_rows, grid, grid, plaintext_bits=public_key.plaintext_bits)
         sums = [[c] for c in cts[:200]]
         packed = compress(public_key, spec, sums)
         return cls(
@@ -185,6 +187,7 @@ async def run_federation(
     *,
     key_bits: int,
     workers: int,
+    scheme: str = "paillier",
 ) -> tuple[GuestModel, list[HostModel], np.ndarray, float]:
     """Train and predict with one guest and ``len(host_X)`` hosts in this process.
 
@@ -192,7 +195,7 @@ async def run_federation(
     """
     network = MemoryNetwork()
     hosts = [f"host{k}" for k in range(1, len(host_X) + 1)]
-    keys = await asyncio.to_thread(generate_keypair, key_bits, allow_insecure=key_bits < 2048)
+    keys = await asyncio.to_thread(make_keypair, scheme, key_bits, allow_insecure=key_bits < 2048)
     pool = pinned_pool(workers)
     try:
         # Warm the pool (process start-up is not part of training).
@@ -215,7 +218,9 @@ async def run_federation(
             await node.start()
         await guest_node.start()
         try:
-            config = HeteroConfig(key_bits=key_bits, allow_insecure_key=key_bits < 2048)
+            config = HeteroConfig(
+                key_bits=key_bits, allow_insecure_key=key_bits < 2048, scheme=scheme
+            )
 
             async def guest() -> GuestModel:
                 async with guest_node.session("train", peers=hosts) as session:
@@ -267,6 +272,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mode", default="hetero", choices=["hetero"])
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--key-bits", type=int, default=2048, choices=[1024, 2048, 3072])
+    parser.add_argument("--scheme", default="paillier", choices=SCHEMES)
     parser.add_argument("--workers", type=int, default=2, help="processes of the crypto pool")
     parser.add_argument("--trees", type=int, default=25)
     parser.add_argument("--depth", type=int, default=5)
@@ -294,6 +300,7 @@ def main(argv: list[str]) -> int:
             params,
             key_bits=args.key_bits,
             workers=args.workers,
+            scheme=args.scheme,
         )
     )
     core: Booster = train(params, split.X_train, split.y_train)
@@ -308,7 +315,7 @@ def main(argv: list[str]) -> int:
     xgb_seconds = time.perf_counter() - t0
     n_trees = len(guest_model.trees) // guest_model.trees_per_round
     s_per_tree = seconds / max(1, n_trees)
-    costs = CostModel.measure(args.key_bits, split.y_train.size)
+    costs = CostModel.measure(args.key_bits, split.y_train.size, scheme=args.scheme)
     scored, layers = _scored_nodes(guest_model, args.depth)
     floor = guest_model.trees_per_round * costs.floor(
         split.y_train.size,
@@ -333,6 +340,7 @@ def main(argv: list[str]) -> int:
         "floor_s_per_tree": floor,
         "hosts": args.hosts,
         "key_bits": args.key_bits,
+        "scheme": args.scheme,
         "transport": "memory",
     }
     print_table(

@@ -4,7 +4,7 @@
 
 Measured side by side, each as the median of interleaved repeats (the machine is shared):
 
-* ``encrypt_per_s``: :class:`PaillierEngine` (DJN fixed base, CRT tables) on ``W`` processes;
+* ``encrypt_per_s``: :class:`CryptoEngine` (DJN fixed base, CRT tables) on ``W`` processes;
 * ``phe_encrypt_per_s``: ``phe``'s ``public_key.encrypt`` on a pool of the same size;
 * ``add_per_s``: ciphertext additions per second inside :func:`build_histogram`;
 * ``floor_add_per_s``: a bare ``acc = acc * c % n2`` loop over the same ciphertexts;
@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks._common import emit_json, print_table
 from p2pboost.codec import encode
-from p2pboost.crypto.engine import PaillierEngine, default_workers
+from p2pboost.crypto.engine import CryptoEngine, default_workers
 from p2pboost.crypto.histogram import build_histogram
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import CiphertextBatch, generate_keypair
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
 
     context = multiprocessing.get_context("spawn")
     with (
-        PaillierEngine(public_key, private_key, workers=workers) as engine,
+        CryptoEngine(public_key, private_key, workers=workers) as engine,
         ProcessPoolExecutor(workers, mp_context=context) as phe_pool,
     ):
         t0 = time.perf_counter()

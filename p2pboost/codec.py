@@ -1,4 +1,4 @@
-"""The wire format: one version byte, then msgpack with three ExtTypes.
+"""The wire format: one version byte, then msgpack with five ExtTypes.
 
 Every message payload between parties goes through :func:`encode` / :func:`decode`. Bytes from a
 peer are untrusted, so the decoder
@@ -18,13 +18,16 @@ code   Python type          payload
 2      CiphertextBatch      ``16-byte key fingerprint, u32 block width, blocks`` (one ext for a
                             whole batch: a ciphertext costs exactly ``2 * key_bytes`` bytes)
 3      PublicKey            ``PublicKey.to_bytes()`` (``u16 key_bytes, n, hs``)
+4      CiphertextBatch      an Okamoto-Uchiyama batch: same layout as code 2, blocks of
+       (scheme ``"ou"``)    ``key_bytes`` (values below ``n``)
+5      OUPublicKey          ``OUPublicKey.to_bytes()`` (``u16 key_bytes, n, g, h``)
 =====  ===================  ====================================================================
 
 A decoded :class:`~p2pboost.crypto.paillier.CiphertextBatch` is *unbound*: its shape is checked
 but its numbers are not compared with any modulus yet. ``batch.ciphertexts(public_key)`` binds
-it, raising :class:`~p2pboost.exceptions.KeyMismatchError` for a foreign key and
-:class:`CodecError` for a value outside ``(0, n**2)``. Decoded arrays are read-only views of the
-received bytes (no copy); call ``.copy()`` to modify one.
+it, raising :class:`~p2pboost.exceptions.KeyMismatchError` for a foreign key (or the other
+scheme) and :class:`CodecError` for a value outside ``(0, modulus)``. Decoded arrays are
+read-only views of the received bytes (no copy); call ``.copy()`` to modify one.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from p2pboost.crypto.ou import OUPublicKey
 from p2pboost.crypto.paillier import MAX_KEY_BITS, MIN_KEY_BITS, CiphertextBatch, PublicKey
 from p2pboost.exceptions import CodecError, InputError
 
@@ -53,6 +57,8 @@ class ExtCode:
     NDARRAY = 1
     CIPHERTEXTS = 2
     PUBLIC_KEY = 3
+    OU_CIPHERTEXTS = 4
+    OU_PUBLIC_KEY = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +113,12 @@ def _default(obj: object) -> object:
     if isinstance(obj, np.ndarray):
         return _encode_ndarray(obj)
     if isinstance(obj, CiphertextBatch):
-        return msgpack.ExtType(
-            ExtCode.CIPHERTEXTS, _BATCH_HEADER.pack(obj.fingerprint, obj.width) + obj.data
-        )
+        code = ExtCode.OU_CIPHERTEXTS if obj.scheme == "ou" else ExtCode.CIPHERTEXTS
+        return msgpack.ExtType(code, _BATCH_HEADER.pack(obj.fingerprint, obj.width) + obj.data)
     if isinstance(obj, PublicKey):
         return msgpack.ExtType(ExtCode.PUBLIC_KEY, obj.to_bytes())
+    if isinstance(obj, OUPublicKey):
+        return msgpack.ExtType(ExtCode.OU_PUBLIC_KEY, obj.to_bytes())
     if isinstance(obj, np.generic):  # numpy scalars travel as plain msgpack numbers
         return obj.item()
     raise InputError(f"cannot encode objects of type {type(obj).__name__}")
@@ -119,7 +126,8 @@ def _default(obj: object) -> object:
 
 def encode(obj: object) -> bytes:
     """Serialise ``obj``: ``None``, bool, int (64-bit), float, str, bytes, list/tuple, dict
-    (``str``/``int`` keys), ``numpy.ndarray``, :class:`CiphertextBatch`, :class:`PublicKey`.
+    (``str``/``int`` keys), ``numpy.ndarray``, :class:`CiphertextBatch`, :class:`PublicKey`,
+    :class:`OUPublicKey`.
 
     Tuples come back as lists. Raises :class:`InputError` for anything else.
     """
@@ -169,9 +177,13 @@ class _Decoder:
         if code == ExtCode.NDARRAY:
             return self._ndarray(data)
         if code == ExtCode.CIPHERTEXTS:
-            return self._batch(data)
+            return self._batch(data, "paillier")
         if code == ExtCode.PUBLIC_KEY:
-            return self._public_key(data)
+            return self._public_key(data, PublicKey)
+        if code == ExtCode.OU_CIPHERTEXTS:
+            return self._batch(data, "ou")
+        if code == ExtCode.OU_PUBLIC_KEY:
+            return self._public_key(data, OUPublicKey)
         raise CodecError(f"unknown ext type {code}")
 
     def _ndarray(self, data: bytes) -> np.ndarray[Any, Any]:
@@ -197,28 +209,33 @@ class _Decoder:
             raise CodecError("boolean array holds values other than 0 and 1")
         return arr
 
-    def _batch(self, data: bytes) -> CiphertextBatch:
+    def _batch(self, data: bytes, scheme: str) -> CiphertextBatch:
         if len(data) < _BATCH_HEADER.size:
             raise CodecError("ciphertext batch header truncated")
         fingerprint, width = _BATCH_HEADER.unpack_from(data)
         limits = self.limits
-        if width % 2 or not limits.min_key_bits // 4 <= width <= limits.max_key_bits // 4:
+        # A Paillier block holds a value below n**2 (2 * key_bytes), an OU block one below n.
+        per_key_byte = 2 if scheme == "paillier" else 1
+        low, high = per_key_byte * limits.min_key_bits // 8, per_key_byte * limits.max_key_bits // 8
+        if width % per_key_byte or not low <= width <= high:
             raise CodecError(f"ciphertext block width {width} outside the key size limits")
         body = data[_BATCH_HEADER.size :]
         if len(body) % width:
             raise CodecError("ciphertext batch is not a whole number of blocks")
         if len(body) // width > limits.max_ciphertexts:
             raise CodecError("ciphertext batch too large")
-        return CiphertextBatch(fingerprint, width, body)
+        return CiphertextBatch(fingerprint, width, body, scheme)
 
-    def _public_key(self, data: bytes) -> PublicKey:
+    def _public_key(
+        self, data: bytes, cls: type[PublicKey] | type[OUPublicKey]
+    ) -> PublicKey | OUPublicKey:
         if len(data) < 2:
             raise CodecError("public key truncated")
         bits = 8 * int.from_bytes(data[:2], "big")
         if not self.limits.min_key_bits <= bits <= self.limits.max_key_bits:
             raise CodecError(f"public key of {bits} bits outside the accepted sizes")
         try:
-            return PublicKey.from_bytes(data)
+            return cls.from_bytes(data)
         except InputError as exc:
             raise CodecError(f"invalid public key: {exc}") from exc
 

@@ -1,4 +1,4 @@
-"""The worker side of :class:`~p2pboost.crypto.engine.PaillierEngine`: key cache and tasks.
+"""The worker side of :class:`~p2pboost.crypto.engine.CryptoEngine`: key cache and tasks.
 
 Everything here runs in worker processes: module-level functions (picklable by reference)
 over a per-process cache of keys and their fixed-base tables, one task per fused step with
@@ -15,8 +15,16 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.compress import compress_parts, open_split_infos
+from p2pboost.crypto.keys import (
+    AnyPrivateKey,
+    AnyPublicKey,
+    AnyTable,
+    make_table,
+    private_key_from_bytes,
+    public_key_from_bytes,
+)
 from p2pboost.crypto.packing import PackingSpec, pack
-from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PrivateKey, PublicKey
+from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import InputError, KeyMismatchError
 
 __all__ = [
@@ -38,27 +46,30 @@ I64 = npt.NDArray[np.int64]
 
 @dataclass(frozen=True, slots=True)
 class KeyMaterial:
-    """What a worker needs: serialised keys (picklable, small)."""
+    """What a worker needs: the scheme and serialised keys (picklable, small)."""
 
     public: bytes
     private: bytes | None
+    scheme: str = "paillier"
 
 
 class WorkerKey:
     """Per-process state for one key: the parsed keys and the lazily built table."""
 
     def __init__(self, material: KeyMaterial) -> None:
-        self.public_key = PublicKey.from_bytes(material.public)
-        self.private_key = PrivateKey.from_bytes(material.private) if material.private else None
-        self._table: FixedBaseTable | None = None
+        self.public_key: AnyPublicKey = public_key_from_bytes(material.scheme, material.public)
+        self.private_key: AnyPrivateKey | None = (
+            private_key_from_bytes(material.scheme, material.private) if material.private else None
+        )
+        self._table: AnyTable | None = None
 
     @property
-    def table(self) -> FixedBaseTable:
+    def table(self) -> AnyTable:
         if self._table is None:
-            self._table = FixedBaseTable(self.public_key, self.private_key)
+            self._table = make_table(self.public_key, self.private_key)
         return self._table
 
-    def require_private(self) -> PrivateKey:
+    def require_private(self) -> AnyPrivateKey:
         if self.private_key is None:
             raise KeyMismatchError("worker holds no private key for this fingerprint")
         return self.private_key
@@ -68,7 +79,7 @@ class WorkerKey:
         pk = self.public_key
         if not factors:
             return self.table.encrypt_many(plaintexts)
-        stashed = CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, factors).ciphertexts(pk)
+        stashed = CiphertextBatch.of(pk, factors).ciphertexts(pk)
         k = len(stashed)
         if k > len(plaintexts):
             raise InputError("more randomisers than plaintexts")

@@ -1,9 +1,10 @@
 """Cipher compressing (SecureBoost+, Alg. 4): many split-infos per ciphertext, and back.
 
 A split-info is the encrypted packed left-sum of one split candidate (feature, bin): about 105
-bits of a 2047-bit plaintext. Decryption is the guest's bottleneck, so the host shifts and adds
-``capacity = floor(plaintext_bits / packed bits)`` of them into one ciphertext (Horner's rule:
-``acc = acc * 2**w + c``, i.e. ``acc**(2**w) * c mod n**2``), and the guest decrypts once per
+bits of a 2047-bit Paillier plaintext (681 bits under 2048-bit OU). Decryption is the guest's
+bottleneck, so the host shifts and adds ``capacity = floor(plaintext_bits / packed bits)`` of
+them into one ciphertext (Horner's rule: ``acc = acc * 2**w + c``, i.e. ``acc**(2**w) * c``
+modulo the ciphertext modulus), and the guest decrypts once per
 ``capacity`` candidates. The slot budget of :class:`~p2pboost.crypto.packing.PackingSpec`
 guarantees that no packed sum overflows its ``w`` bits, so the shifted sums never overlap.
 
@@ -35,8 +36,9 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec, unpack_sums
-from p2pboost.crypto.paillier import CiphertextBatch, PrivateKey, PublicKey
+from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CryptoError, InputError
 
 __all__ = [
@@ -142,12 +144,14 @@ def compress_groups(n2: Any, groups: Sequence[Sequence[tuple[Any, int]]]) -> lis
     return out
 
 
-def compress(public_key: PublicKey, spec: PackingSpec, sums: Sequence[Sequence[Any]]) -> list[Any]:
+def compress(
+    public_key: AnyPublicKey, spec: PackingSpec, sums: Sequence[Sequence[Any]]
+) -> list[Any]:
     """Compress ``sums[i][p]`` (split-info ``i``, plane ``p``) into few ciphertexts."""
-    return compress_groups(public_key.n2, compression_groups(spec, sums))
+    return compress_groups(public_key.modulus, compression_groups(spec, sums))
 
 
-def compress_parts(public_key: PublicKey, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
+def compress_parts(public_key: AnyPublicKey, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
     """Worker kernel: multiply partial sums and compress them, bytes in and out.
 
     ``parts[k]`` holds one ciphertext per split-info (one plaintext per row), fixed-width
@@ -156,12 +160,12 @@ def compress_parts(public_key: PublicKey, spec: PackingSpec, parts: Sequence[byt
     """
     if spec.plaintexts_per_row != 1 or not parts:
         raise InputError("compress_parts takes one or more parts of one-plaintext split-infos")
-    fp, width, n2 = public_key.fingerprint, public_key.ciphertext_bytes, public_key.n2
+    n2 = public_key.modulus
     if len({len(part) for part in parts}) != 1:
         raise InputError("partial sums differ in length")
-    sums = CiphertextBatch(fp, width, parts[0]).ciphertexts(public_key)
+    sums = CiphertextBatch.of(public_key, parts[0]).ciphertexts(public_key)
     for part in parts[1:]:
-        other = CiphertextBatch(fp, width, part).ciphertexts(public_key)
+        other = CiphertextBatch.of(public_key, part).ciphertexts(public_key)
         sums = [a * b % n2 for a, b in zip(sums, other, strict=True)]
     compressed = compress(public_key, spec, [[s] for s in sums])
     return CiphertextBatch.from_ciphertexts(public_key, compressed).data
@@ -195,17 +199,17 @@ def decompress_split_infos(
 
 
 def open_split_infos(
-    private_key: PrivateKey, spec: PackingSpec, data: bytes, counts: npt.ArrayLike
+    private_key: AnyPrivateKey, spec: PackingSpec, data: bytes, counts: npt.ArrayLike
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Worker kernel of the guest: compressed ciphertext bytes in, exact left sums out.
 
     Parses ``data`` (fixed-width big-endian ciphertexts under ``private_key``'s public key),
-    raising :class:`~p2pboost.exceptions.CodecError` for a value outside ``(0, n**2)``;
+    raising :class:`~p2pboost.exceptions.CodecError` for a value outside ``(0, modulus)``;
     decrypts; and unpacks the sums of ``counts`` split-infos
     (:func:`decompress_split_infos`), raising :class:`CryptoError` for a sum that cannot be.
     """
     public_key = private_key.public_key
-    batch = CiphertextBatch(public_key.fingerprint, public_key.ciphertext_bytes, data)
+    batch = CiphertextBatch.of(public_key, data)
     decrypt = private_key.decrypt
     plaintexts = [decrypt(c) for c in batch.ciphertexts(public_key)]
     return decompress_split_infos(spec, plaintexts, counts)

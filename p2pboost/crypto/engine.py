@@ -2,7 +2,7 @@
 
 Why a process pool: a 2048-bit encryption is about a hundred modular multiplications of
 2048-bit numbers and holds the GIL throughout, so threads would not help, and running it on the
-event loop would freeze every connection of the node. :class:`PaillierEngine` cuts a batch into
+event loop would freeze every connection of the node. :class:`CryptoEngine` cuts a batch into
 chunks and sends them to worker processes; ``await engine.encrypt_batch(...)`` runs them through
 ``loop.run_in_executor`` and the loop stays free (the only loop-side work is slicing the input
 and joining the results).
@@ -17,16 +17,16 @@ the CRT constants) by fingerprint: built once per worker and key, never per task
 a few modular products, and a list of them is rebuilt object by object on the other side. The
 protocol's steps therefore each run as one task whose inputs and outputs are numpy arrays or
 fixed-width big-endian ciphertext bytes (what :class:`~p2pboost.crypto.paillier.CiphertextBatch`
-carries on the wire): :meth:`PaillierEngine.encrypt_packed` (pack and encrypt a chunk of rows),
-:meth:`PaillierEngine.open_split_infos` (decrypt and unpack a package) and
-:meth:`PaillierEngine.compress_parts` (multiply partial sums and compress them).
+carries on the wire): :meth:`CryptoEngine.encrypt_packed` (pack and encrypt a chunk of rows),
+:meth:`CryptoEngine.open_split_infos` (decrypt and unpack a package) and
+:meth:`CryptoEngine.compress_parts` (multiply partial sums and compress them).
 
 **Randomisers made ahead of time.** Encryption's cost is the random factor ``hs**a``; with a
-factor made earlier it is one product. :meth:`PaillierEngine.precompute` makes factors on the
+factor made earlier it is one product. :meth:`CryptoEngine.precompute` makes factors on the
 pool and keeps them *in the engine* as bytes (any worker can then use any of them, whatever
 executor runs the tasks), up to ``stash_limit``; every encryption takes its factors out of the
 stash before it is sent, so a factor serves exactly one ciphertext.
-:meth:`PaillierEngine.precompute_while_idle` does it only while no other task of the engine is
+:meth:`CryptoEngine.precompute_while_idle` does it only while no other task of the engine is
 in flight (the guest waiting for the hosts) and only on processors nobody else needs. The
 worker side (key cache, tasks) is :mod:`p2pboost.crypto._workers`.
 """
@@ -57,12 +57,12 @@ from p2pboost.crypto._workers import (
     open_task,
 )
 from p2pboost.crypto.compress import compressed_count, cut_points
+from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, AnyTable, make_table
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.paillier import FixedBaseTable, PrivateKey, PublicKey
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.workers import default_workers, process_pool, spare_cpus
 
-__all__ = ["PaillierEngine", "default_workers"]
+__all__ = ["CryptoEngine", "PaillierEngine", "default_workers"]
 
 #: Below this many values a batch is done in the calling thread by the blocking API.
 INLINE_BELOW = 64
@@ -82,8 +82,9 @@ MIN_OPEN_PIECE = 4
 I64 = npt.NDArray[np.int64]
 
 
-class PaillierEngine:
-    """Encrypt and decrypt batches of raw Paillier values on a process pool.
+class CryptoEngine:
+    """Encrypt and decrypt batches of raw Paillier or Okamoto-Uchiyama values on a process
+    pool (the scheme is the key's: :mod:`p2pboost.crypto.keys`).
 
     ``executor``: run on this executor (not shut down by :meth:`close`); otherwise the engine
     starts its own pool of ``workers`` processes on first use, whose initializer installs the
@@ -101,8 +102,8 @@ class PaillierEngine:
 
     def __init__(
         self,
-        public_key: PublicKey,
-        private_key: PrivateKey | None = None,
+        public_key: AnyPublicKey,
+        private_key: AnyPrivateKey | None = None,
         *,
         executor: Executor | None = None,
         workers: int | None = None,
@@ -123,11 +124,13 @@ class PaillierEngine:
             STASH_BYTES // public_key.ciphertext_bytes if stash_limit is None else stash_limit
         )
         self._material = KeyMaterial(
-            public_key.to_bytes(), private_key.to_bytes() if private_key else None
+            public_key.to_bytes(),
+            private_key.to_bytes() if private_key else None,
+            public_key.scheme,
         )
         self._external = executor
         self._own: ProcessPoolExecutor | None = None
-        self._table: FixedBaseTable | None = None
+        self._table: AnyTable | None = None
         self._stash: deque[bytes] = deque()
         self._stashed = 0
         self._lock = threading.Lock()
@@ -153,13 +156,13 @@ class PaillierEngine:
             self._own.shutdown(wait=True, cancel_futures=True)
             self._own = None
 
-    def __enter__(self) -> PaillierEngine:
+    def __enter__(self) -> CryptoEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> PaillierEngine:
+    async def __aenter__(self) -> CryptoEngine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -187,16 +190,16 @@ class PaillierEngine:
             return list(values.tolist())
         return list(values)
 
-    def _local_table(self) -> FixedBaseTable:
+    def _local_table(self) -> AnyTable:
         # Small 8-bit tables here: the parent only encrypts tiny batches itself.
         if self._table is None:
-            self._table = FixedBaseTable(self.public_key, self.private_key, window_bits=8)
+            self._table = make_table(self.public_key, self.private_key, window_bits=8)
         return self._table
 
     def _fingerprint(self) -> bytes:
         return self.public_key.fingerprint
 
-    def _require_private(self) -> PrivateKey:
+    def _require_private(self) -> AnyPrivateKey:
         if self.private_key is None:
             raise KeyMismatchError("this engine holds no private key")
         return self.private_key
@@ -315,7 +318,7 @@ class PaillierEngine:
         open_split_infos`), cut into pieces of whole ciphertexts that run in parallel.
 
         Raises :class:`~p2pboost.exceptions.CodecError` for a ciphertext outside
-        ``(0, n**2)`` and :class:`~p2pboost.exceptions.CryptoError` for sums that cannot be.
+        ``(0, modulus)`` and :class:`~p2pboost.exceptions.CryptoError` for sums that cannot be.
         """
         self._require_private()
         n = int(counts.size)
@@ -442,3 +445,7 @@ class PaillierEngine:
             if self._idle is loop_idle:
                 self._idle = None
         return made
+
+
+#: The engine's name before it served two schemes (kept for existing imports).
+PaillierEngine = CryptoEngine

@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 from gmpy2 import mpz
 
-from p2pboost.crypto.paillier import PublicKey
+from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.exceptions import InputError
 
 __all__ = ["EncryptedHistogram", "batch_invert", "build_histogram", "product"]
@@ -82,7 +82,7 @@ class EncryptedHistogram:
     ``b`` of feature ``f``; ``counts[f, b]`` is how many rows that is. An empty cell holds ``1``.
     """
 
-    public_key: PublicKey
+    public_key: AnyPublicKey
     n_bins: int
     counts: npt.NDArray[np.int64]
     planes: tuple[list[Any], ...]
@@ -107,7 +107,7 @@ class EncryptedHistogram:
     def merge(self, other: EncryptedHistogram) -> EncryptedHistogram:
         """Histogram of the union of two disjoint row sets (chunked accumulation)."""
         self._check_compatible(other)
-        n2 = self.public_key.n2
+        n2 = self.public_key.modulus
         planes = tuple(
             [a * b % n2 for a, b in zip(pa, pb, strict=True)]
             for pa, pb in zip(self.planes, other.planes, strict=True)
@@ -120,7 +120,7 @@ class EncryptedHistogram:
         counts = self.counts - child.counts
         if counts.size and counts.min() < 0:
             raise InputError("child has more rows in a cell than its parent")
-        n2 = self.public_key.n2
+        n2 = self.public_key.modulus
         flat = [c for plane in child.planes for c in plane]
         inverses = batch_invert(flat, n2)
         size = len(self.planes[0])
@@ -132,7 +132,7 @@ class EncryptedHistogram:
 
     def cumulative(self) -> EncryptedHistogram:
         """Prefix sums over bins: cell ``(f, b)`` becomes the sum of bins ``0..b`` of ``f``."""
-        n2 = self.public_key.n2
+        n2 = self.public_key.modulus
         B = self.n_bins
         planes = []
         for plane in self.planes:
@@ -147,7 +147,7 @@ class EncryptedHistogram:
 
 
 def build_histogram(
-    public_key: PublicKey,
+    public_key: AnyPublicKey,
     bins: npt.NDArray[np.integer[Any]],
     n_bins: int,
     ciphertexts: Sequence[Sequence[Any]],
@@ -187,7 +187,7 @@ def build_histogram(
     if zb.shape != (n_features,) or np.any(zb >= n_bins):
         raise InputError("zero_bins needs one bin (or -1) per feature")
 
-    n2 = public_key.n2
+    n2 = public_key.modulus
     counts = np.zeros((n_features, n_bins), dtype=np.int64)
     planes: tuple[list[Any], ...] = tuple([_ONE] * (n_features * n_bins) for _ in ciphertexts)
     totals: list[Any] | None = None

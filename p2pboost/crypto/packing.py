@@ -55,6 +55,13 @@ DEFAULT_PRECISION = 53
 _INT64_MAX = (1 << 63) - 1
 
 
+def _budget(key_bits: int | None, plaintext_bits: int | None) -> int:
+    """Plaintext bits from exactly one of a Paillier key size or a key's own budget."""
+    if (key_bits is None) == (plaintext_bits is None):
+        raise InputError("give exactly one of key_bits and plaintext_bits")
+    return plaintext_bits if plaintext_bits is not None else int(key_bits) - 1  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, slots=True)
 class Component:
     """One kind of value in a row (g or h): integer bound, offset, and float scale.
@@ -135,15 +142,19 @@ class PackingSpec:
         g_grid: Grid,
         h_grid: Grid,
         *,
-        key_bits: int,
+        key_bits: int | None = None,
+        plaintext_bits: int | None = None,
         n_outputs: int = 1,
         h_nonnegative: bool = True,
     ) -> PackingSpec:
         """Spec for integer forms ``to_fixed(g, g_grid)`` and ``to_fixed(h, h_grid)``.
 
-        ``h_nonnegative`` (true for every convex loss p2pboost ships) saves the h offset; pass
-        False for an objective whose hessians can be negative.
+        The plaintext budget is ``plaintext_bits`` (a key's own: 2047 for 2048-bit Paillier, 681
+        for 2048-bit OU) or, for Paillier, ``key_bits - 1``. ``h_nonnegative`` (true for every
+        convex loss p2pboost ships) saves the h offset; pass False for an objective whose
+        hessians can be negative.
         """
+        budget = _budget(key_bits, plaintext_bits)
         for grid in (g_grid, h_grid):
             if n_rows > grid.max_rows:
                 raise InputError(f"grid is exact for {grid.max_rows} rows, not {n_rows}")
@@ -151,7 +162,7 @@ class PackingSpec:
         hb = 1 << max(h_grid.value_bits, 0)
         g = Component(gb, gb, g_grid.bits)
         h = Component(hb, 0 if h_nonnegative else hb, h_grid.bits)
-        return cls.build(n_rows, g, h, n_outputs=n_outputs, plaintext_bits=key_bits - 1)
+        return cls.build(n_rows, g, h, n_outputs=n_outputs, plaintext_bits=budget)
 
     @classmethod
     def for_precision(

@@ -40,7 +40,7 @@ import secrets
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import gmpy2  # type: ignore[import-untyped]
 import numpy as np
@@ -52,15 +52,22 @@ __all__ = [
     "DEFAULT_KEY_BITS",
     "MAX_KEY_BITS",
     "MIN_KEY_BITS",
+    "SECURITY_LEVELS",
+    "CipherKey",
     "CiphertextBatch",
     "FixedBaseTable",
+    "KeySizes",
     "PrivateKey",
     "PublicKey",
     "add",
     "generate_keypair",
+    "join_private",
     "negate",
     "scalar_mul",
+    "split_private",
     "subtract",
+    "table_settings",
+    "window_products",
 ]
 
 #: Default modulus size: 2048 bits (about 112-bit security, NIST SP 800-57).
@@ -76,19 +83,42 @@ CRT_WINDOW_BITS = 12
 #: Memory one process may spend on CRT tables (the window narrows for larger keys).
 TABLE_MEMORY_BUDGET = 64 * 1024 * 1024
 #: (modulus bits, security bits), NIST SP 800-57 Part 1 Rev. 5, Table 2; largest first.
-_SECURITY_LEVELS = ((15360, 256), (7680, 192), (3072, 128), (2048, 112), (1024, 80))
+SECURITY_LEVELS = ((15360, 256), (7680, 192), (3072, 128), (2048, 112), (1024, 80))
 
 _FINGERPRINT_TAG = b"p2pboost/paillier/v1"
 _FINGERPRINT_BYTES = 16
 
 
+class KeySizes:
+    """Sizes both schemes derive from the modulus length ``bits``."""
+
+    bits: int
+
+    @property
+    def key_bytes(self) -> int:
+        """Bytes of the modulus ``n``."""
+        return self.bits // 8
+
+    @property
+    def security_bits(self) -> int:
+        """Security level of the modulus size (NIST SP 800-57 Part 1, Table 2)."""
+        return next(level for size, level in SECURITY_LEVELS if self.bits >= size)
+
+    @property
+    def exponent_bits(self) -> int:
+        """Default length of the short random exponent: ``4 * security_bits`` (448 at 2048)."""
+        return 4 * self.security_bits
+
+
 @dataclass(frozen=True, eq=False)
-class PublicKey:
+class PublicKey(KeySizes):
     """A Paillier public key ``n`` with the DJN fixed base ``hs = h**n mod n**2``.
 
     The generator is ``g = n + 1``, so ``g**m = 1 + m*n mod n**2`` costs one multiplication.
     Construction validates the numbers (it is also how keys from peers are parsed).
     """
+
+    scheme: ClassVar[str] = "paillier"
 
     n: mpz
     hs: mpz
@@ -115,9 +145,9 @@ class PublicKey:
 
     # --- sizes -------------------------------------------------------------------------------
     @property
-    def key_bytes(self) -> int:
-        """Bytes of ``n``."""
-        return self.bits // 8
+    def modulus(self) -> mpz:
+        """The ciphertext modulus ``n**2``: a homomorphic addition is a product modulo it."""
+        return self.n2
 
     @property
     def ciphertext_bytes(self) -> int:
@@ -128,16 +158,6 @@ class PublicKey:
     def plaintext_bits(self) -> int:
         """Bits a packed plaintext may use: every value below ``2**plaintext_bits`` is < n."""
         return self.bits - 1
-
-    @property
-    def security_bits(self) -> int:
-        """Security level of the modulus (NIST SP 800-57 Part 1, Table 2)."""
-        return next(level for size, level in _SECURITY_LEVELS if self.bits >= size)
-
-    @property
-    def exponent_bits(self) -> int:
-        """Default length of the short exponent ``a``: ``4 * security_bits`` (448 at 2048)."""
-        return 4 * self.security_bits
 
     # --- equality / serialisation --------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -240,23 +260,30 @@ class PrivateKey:
 
     def to_bytes(self) -> bytes:
         """``public_key.to_bytes() || p || q`` (``p``, ``q`` as ``key_bytes`` each). SECRET."""
-        k = self.public_key.key_bytes
-        return bytes(
-            self.public_key.to_bytes() + self.p.to_bytes(k, "big") + self.q.to_bytes(k, "big")
-        )
+        return join_private(self.public_key.to_bytes(), self.public_key.key_bytes, self.p, self.q)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PrivateKey:
         """Parse :meth:`to_bytes` output; raises :class:`InputError` when inconsistent."""
-        if len(data) < 2:
-            raise InputError("private key too short")
-        (k,) = struct.unpack_from(">H", data)
-        if len(data) != 2 + 5 * k:
-            raise InputError("private key length does not match its declared size")
-        public = PublicKey.from_bytes(data[: 2 + 3 * k])
-        p = mpz.from_bytes(data[2 + 3 * k : 2 + 4 * k], "big")
-        q = mpz.from_bytes(data[2 + 4 * k :], "big")
-        return cls(public, p, q)
+        public, p, q = split_private(data)
+        return cls(PublicKey.from_bytes(public), p, q)
+
+
+def join_private(public: bytes, key_bytes: int, p: mpz, q: mpz) -> bytes:
+    """A private key's bytes (either scheme): ``public || p || q``, ``key_bytes`` each."""
+    return bytes(public + p.to_bytes(key_bytes, "big") + q.to_bytes(key_bytes, "big"))
+
+
+def split_private(data: bytes) -> tuple[bytes, mpz, mpz]:
+    """The public key's bytes (``2 + 3 * key_bytes`` in both schemes), ``p`` and ``q``."""
+    if len(data) < 2:
+        raise InputError("private key too short")
+    (k,) = struct.unpack_from(">H", data)
+    if len(data) != 2 + 5 * k:
+        raise InputError("private key length does not match its declared size")
+    p = mpz.from_bytes(data[2 + 3 * k : 2 + 4 * k], "big")
+    q = mpz.from_bytes(data[2 + 4 * k :], "big")
+    return data[: 2 + 3 * k], p, q
 
 
 def generate_keypair(
@@ -288,6 +315,26 @@ def generate_keypair(
     return public, PrivateKey(public, mpz(phe_private.p), mpz(phe_private.q))
 
 
+def table_settings(
+    public_key: KeySizes,
+    private_key: Any,
+    exponent_bits: int | None,
+    window_bits: int | None,
+    default_window: Any,
+) -> tuple[int, int]:
+    """Checked exponent length and window width of a fixed-base table (either scheme):
+    ``default_window(exponent_bits)`` when no width is given."""
+    if private_key is not None and private_key.public_key != public_key:
+        raise KeyMismatchError("private key does not belong to the public key")
+    ebits = exponent_bits or public_key.exponent_bits
+    if not 2 * public_key.security_bits <= ebits <= public_key.bits:
+        raise InputError("exponent_bits must be in [2 * security_bits, bits]")
+    w = window_bits or default_window(ebits)
+    if not 1 <= w <= 16:
+        raise InputError("window_bits must be in [1, 16]")
+    return ebits, w
+
+
 def _default_window(public_key: PublicKey, exponent_bits: int, *, crt: bool) -> int:
     """8 bits for public tables; for CRT tables the widest window up to 12 bits whose two
     tables fit in :data:`TABLE_MEMORY_BUDGET` bytes (12 at 1024 bits, 11 at 2048)."""
@@ -298,6 +345,19 @@ def _default_window(public_key: PublicKey, exponent_bits: int, *, crt: bool) -> 
         if 2 * -(-exponent_bits // w) * (1 << w) * entry <= TABLE_MEMORY_BUDGET:
             return w
     return WINDOW_BITS
+
+
+def window_products(rows: list[list[mpz]], mod: mpz, columns: list[list[int]]) -> list[mpz]:
+    """``prod_j rows[j][columns[j][i]] mod mod`` for every ``i``: the fixed-base kernel.
+
+    Window by window rather than value by value: each pass reads one row of the table
+    (hundreds of KiB), which stays in cache, and runs as a list comprehension. Measured
+    about 10 % faster than the value-by-value loop at 1024 and 2048 bits.
+    """
+    acc = [rows[0][d] for d in columns[0]]
+    for row, col in zip(rows[1:], columns[1:], strict=True):
+        acc = [a * row[d] % mod for a, d in zip(acc, col, strict=True)]
+    return acc
 
 
 class FixedBaseTable:
@@ -338,14 +398,13 @@ class FixedBaseTable:
         window_bits: int | None = None,
         exponent_bits: int | None = None,
     ) -> None:
-        if private_key is not None and private_key.public_key != public_key:
-            raise KeyMismatchError("private key does not belong to the public key")
-        ebits = exponent_bits or public_key.exponent_bits
-        if not 2 * public_key.security_bits <= ebits <= public_key.bits:
-            raise InputError("exponent_bits must be in [2 * security_bits, bits]")
-        w = window_bits or _default_window(public_key, ebits, crt=private_key is not None)
-        if not 1 <= w <= 16:
-            raise InputError("window_bits must be in [1, 16]")
+        ebits, w = table_settings(
+            public_key,
+            private_key,
+            exponent_bits,
+            window_bits,
+            lambda e: _default_window(public_key, e, crt=private_key is not None),
+        )
         self.n, self.n2 = public_key.n, public_key.n2
         self.window_bits = w
         self.exponent_bits = ebits
@@ -396,18 +455,7 @@ class FixedBaseTable:
         """``hs**a mod n**2`` for the exponent with (little-endian) window ``digits``."""
         return self.encrypt_many([0], [digits])[0]
 
-    @staticmethod
-    def _products(rows: list[list[mpz]], mod: mpz, columns: list[list[int]]) -> list[mpz]:
-        """``prod_j rows[j][columns[j][i]] mod mod`` for every ``i``, one window at a time.
-
-        Window by window rather than value by value: each pass reads one row of the table
-        (hundreds of KiB), which stays in cache, and runs as a list comprehension. Measured
-        about 10 % faster than the value-by-value loop at 1024 and 2048 bits.
-        """
-        acc = [rows[0][d] for d in columns[0]]
-        for row, col in zip(rows[1:], columns[1:], strict=True):
-            acc = [a * row[d] % mod for a, d in zip(acc, col, strict=True)]
-        return acc
+    _products = staticmethod(window_products)
 
     def encrypt_many(
         self, plaintexts: Sequence[int], digits: Sequence[Iterable[int]] | None = None
@@ -463,27 +511,41 @@ class FixedBaseTable:
         return out
 
 
-# --- homomorphic operations on raw ciphertexts ------------------------------------------------
-def add(public_key: PublicKey, a: mpz, b: mpz) -> mpz:
-    """``E(x) (+) E(y) = E(x + y mod n)``."""
-    return a * b % public_key.n2
+# --- homomorphic operations on raw ciphertexts (either scheme: products modulo ``modulus``) --
+class CipherKey(Protocol):
+    """What the scheme-neutral code needs of a public key (Paillier's or OU's)."""
+
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def fingerprint(self) -> bytes: ...
+    @property
+    def ciphertext_bytes(self) -> int: ...
+    @property
+    def modulus(self) -> Any: ...
 
 
-def negate(public_key: PublicKey, a: mpz) -> mpz:
-    """``E(-x mod n)``: the modular inverse ``a**-1 mod n**2``."""
-    return gmpy2.invert(a, public_key.n2)
+def add(public_key: CipherKey, a: mpz, b: mpz) -> mpz:
+    """``E(x) (+) E(y) = E(x + y)``."""
+    return a * b % public_key.modulus
 
 
-def subtract(public_key: PublicKey, a: mpz, b: mpz) -> mpz:
-    """``E(x - y mod n)``: ``a * b**-1 mod n**2``."""
-    return a * gmpy2.invert(b, public_key.n2) % public_key.n2
+def negate(public_key: CipherKey, a: mpz) -> mpz:
+    """``E(-x)``: the modular inverse of the ciphertext."""
+    return gmpy2.invert(a, public_key.modulus)
 
 
-def scalar_mul(public_key: PublicKey, a: mpz, k: int) -> mpz:
-    """``E(k * x mod n)`` for a non-negative scalar ``k``."""
+def subtract(public_key: CipherKey, a: mpz, b: mpz) -> mpz:
+    """``E(x - y)``: ``a * b**-1`` modulo the ciphertext modulus."""
+    mod = public_key.modulus
+    return a * gmpy2.invert(b, mod) % mod
+
+
+def scalar_mul(public_key: CipherKey, a: mpz, k: int) -> mpz:
+    """``E(k * x)`` for a non-negative scalar ``k``."""
     if k < 0:
         raise InputError("scalar must be non-negative")
-    return gmpy2.powmod(a, k, public_key.n2)
+    return gmpy2.powmod(a, k, public_key.modulus)
 
 
 @dataclass(frozen=True)
@@ -492,13 +554,15 @@ class CiphertextBatch:
 
     A batch from the network is *unbound*: its bytes have been shape-checked by the codec but
     no number has been checked against a modulus. :meth:`ciphertexts` binds it to a known key,
-    checks the fingerprint and block width (:class:`KeyMismatchError`) and that every value is
-    in ``(0, n**2)`` (:class:`CodecError`).
+    checks the scheme, fingerprint and block width (:class:`KeyMismatchError`) and that every
+    value is in ``(0, modulus)`` (:class:`CodecError`). ``scheme`` is ``"paillier"`` or
+    ``"ou"`` (each has its own ExtType on the wire).
     """
 
     fingerprint: bytes
     width: int
     data: bytes
+    scheme: str = "paillier"
 
     def __post_init__(self) -> None:
         if self.width <= 0 or len(self.data) % self.width:
@@ -510,29 +574,38 @@ class CiphertextBatch:
         return len(self.data) // self.width
 
     @classmethod
-    def from_ciphertexts(cls, public_key: PublicKey, ciphertexts: Sequence[mpz]) -> CiphertextBatch:
-        """Serialise raw ciphertexts of ``public_key`` (each must be in ``(0, n**2)``)."""
+    def of(cls, public_key: CipherKey, data: bytes) -> CiphertextBatch:
+        """Wrap ciphertext bytes made under ``public_key`` (unchecked: our own output)."""
+        return cls(public_key.fingerprint, public_key.ciphertext_bytes, data, public_key.scheme)
+
+    @classmethod
+    def from_ciphertexts(cls, public_key: CipherKey, ciphertexts: Sequence[mpz]) -> CiphertextBatch:
+        """Serialise raw ciphertexts of ``public_key`` (each must be in ``(0, modulus)``)."""
         width = public_key.ciphertext_bytes
-        n2 = public_key.n2
+        mod = public_key.modulus
         parts = []
         for c in ciphertexts:
-            if not 0 < c < n2:
-                raise CryptoError("ciphertext outside (0, n**2)")
+            if not 0 < c < mod:
+                raise CryptoError("ciphertext outside (0, modulus)")
             parts.append(c.to_bytes(width, "big"))
-        return cls(public_key.fingerprint, width, b"".join(parts))
+        return cls.of(public_key, b"".join(parts))
 
-    def ciphertexts(self, public_key: PublicKey) -> list[mpz]:
+    def ciphertexts(self, public_key: CipherKey) -> list[mpz]:
         """The validated ciphertexts, bound to ``public_key``."""
+        if self.scheme != public_key.scheme:
+            raise KeyMismatchError(
+                f"ciphertext batch is {self.scheme}, the key is {public_key.scheme}"
+            )
         if self.fingerprint != public_key.fingerprint:
             raise KeyMismatchError("ciphertext batch was made under a different public key")
         width = self.width
         if width != public_key.ciphertext_bytes:
             raise KeyMismatchError("ciphertext block width does not match the public key")
-        n2 = public_key.n2
+        mod = public_key.modulus
         data = self.data
         from_bytes = mpz.from_bytes
         out = [from_bytes(data[i : i + width], "big") for i in range(0, len(data), width)]
         for c in out:
-            if not 0 < c < n2:
-                raise CodecError("ciphertext outside (0, n**2)")
+            if not 0 < c < mod:
+                raise CodecError("ciphertext outside (0, modulus)")
         return out

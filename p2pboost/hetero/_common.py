@@ -12,8 +12,8 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.keys import AnyPublicKey, check_scheme
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.paillier import PublicKey
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import Grid
 
@@ -78,7 +78,10 @@ class Progress:
 class HeteroConfig:
     """Knobs of the protocol (not of the model: those are :class:`BoostParams`).
 
-    ``key_bits`` below 2048 needs ``allow_insecure_key`` (1024 is for tests and comparisons).
+    ``scheme``: the additive encryption of the gradients, ``"paillier"`` (default) or ``"ou"``
+    (Okamoto-Uchiyama: cheaper additions and encryption, see docs/explanation/ou.md); the
+    guest chooses, the hosts follow its key. ``key_bits`` below 2048 needs
+    ``allow_insecure_key`` (1024 is for tests and comparisons).
     ``chunk_rows``: ciphertexts per streamed chunk (one pool task each). ``workers``:
     processes of the pool the protocol starts when no executor is given. ``precompute``:
     while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
@@ -88,12 +91,14 @@ class HeteroConfig:
 
     key_bits: int = 2048
     allow_insecure_key: bool = False
+    scheme: str = "paillier"
     chunk_rows: int = 2048
     workers: int | None = None
     precompute: bool = True
     stash_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
+        check_scheme(self.scheme)
         if self.chunk_rows < 1:
             raise InputError("chunk_rows must be at least 1")
         if self.workers is not None and self.workers < 1:
@@ -120,5 +125,8 @@ def grid_wire(g: Grid, h: Grid) -> list[int]:
     return [g.bits, g.magnitude_bits, h.bits, h.magnitude_bits]
 
 
-def packing_spec(n_rows: int, grids: tuple[Grid, Grid], public_key: PublicKey) -> PackingSpec:
-    return PackingSpec.for_grids(n_rows, grids[0], grids[1], key_bits=public_key.bits)
+def packing_spec(n_rows: int, grids: tuple[Grid, Grid], public_key: AnyPublicKey) -> PackingSpec:
+    """The packing of a tree's rows under the key's own plaintext budget (smaller for OU)."""
+    return PackingSpec.for_grids(
+        n_rows, grids[0], grids[1], plaintext_bits=public_key.plaintext_bits
+    )

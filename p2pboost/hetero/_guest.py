@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.compress import compressed_count
-from p2pboost.crypto.engine import PaillierEngine
+from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CodecError, CryptoError
@@ -138,7 +138,7 @@ class GuestTrainer:
 
     params: BoostParams
     config: HeteroConfig
-    engine: PaillierEngine
+    engine: CryptoEngine
     workers: int
     links: list[HostLink]
     mapper: BinMapper
@@ -254,7 +254,7 @@ class GuestTrainer:
                 data = await pending.pop(0)
                 if i + ahead < len(starts):
                     pending.append(encrypt(starts[i + ahead]))
-                msg = Chunk(start, CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, data))
+                msg = Chunk(start, CiphertextBatch.of(pk, data))
                 await gather_or_cancel(*(send(link.grad, msg) for link in self.links))
         finally:
             for fut in pending:

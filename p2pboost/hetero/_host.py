@@ -13,7 +13,7 @@ A node's package is made in two steps, both off the event loop:
 2. the loop draws one uniformly random order over *all* the node's candidates and random
    opaque ids (numpy on bytes from ``os.urandom``: no per-candidate Python), reorders the
    shards' sums by it, and one task per run of whole ciphertexts multiplies the partial sums
-   and compresses them (:meth:`~p2pboost.crypto.engine.PaillierEngine.compress_parts`).
+   and compresses them (:meth:`~p2pboost.crypto.engine.CryptoEngine.compress_parts`).
 
 The second hop is the price of privacy: compressing inside each shard would put the sums of
 one shard's rows, or in a feature-group design one group's features, into the same ciphertexts
@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.engine import PaillierEngine
-from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.crypto.engine import CryptoEngine
+from p2pboost.crypto.keys import AnyPublicKey
+from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid
@@ -91,10 +92,12 @@ class Shards:
         """``fn(token, *args)`` in every shard, results in shard order."""
         return await gather_or_cancel(*(self.call(i, fn, *args) for i in range(self.n)))
 
-    async def open(self, key: bytes, codes: npt.NDArray[Any], n_slots: int, min_rows: int) -> None:
+    async def open(
+        self, scheme: str, key: bytes, codes: npt.NDArray[Any], n_slots: int, min_rows: int
+    ) -> None:
         await gather_or_cancel(
             *(
-                self.call(i, k.shard_open, key, codes, n_slots, min_rows, i, self.n)
+                self.call(i, k.shard_open, scheme, key, codes, n_slots, min_rows, i, self.n)
                 for i in range(self.n)
             )
         )
@@ -136,14 +139,14 @@ class Host:
     ctl: Channel
     grad: Channel
     info: Channel
-    public_key: PublicKey
+    public_key: AnyPublicKey
     mapper: BinMapper
     data: BinnedData
     evals: list[BinnedData]
     min_rows: int
     progress: Progress
     shards: Shards = field(init=False)
-    engine: PaillierEngine = field(init=False)
+    engine: CryptoEngine = field(init=False)
     splits: list[HostSplit] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -152,8 +155,10 @@ class Host:
 
     async def serve(self) -> str:
         try:
-            key = self.public_key.to_bytes()
-            await self.shards.open(key, self.rows_major, self.data.n_slots, self.min_rows)
+            pk = self.public_key
+            await self.shards.open(
+                pk.scheme, pk.to_bytes(), self.rows_major, self.data.n_slots, self.min_rows
+            )
             return await self._trees()
         finally:
             await self.shards.release(k.shard_close)
@@ -249,7 +254,11 @@ class _HostTree:
                     raise reject(peer, "gradient chunks out of order or malformed")
                 if not 0 < len(batch) <= m - start:
                     raise reject(peer, "gradient chunk of a wrong size")
-                if batch.fingerprint != h.public_key.fingerprint or batch.width != width:
+                if (
+                    batch.scheme != h.public_key.scheme
+                    or batch.fingerprint != h.public_key.fingerprint
+                    or batch.width != width
+                ):
                     raise reject(peer, "bad gradient ciphertexts: not under the training key")
                 for shard, first, part in k.chunk_parts(start, batch.data, width, n_shards):
                     pending.append(h.shards.call(shard, k.shard_chunk, first, part))
@@ -293,7 +302,7 @@ class _HostTree:
                 node,
                 ids,
                 head.counts[order],
-                CiphertextBatch(h.public_key.fingerprint, width, compressed),
+                CiphertextBatch.of(h.public_key, compressed),
             ),
         )
 

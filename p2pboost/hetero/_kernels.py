@@ -49,7 +49,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram
-from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.crypto.keys import AnyPublicKey, public_key_from_bytes
+from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import InputError
 
 __all__ = [
@@ -131,7 +132,7 @@ def candidate_sums(
     Prefix sums over the value bins (:meth:`EncryptedHistogram.cumulative`), times the missing
     slot for "missing left" where the node (``missing[f]``: all shards' rows) has missing values.
     """
-    n2, n_slots = hist.public_key.n2, hist.n_bins
+    n2, n_slots = hist.public_key.modulus, hist.n_bins
     plane = hist.planes[0]
     cumulative = hist.cumulative().planes[0]
     sums = []
@@ -168,7 +169,7 @@ def chunk_parts(start: int, data: bytes, width: int, shards: int) -> list[tuple[
 class _Shard:
     """One shard of one host's run, living in a pinned worker."""
 
-    public_key: PublicKey
+    public_key: AnyPublicKey
     codes: Codes  # (rows, features): every row of the host (counts need the whole node)
     n_slots: int
     min_rows: int
@@ -211,12 +212,21 @@ def _get(token: str) -> _Shard:
 
 
 def shard_open(
-    token: str, key: bytes, codes: Codes, n_slots: int, min_rows: int, index: int, shards: int
+    token: str,
+    scheme: str,
+    key: bytes,
+    codes: Codes,
+    n_slots: int,
+    min_rows: int,
+    index: int,
+    shards: int,
 ) -> None:
-    """Start shard ``index`` of ``shards`` for a host's run: key, binned rows, settings."""
+    """Start shard ``index`` of ``shards`` for a host's run: key (of ``scheme``), binned rows,
+    settings."""
     if not 0 <= index < shards:
         raise InputError("shard index out of range")
-    _SHARDS[token] = _Shard(PublicKey.from_bytes(key), codes, n_slots, min_rows, index, shards)
+    public_key = public_key_from_bytes(scheme, key)
+    _SHARDS[token] = _Shard(public_key, codes, n_slots, min_rows, index, shards)
 
 
 def shard_tree(token: str, sample: I64, allowed: B8) -> None:
@@ -237,7 +247,7 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     pk = shard.public_key
     if first % shard.shards != shard.index or first // shard.shards != len(shard.cts):
         raise InputError("chunk slots out of order for this shard")
-    cts = CiphertextBatch(pk.fingerprint, pk.ciphertext_bytes, data).ciphertexts(pk)
+    cts = CiphertextBatch.of(pk, data).ciphertexts(pk)
     slots = np.arange(first, first + shard.shards * len(cts), shard.shards)
     codes = shard.codes[shard.sample[slots]]
     part = build_histogram(pk, codes, shard.n_slots, [cts])

@@ -16,6 +16,8 @@ from typing import Annotated
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.keys import AnyPublicKey
+from p2pboost.crypto.ou import OUPublicKey
 from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
 from p2pboost.gbdt.params import MAX_BIN_LIMIT
 from p2pboost.protocols._messages import (
@@ -108,10 +110,11 @@ class Hello(TrainMessage, tag="hello"):
 
 @dataclass(frozen=True)
 class Setup(TrainMessage, tag="setup"):
-    """Guest -> host: the public key and the binning settings."""
+    """Guest -> host: the public key (Paillier or OU: the guest's choice) and the binning
+    settings."""
 
     version: Annotated[int, _VERSION]
-    key: Annotated[PublicKey, Instance(PublicKey)]
+    key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
     max_bin: Annotated[int, Int(2, MAX_BIN_LIMIT)]
     min_samples_leaf: Annotated[int, Int(1, MAX_ROWS)]
 

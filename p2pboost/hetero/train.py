@@ -56,12 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from p2pboost.crypto.engine import PaillierEngine
-from p2pboost.crypto.paillier import (
-    PrivateKey,
-    PublicKey,
-    generate_keypair,
-)
+from p2pboost.crypto.engine import CryptoEngine
+from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import (
     InputError,
 )
@@ -111,7 +107,7 @@ async def guest_train(
     callbacks: Sequence[Callback] = (),
     config: HeteroConfig | None = None,
     executor: Executor | None = None,
-    keys: tuple[PublicKey, PrivateKey] | None = None,
+    keys: tuple[AnyPublicKey, AnyPrivateKey] | None = None,
     progress: Progress | None = None,
 ) -> GuestModel:
     """Train as the guest (labels ``y``, features ``X``) with ``hosts`` (their party ids).
@@ -119,7 +115,7 @@ async def guest_train(
     ``eval_sets`` are ``(X_guest, y)`` pairs whose rows are aligned with the hosts'
     ``eval_sets``; ``callbacks`` (e.g. :class:`~p2pboost.gbdt.callbacks.EarlyStopping`) see
     each round's evaluation as in :func:`p2pboost.gbdt.booster.train`. ``keys`` reuses a key
-    pair instead of generating one.
+    pair (of ``config.scheme``) instead of generating one.
     """
     config = config or HeteroConfig()
     params = params.validate()
@@ -162,8 +158,13 @@ async def guest_train(
 
     if keys is None:
         keys = await asyncio.to_thread(
-            generate_keypair, config.key_bits, allow_insecure=config.allow_insecure_key
+            make_keypair,
+            config.scheme,
+            config.key_bits,
+            allow_insecure=config.allow_insecure_key,
         )
+    elif keys[0].scheme != config.scheme:
+        raise InputError(f"keys are {keys[0].scheme} keys but config.scheme is {config.scheme!r}")
     public_key, private_key = keys
     setup = Setup(VERSION, public_key, params.max_bin, params.min_samples_leaf)
     await gather_or_cancel(*(send(link.ctl, setup) for link in links))
@@ -175,7 +176,7 @@ async def guest_train(
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
     n_trees = params.n_estimators * objective.n_outputs
     async with owned_executor(executor, config.workers) as (pool, n_workers):
-        engine = PaillierEngine(
+        engine = CryptoEngine(
             public_key,
             private_key,
             executor=pool,
@@ -278,7 +279,7 @@ async def host_train(
         assert isinstance(pinned, PinnedPool)
         host.shards = Shards(pinned)
         # Compression needs no pinning: the caller's executor when there is one.
-        host.engine = PaillierEngine(setup.key, executor=executor or pinned, workers=n_workers)
+        host.engine = CryptoEngine(setup.key, executor=executor or pinned, workers=n_workers)
         fingerprint = await host.serve()
     progress.enter(HostPhase.DONE)
     splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))

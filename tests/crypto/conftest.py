@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from p2pboost.crypto.engine import PaillierEngine
+from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.paillier import PrivateKey, PublicKey, generate_keypair
 
 
@@ -27,7 +27,7 @@ def private_key(keypair: tuple[PublicKey, PrivateKey]) -> PrivateKey:
 
 
 @pytest.fixture(scope="session")
-def engine(public_key: PublicKey, private_key: PrivateKey) -> Iterator[PaillierEngine]:
+def engine(public_key: PublicKey, private_key: PrivateKey) -> Iterator[CryptoEngine]:
     """The key owner's engine on its own two-process pool, shut down at the end."""
-    with PaillierEngine(public_key, private_key, workers=2) as eng:
+    with CryptoEngine(public_key, private_key, workers=2) as eng:
         yield eng

@@ -9,14 +9,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from p2pboost.crypto.engine import PaillierEngine
+from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.paillier import PrivateKey, PublicKey, generate_keypair
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.testing import time_factor
 
 
 @pytest.mark.slow
-def test_blocking_round_trip(engine: PaillierEngine, public_key: PublicKey) -> None:
+def test_blocking_round_trip(engine: CryptoEngine, public_key: PublicKey) -> None:
     values = [0, 1, public_key.n - 1, *range(2, 300)]
     cts = engine.encrypt_batch_blocking(values)
     assert len(cts) == len(values)
@@ -24,12 +24,12 @@ def test_blocking_round_trip(engine: PaillierEngine, public_key: PublicKey) -> N
     assert engine.decrypt_batch_blocking(cts) == values
 
 
-def test_small_batches_run_inline(engine: PaillierEngine) -> None:
+def test_small_batches_run_inline(engine: CryptoEngine) -> None:
     cts = engine.encrypt_batch_blocking([5, 6])
     assert engine.decrypt_batch_blocking(cts) == [5, 6]
 
 
-def test_numpy_input(engine: PaillierEngine) -> None:
+def test_numpy_input(engine: CryptoEngine) -> None:
     import numpy as np
 
     values = np.arange(100, dtype=np.int64)
@@ -38,7 +38,7 @@ def test_numpy_input(engine: PaillierEngine) -> None:
         engine.encrypt_batch_blocking(np.zeros((2, 2), dtype=np.int64))
 
 
-async def test_async_round_trip(engine: PaillierEngine) -> None:
+async def test_async_round_trip(engine: CryptoEngine) -> None:
     values = list(range(1000, 1500))
     cts = await engine.encrypt_batch(values)
     assert await engine.decrypt_batch(cts) == values
@@ -46,16 +46,16 @@ async def test_async_round_trip(engine: PaillierEngine) -> None:
 
 
 async def test_errors_in_workers_reach_the_caller(
-    engine: PaillierEngine, public_key: PublicKey
+    engine: CryptoEngine, public_key: PublicKey
 ) -> None:
     with pytest.raises(InputError):
         await engine.encrypt_batch([1] * 100 + [public_key.n])
 
 
 def test_engine_without_private_key_cannot_decrypt(
-    public_key: PublicKey, engine: PaillierEngine
+    public_key: PublicKey, engine: CryptoEngine
 ) -> None:
-    public_only = PaillierEngine(public_key, workers=1)
+    public_only = CryptoEngine(public_key, workers=1)
     cts = public_only.encrypt_batch_blocking([1, 2, 3])  # inline: no pool started
     assert engine.decrypt_batch_blocking(cts) == [1, 2, 3]
     with pytest.raises(KeyMismatchError):
@@ -66,20 +66,20 @@ def test_engine_without_private_key_cannot_decrypt(
 def test_mismatched_private_key_is_refused(public_key: PublicKey) -> None:
     _, other = generate_keypair(1024, allow_insecure=True)
     with pytest.raises(KeyMismatchError):
-        PaillierEngine(public_key, other)
+        CryptoEngine(public_key, other)
 
 
 def test_caller_supplied_executor(public_key: PublicKey, private_key: PrivateKey) -> None:
     """A shared pool made before the key existed: tasks carry the key, workers cache tables."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        eng = PaillierEngine(public_key, private_key, executor=pool, chunk_size=50)
+        eng = CryptoEngine(public_key, private_key, executor=pool, chunk_size=50)
         values = list(range(200))
         assert eng.decrypt_batch_blocking(eng.encrypt_batch_blocking(values)) == values
         eng.close()  # leaves the caller's pool alone
         assert pool.submit(sum, [1, 2]).result() == 3
 
 
-async def test_event_loop_keeps_ticking_during_a_large_batch(engine: PaillierEngine) -> None:
+async def test_event_loop_keeps_ticking_during_a_large_batch(engine: CryptoEngine) -> None:
     """A 10 ms ticker must never be more than 50 ms late while 3000 values are encrypted."""
     lateness: list[float] = []
     done = asyncio.Event()
@@ -106,7 +106,7 @@ async def test_event_loop_keeps_ticking_during_a_large_batch(engine: PaillierEng
 
 
 async def test_partial_sums_compress_on_the_pool_as_inline(
-    engine: PaillierEngine, public_key: PublicKey
+    engine: CryptoEngine, public_key: PublicKey
 ) -> None:
     import numpy as np
 
@@ -127,7 +127,7 @@ async def test_partial_sums_compress_on_the_pool_as_inline(
     assert got == CiphertextBatch.from_ciphertexts(public_key, expected).data
 
 
-async def test_fused_steps_round_trip(engine: PaillierEngine, public_key: PublicKey) -> None:
+async def test_fused_steps_round_trip(engine: CryptoEngine, public_key: PublicKey) -> None:
     """pack + encrypt in one task -> bytes; decrypt + unpack in (several) tasks -> the sums."""
     import numpy as np
 
@@ -154,7 +154,7 @@ async def test_fused_steps_round_trip(engine: PaillierEngine, public_key: Public
         await engine.open_split_infos(spec, compressed[:-1], counts)
 
 
-async def test_precomputed_factors_are_used_once(engine: PaillierEngine) -> None:
+async def test_precomputed_factors_are_used_once(engine: CryptoEngine) -> None:
     made = await engine.precompute(300)
     assert 0 < made <= 300
     values = [7] * 400
@@ -168,7 +168,7 @@ async def test_precomputed_factors_are_used_once(engine: PaillierEngine) -> None
 
 async def test_stash_is_consumed_exactly(public_key: PublicKey, private_key: PrivateKey) -> None:
     """Each stashed randomiser serves one ciphertext: taken out before the task is sent."""
-    eng = PaillierEngine(public_key, private_key, workers=1, stash_limit=10)
+    eng = CryptoEngine(public_key, private_key, workers=1, stash_limit=10)
     try:
         assert await eng.precompute(25) == 10  # bounded
         assert eng.stashed == 10
@@ -192,7 +192,7 @@ async def test_stash_is_consumed_exactly(public_key: PublicKey, private_key: Pri
 
 
 async def test_idle_precompute_fills_the_stash_until_stopped(
-    engine: PaillierEngine, monkeypatch: pytest.MonkeyPatch
+    engine: CryptoEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Randomisers are made between the engine's own tasks, and it stops on request."""
     from p2pboost.crypto import engine as engine_module
@@ -214,7 +214,7 @@ async def test_idle_precompute_fills_the_stash_until_stopped(
 
 
 async def test_idle_precompute_takes_only_spare_processors(
-    engine: PaillierEngine, monkeypatch: pytest.MonkeyPatch
+    engine: CryptoEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With every processor busy elsewhere nothing is made; once one is free, work starts."""
     from p2pboost.crypto import engine as engine_module

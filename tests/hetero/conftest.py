@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from p2pboost import certs
-from p2pboost.crypto.paillier import PrivateKey, PublicKey, generate_keypair
+from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
+from p2pboost.crypto.paillier import generate_keypair
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.tree import Tree
@@ -27,7 +28,7 @@ from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_trai
 from p2pboost.testing import LocalFederation
 from p2pboost.workers import pinned_pool, process_pool
 
-Keys = tuple[PublicKey, PrivateKey]
+Keys = tuple[AnyPublicKey, AnyPrivateKey]
 
 CONFIG = HeteroConfig(key_bits=1024, allow_insecure_key=True, chunk_rows=128)
 
@@ -51,6 +52,11 @@ def plain_pool() -> Iterator[Executor]:
 @pytest.fixture(scope="session")
 def keys() -> Keys:
     return generate_keypair(1024, allow_insecure=True)
+
+
+@pytest.fixture(scope="session")
+def ou_keys() -> Keys:
+    return make_keypair("ou", 1024, allow_insecure=True)
 
 
 @pytest.fixture(scope="session")
@@ -87,6 +93,7 @@ async def federate(
     callbacks: Sequence[Any] = (),
     progress: Progress | None = None,
     session: str = "train",
+    config: HeteroConfig = CONFIG,
 ) -> Federated:
     """Train guest ``a`` with hosts ``b`` (and ``c``) of cluster ``c``."""
     hosts = ["b", "c"][: len(X_hosts)]
@@ -101,7 +108,7 @@ async def federate(
                 params,
                 eval_sets=eval_guest,
                 callbacks=callbacks,
-                config=CONFIG,
+                config=config,
                 executor=pool,
                 keys=keys,
                 progress=progress,

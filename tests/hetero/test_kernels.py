@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2pboost.crypto.compress import compress_parts, open_split_infos
+from p2pboost.crypto.keys import AnyPublicKey, AnyTable, make_table
 from p2pboost.crypto.packing import PackingSpec, pack
-from p2pboost.crypto.paillier import CiphertextBatch, FixedBaseTable, PublicKey
+from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.split import candidate_mask
@@ -27,20 +28,22 @@ from tests.hetero.conftest import Keys
 
 
 @pytest.fixture(scope="module")
-def table(keys: Keys) -> FixedBaseTable:
-    return FixedBaseTable(keys[0], keys[1], window_bits=8)
+def table(keys: Keys) -> AnyTable:
+    return make_table(keys[0], keys[1], window_bits=8)
 
 
 class _Run:
     """``shards`` row shards of one host run, in this process."""
 
     def __init__(
-        self, public_key: PublicKey, codes: np.ndarray, n_slots: int, min_rows: int, shards: int
+        self, public_key: AnyPublicKey, codes: np.ndarray, n_slots: int, min_rows: int, shards: int
     ) -> None:
         self.tokens = [secrets.token_hex(8) for _ in range(shards)]
         self.public_key = public_key
         for i, token in enumerate(self.tokens):
-            k.shard_open(token, public_key.to_bytes(), codes, n_slots, min_rows, i, shards)
+            k.shard_open(
+                token, public_key.scheme, public_key.to_bytes(), codes, n_slots, min_rows, i, shards
+            )
 
     def each(self, fn: Any, *args: Any) -> list[Any]:
         return [fn(token, *args) for token in self.tokens]
@@ -124,7 +127,7 @@ def _check(
 )
 def test_shards_give_the_plaintext_left_sums(
     keys: Keys,
-    table: FixedBaseTable,
+    table: AnyTable,
     seed: int,
     n: int,
     n_feat: int,
@@ -163,7 +166,7 @@ def test_shards_give_the_plaintext_left_sums(
         run.close()
 
 
-def test_candidates_skip_what_cannot_win(keys: Keys, table: FixedBaseTable) -> None:
+def test_candidates_skip_what_cannot_win(keys: Keys, table: AnyTable) -> None:
     """No "missing right" without missing values; no empty bin above 0; min_rows both sides."""
     public_key = keys[0]
     n, max_bin = 120, 6
@@ -192,7 +195,7 @@ def test_candidates_skip_what_cannot_win(keys: Keys, table: FixedBaseTable) -> N
         run.close()
 
 
-def test_shards_refuse_bad_input(keys: Keys, table: FixedBaseTable) -> None:
+def test_shards_refuse_bad_input(keys: Keys, table: AnyTable) -> None:
     public_key = keys[0]
     codes = np.zeros((4, 1), np.uint8)
     run = _Run(public_key, codes, 3, 1, 2)
@@ -201,7 +204,7 @@ def test_shards_refuse_bad_input(keys: Keys, table: FixedBaseTable) -> None:
         run.each(k.shard_tree, np.arange(4), candidate_mask(np.array([2]), 2))
         with pytest.raises(InputError, match="out of order"):
             k.shard_chunk(run.tokens[0], 1, bytes(width))
-        too_big = int(public_key.n2).to_bytes(width, "big")
+        too_big = int(public_key.modulus).to_bytes(width, "big")
         with pytest.raises(CodecError):
             k.shard_chunk(run.tokens[0], 0, too_big)
         with pytest.raises(InputError, match="no histogram"):
