@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import data_dir, emit_json, print_table
-from benchmarks._hetero_lossless import CostModel, _candidates, _scored_nodes
+from benchmarks._hetero_lossless import CostModel, _candidates, _scored_nodes, compare_trees
 from benchmarks.lossless import (
     DATASETS,
     HeteroSplit,
@@ -71,10 +71,13 @@ from benchmarks.lossless import (
 from p2pboost import certs
 from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
+from p2pboost.crypto.keys import SCHEMES
+from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.metrics import auc
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero._common import GuestPhase, HostPhase, Progress
-from p2pboost.hetero.model import GuestModel
+from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.net.node import Node
 from p2pboost.workers import PinnedPool, default_workers, pinned_pool, process_pool
 
@@ -157,7 +160,7 @@ async def _host(
                 await host_predict(session, model, X_test)
     finally:
         pool.shutdown()
-    return {"seconds": seconds, "phases": clock.seconds}
+    return {"seconds": seconds, "phases": clock.seconds, "model": model.to_dict()}
 
 
 async def _guest(
@@ -170,20 +173,21 @@ async def _guest(
     params: dict[str, Any],
     key_bits: int,
     workers: int,
+    scheme: str,
 ) -> dict[str, Any]:
-    from p2pboost.crypto.paillier import generate_keypair
+    from p2pboost.crypto.keys import make_keypair
     from p2pboost.hetero.predict import guest_predict
     from p2pboost.hetero.train import HeteroConfig, guest_train
 
     hosts = sorted(addresses)
     insecure = key_bits < 2048
     t0 = time.perf_counter()
-    keys = generate_keypair(key_bits, allow_insecure=insecure)
+    keys = make_keypair(scheme, key_bits, allow_insecure=insecure)
     keygen = time.perf_counter() - t0
     t0 = time.perf_counter()
     pool = _warm_pool(workers)
     pool_start = time.perf_counter() - t0
-    config = HeteroConfig(key_bits=key_bits, allow_insecure_key=insecure)
+    config = HeteroConfig(key_bits=key_bits, allow_insecure_key=insecure, scheme=scheme)
     try:
         async with Node(GUEST, peers=addresses, tls=TLSConfig.from_dir(Path(fed) / GUEST)) as node:
             async with node.session("bench", peers=hosts) as session:
@@ -244,6 +248,7 @@ def run_federation(
     *,
     key_bits: int,
     workers: int,
+    scheme: str = "paillier",
 ) -> FederationResult:
     """Train and predict once, guest and every host in its own spawned process."""
     names = [f"host{k}" for k in range(1, len(host_blocks) + 1)]
@@ -270,6 +275,7 @@ def run_federation(
             params=params.to_dict(),
             key_bits=key_bits,
             workers=workers,
+            scheme=scheme,
         )
         results = parties.wait()
     guest, hosts = results[GUEST], [results[name] for name in names]
@@ -300,6 +306,105 @@ def _least(a: CostModel, b: CostModel) -> CostModel:
     )
 
 
+@dataclass(frozen=True)
+class SchemeRun:
+    """One federation under one scheme: what was measured, and the models."""
+
+    scheme: str
+    s_per_tree: float
+    floor: float
+    costs: CostModel
+    scored: float
+    layers: float
+    auc: float
+    bytes_per_tree: float
+    phases: dict[str, dict[str, float]]
+    result: FederationResult
+    trees: list[Tree]
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "s_per_tree": round(self.s_per_tree, 4),
+            "floor_s_per_tree": round(self.floor, 4),
+            "auc": round(self.auc, 6),
+            "bytes_per_tree": round(self.bytes_per_tree),
+        }
+
+
+def _run_scheme(
+    args: argparse.Namespace,
+    split: HeteroSplit,
+    blocks: list[np.ndarray],
+    params: BoostParams,
+    scheme: str,
+    workers: int,
+) -> SchemeRun:
+    """Cost model before, the federation, cost model after (the cheaper kept per operation)."""
+    n_rows = int(split.y_train.size)
+    costs_before = CostModel.measure(args.key_bits, n_rows, scheme=scheme)
+    with tempfile.TemporaryDirectory(prefix="p2pboost-hetero-") as tmp:
+        fed = Path(tmp)
+        certs.init(fed, [GUEST, *(f"host{k}" for k in range(1, args.hosts + 1))])
+        result = run_federation(
+            fed, split, blocks, params, key_bits=args.key_bits, workers=workers, scheme=scheme
+        )
+    g = result.guest
+    model = GuestModel.from_dict(g["model"])
+    hosts = [HostModel.from_dict(h["model"]) for h in result.hosts]
+    n_trees = max(1, len(model.trees))
+    costs = _least(costs_before, CostModel.measure(args.key_bits, n_rows, scheme=scheme))
+    scored, layers = _scored_nodes(model, args.depth)
+    floor = costs.floor(
+        n_rows,
+        split.host_train.shape[1],
+        round(layers),
+        round(scored),
+        _candidates(split.host_train, args.bins),
+        default_workers(),
+    )
+    return SchemeRun(
+        scheme=scheme,
+        s_per_tree=g["seconds"] / n_trees,
+        floor=floor,
+        costs=costs,
+        scored=scored,
+        layers=layers,
+        auc=float(auc(split.y_test, g["proba"])),
+        bytes_per_tree=g["bytes"] / n_trees,
+        phases=_phases(result, args.hosts),
+        result=result,
+        trees=joined_trees(model, hosts),
+    )
+
+
+def _rows(run: SchemeRun) -> list[tuple[str, Any]]:
+    c = run.costs
+    rows: list[tuple[str, Any]] = [
+        (f"[{run.scheme}] guest key generation s (not timed)", run.result.guest["keygen"]),
+        (f"[{run.scheme}] federated s/tree (guest wall)", run.s_per_tree),
+        (f"[{run.scheme}] floor s/tree (cost model / cores)", run.floor),
+        (f"[{run.scheme}] s_per_tree / floor_s_per_tree", run.s_per_tree / run.floor),
+        (
+            f"[{run.scheme}]   encrypt / add / compress / decrypt (us)",
+            " / ".join(f"{1e6 * v:.1f}" for v in (c.encrypt, c.add, c.compress, c.decrypt)),
+        ),
+        (f"[{run.scheme}]   split-infos per decryption", c.capacity),
+        (
+            f"[{run.scheme}]   scored nodes / layers per tree",
+            f"{run.scored:.1f} / {run.layers:.1f}",
+        ),
+    ]
+    for party, per_phase in run.phases.items():
+        total = sum(per_phase.values())
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in per_phase.items())
+        rows.append((f"[{run.scheme}] {party} phases s (total {total:.2f})", shown))
+    rows += [
+        (f"[{run.scheme}] MB per tree (guest sent + received)", run.bytes_per_tree / 1e6),
+        (f"[{run.scheme}] test AUC (federated, prediction protocol)", run.auc),
+    ]
+    return rows
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks hetero",
@@ -309,6 +414,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dataset", required=True, choices=DATASETS)
     parser.add_argument("--hosts", type=int, default=1)
     parser.add_argument("--key-bits", type=int, default=2048, choices=[1024, 2048, 3072])
+    parser.add_argument("--scheme", default="paillier", choices=SCHEMES)
+    parser.add_argument(
+        "--compare-schemes",
+        action="store_true",
+        help="run Paillier, then OU, back to back, and check both grow the core's trees",
+    )
     parser.add_argument("--trees", type=int, default=5)
     parser.add_argument("--depth", type=int, default=5)
     parser.add_argument("--bins", type=int, default=32)
@@ -343,37 +454,16 @@ def main(argv: list[str]) -> int:
     blocks = np.array_split(np.arange(split.host_train.shape[1]), args.hosts)
     n_rows = int(split.y_train.size)
     load_before = os.getloadavg()[0]
-    costs_before = CostModel.measure(args.key_bits, n_rows)
-
-    with tempfile.TemporaryDirectory(prefix="p2pboost-hetero-") as tmp:
-        fed = Path(tmp)
-        certs.init(fed, [GUEST, *(f"host{k}" for k in range(1, args.hosts + 1))])
-        result = run_federation(fed, split, blocks, params, key_bits=args.key_bits, workers=workers)
-
-    g = result.guest
-    model = GuestModel.from_dict(g["model"])
-    n_trees = max(1, len(model.trees))
-    s_per_tree = g["seconds"] / n_trees
-    fed_auc = float(auc(split.y_test, g["proba"]))
+    schemes = list(SCHEMES) if args.compare_schemes else [args.scheme]
+    runs = [_run_scheme(args, split, blocks, params, scheme, workers) for scheme in schemes]
 
     t0 = time.perf_counter()
     xgb = _xgboost_model(args, split)
     xgb.fit(split.X_train, split.y_train)
     xgb_seconds = time.perf_counter() - t0
     xgb_auc = float(auc(split.y_test, _predict_xgb(xgb, split.X_test, split.task)))
-
-    costs = _least(costs_before, CostModel.measure(args.key_bits, n_rows))
-    scored, layers = _scored_nodes(model, args.depth)
-    floor = costs.floor(
-        n_rows,
-        split.host_train.shape[1],
-        round(layers),
-        round(scored),
-        _candidates(split.host_train, args.bins),
-        cores,
-    )
-    phases = _phases(result, args.hosts)
-    bytes_per_tree = g["bytes"] / n_trees
+    core = train(params, split.X_train, split.y_train).trees
+    identical = all(compare_trees(run.trees, core) for run in runs)
 
     rows: list[tuple[str, Any]] = [
         ("dataset", args.dataset),
@@ -382,30 +472,16 @@ def main(argv: list[str]) -> int:
             "guest / host features",
             f"{split.guest_train.shape[1]} / " + " + ".join(str(b.size) for b in blocks),
         ),
-        ("trees / depth / bins / lr", f"{n_trees} / {args.depth} / {args.bins} / {args.lr}"),
+        ("trees / depth / bins / lr", f"{args.trees} / {args.depth} / {args.bins} / {args.lr}"),
         ("key bits / workers per party / cores", f"{args.key_bits} / {workers} / {cores}"),
         ("load average (1 min) before the run", load_before),
-        ("guest key generation s (not timed)", g["keygen"]),
-        ("guest pool start s (not timed)", g["pool_start"]),
-        ("federated s/tree (guest wall)", s_per_tree),
-        ("floor s/tree (cost model / cores)", floor),
-        ("s_per_tree / floor_s_per_tree", s_per_tree / floor),
-        (
-            "  encrypt / add / compress / decrypt (us)",
-            " / ".join(
-                f"{1e6 * v:.1f}" for v in (costs.encrypt, costs.add, costs.compress, costs.decrypt)
-            ),
-        ),
-        ("  split-infos per decryption", costs.capacity),
-        ("  scored nodes / layers per tree", f"{scored:.1f} / {layers:.1f}"),
     ]
-    for party, per_phase in phases.items():
-        total = sum(per_phase.values())
-        shown = ", ".join(f"{k} {v:.2f}" for k, v in per_phase.items())
-        rows.append((f"{party} phases s (total {total:.2f})", shown))
+    for run in runs:
+        rows += _rows(run)
+    if len(runs) == 2:
+        rows.append(("ou s/tree / paillier s/tree", runs[1].s_per_tree / runs[0].s_per_tree))
     rows += [
-        ("MB per tree (guest sent + received)", bytes_per_tree / 1e6),
-        ("test AUC (federated, prediction protocol)", fed_auc),
+        ("identical trees (every scheme = plaintext core)", identical),
         ("test AUC (xgboost hist, joined)", xgb_auc),
         ("xgboost s/tree (1 thread)", xgb_seconds / args.trees),
     ]
@@ -414,18 +490,23 @@ def main(argv: list[str]) -> int:
         f"hetero SecureBoost, {args.dataset}, guest + {args.hosts} host(s) "
         "(separate processes, WebSocket + mTLS)",
     )
-    emit_json(
-        {
-            "benchmark": "hetero",
-            "dataset": args.dataset,
-            "rows": n_rows,
-            "key_bits": args.key_bits,
-            "s_per_tree": round(s_per_tree, 4),
-            "floor_s_per_tree": round(floor, 4),
-            "phases": phases,
-            "auc": round(fed_auc, 6),
-            "xgboost_auc": round(xgb_auc, 6),
-            "bytes_per_tree": round(bytes_per_tree),
-        }
-    )
+    out: dict[str, Any] = {
+        "benchmark": "hetero",
+        "dataset": args.dataset,
+        "rows": n_rows,
+        "key_bits": args.key_bits,
+    }
+    if args.compare_schemes:
+        for run in runs:
+            out[run.scheme] = run.json()
+        out["ou_over_paillier"] = round(runs[1].s_per_tree / runs[0].s_per_tree, 4)
+    else:
+        (run,) = runs
+        out["scheme"] = run.scheme
+        out |= run.json()
+        out["phases"] = run.phases
+        out["auc"] = round(run.auc, 6)
+    out["xgboost_auc"] = round(xgb_auc, 6)
+    out["identical_trees"] = identical
+    emit_json(out)
     return 0

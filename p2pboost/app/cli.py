@@ -27,6 +27,7 @@ import click
 from p2pboost import __version__
 from p2pboost.app._console import Console, unconfigure
 from p2pboost.app.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
+from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, P2PBoostError
 
 if TYPE_CHECKING:
@@ -167,7 +168,14 @@ trees, s_per_tree, metric and its value.
     type=int,
     default=DEFAULT_KEY_BITS,
     show_default=True,
-    help="Paillier key size (hetero). The demo's data is public; real deployments use 2048.",
+    help="Key size (hetero). The demo's data is public; real deployments use 2048.",
+)
+@click.option(
+    "--scheme",
+    type=click.Choice(SCHEMES),
+    default="paillier",
+    show_default=True,
+    help="Additive encryption of the gradients (hetero): Paillier or Okamoto-Uchiyama.",
 )
 @click.option(
     "--timeout",
@@ -185,6 +193,7 @@ def demo(
     trees: int,
     depth: int,
     key_bits: int,
+    scheme: str,
     timeout: float,
     guest_csv: Path | None,
     host_csv: Path | None,
@@ -211,6 +220,7 @@ def demo(
         trees=trees,
         depth=depth,
         key_bits=key_bits,
+        scheme=scheme,
         timeout=timeout,
         progress=None if console.quiet else log.info,
         data=data,

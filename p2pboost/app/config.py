@@ -30,6 +30,7 @@ directory (so the same file works whatever directory the command is started from
     [train]                         # BoostParams by name, plus the keys in _TRAIN_EXTRA
     n_estimators = 25
     key_bits = 2048                 # < 2048 needs insecure_key_bits = true
+    scheme = "paillier"             # or "ou" (Okamoto-Uchiyama; hetero guest only)
 
     [predict]                       # path (default: data.path), output, align
     [serve]                         # listen, max_batch, max_wait_ms, host_timeout
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.net.node import NodeConfig
@@ -115,6 +117,7 @@ class TrainConfig:
     params: BoostParams = field(default_factory=BoostParams)
     key_bits: int = SECURE_KEY_BITS
     insecure_key_bits: bool = False
+    scheme: str = "paillier"
     psi: bool = True
     model: Path = Path("model.json")
     eval_train: bool = True
@@ -199,7 +202,7 @@ _TOP = ("id", "role", "task", "listen", "certs", "workdir")
 _TABLES = ("peers", "data", "train", "predict", "serve", "node")
 _DATA = ("path", "id_column", "label_column", "features")
 #: [train] keys that are not BoostParams fields.
-_TRAIN_EXTRA = ("key_bits", "insecure_key_bits", "psi", "model", "eval_train")
+_TRAIN_EXTRA = ("key_bits", "insecure_key_bits", "scheme", "psi", "model", "eval_train")
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
@@ -379,13 +382,17 @@ def _train(reader: _Reader) -> TrainConfig:
     if key_bits < SECURE_KEY_BITS and not insecure:
         raise reader.fail(
             "key_bits",
-            f"{key_bits}-bit Paillier keys are insecure; use {SECURE_KEY_BITS} or more, or opt "
+            f"{key_bits}-bit keys are insecure; use {SECURE_KEY_BITS} or more, or opt "
             "in explicitly with insecure_key_bits = true",
         )
+    scheme = reader.get_str("scheme", "paillier") or "paillier"
+    if scheme not in SCHEMES:
+        raise reader.fail("scheme", f"unknown encryption scheme {scheme!r}; one of {SCHEMES}")
     return TrainConfig(
         params=params,
         key_bits=key_bits,
         insecure_key_bits=insecure,
+        scheme=scheme,
         psi=reader.get_bool("psi", True),
         model=Path(reader.get_str("model", "model.json") or "model.json"),
         eval_train=reader.get_bool("eval_train", True),

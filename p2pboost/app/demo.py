@@ -46,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._local import LocalParties, Report
+from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, P2PBoostError
 from p2pboost.gbdt.estimators import GBDTClassifier
 from p2pboost.gbdt.metrics import auc
@@ -131,6 +132,7 @@ def run_demo(
     depth: int = 5,
     seed: int = 0,
     key_bits: int = DEFAULT_KEY_BITS,
+    scheme: str = "paillier",
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
     data: VerticalData | None = None,
@@ -139,7 +141,8 @@ def run_demo(
     """Train and evaluate one demo model; see the module docstring.
 
     ``key_bits`` (hetero only) below 2048 is an explicit opt-in to an insecure key size, made
-    here on the user's behalf because the demo's data is public. ``progress`` receives short
+    here on the user's behalf because the demo's data is public; ``scheme`` (hetero only) is
+    ``"paillier"`` or ``"ou"``. ``progress`` receives short
     human-readable lines as the run goes, and ``on_tree`` (hetero) each tree's progress and
     test metric (default: as a ``progress`` line). ``data`` (hetero only, e.g. from
     :func:`csv_vertical`) replaces the bundled data.
@@ -152,6 +155,8 @@ def run_demo(
         raise ConfigError("timeout must be > 0")
     if data is not None and mode != "hetero":
         raise ConfigError("the guest and host data are for --mode hetero")
+    if scheme not in SCHEMES:
+        raise ConfigError(f"unknown encryption scheme {scheme!r}; choose one of {SCHEMES}")
     say = progress or (lambda _line: None)
     if mode == "plain":
         return _plain(trees, depth, seed)
@@ -159,7 +164,7 @@ def run_demo(
         n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN, seed=seed
     ).validate()
     if mode == "hetero":
-        return _hetero(params, seed, key_bits, timeout, say, data, on_tree)
+        return _hetero(params, seed, (key_bits, scheme), timeout, say, data, on_tree)
     return _homo(params, seed, timeout, say)
 
 
@@ -254,7 +259,7 @@ def csv_vertical(
 def _hetero(
     params: BoostParams,
     seed: int,
-    key_bits: int,
+    key: tuple[int, str],
     timeout: float,
     say: Progress,
     data: VerticalData | None = None,
@@ -262,9 +267,10 @@ def _hetero(
 ) -> DemoResult:
     data = data or _bundled_vertical()
     train, test = data.split(seed)
+    key_bits, scheme = key
     if key_bits < SECURE_KEY_BITS:
         say(
-            f"note: the demo uses {key_bits}-bit Paillier keys for speed; real deployments "
+            f"note: the demo uses {key_bits}-bit keys for speed; real deployments "
             f"default to {SECURE_KEY_BITS} (try --key-bits {SECURE_KEY_BITS})"
         )
     say(
@@ -290,6 +296,7 @@ def _hetero(
         X_test=data.X_guest[test],
         y_test=data.y[test],
         key_bits=key_bits,
+        scheme=scheme,
     )
     results = _run_federation(host, [guest], ("guest", "host"), timeout, say, on_tree)
     return DemoResult(
@@ -358,6 +365,7 @@ class _Job:
     X_test: F64 = field(default_factory=_nothing)
     y_test: F64 = field(default_factory=_nothing)
     key_bits: int = DEFAULT_KEY_BITS
+    scheme: str = "paillier"
     cert_dir: str = ""
 
 
@@ -422,7 +430,8 @@ async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.hetero.train import HeteroConfig
 
     n = job.params.n_estimators
-    send("progress", f"training {n} trees ({job.key_bits}-bit Paillier keys)...")
+    name = "Paillier" if job.scheme == "paillier" else "Okamoto-Uchiyama"
+    send("progress", f"training {n} trees ({job.key_bits}-bit {name} keys)...")
     t0 = time.perf_counter()
 
     def tree_done(env: CallbackEnv) -> None:
@@ -432,7 +441,11 @@ async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
         label = f"tree {env.iteration + 1}/{n}{metrics} ({time.perf_counter() - t0:.1f} s)"
         send("tree", (env.iteration + 1, n, label))
 
-    config = HeteroConfig(key_bits=job.key_bits, allow_insecure_key=job.key_bits < SECURE_KEY_BITS)
+    config = HeteroConfig(
+        key_bits=job.key_bits,
+        allow_insecure_key=job.key_bits < SECURE_KEY_BITS,
+        scheme=job.scheme,
+    )
     guest = HeteroGuest(job.params, config=config)
     # The test rows as evaluation set: the metric after every tree (the host sends one bit
     # per test row and split node; the trees do not depend on it).

@@ -330,7 +330,9 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     table, outputs = await _aligned(run, node, run.table(require_label=True))
     assert table.y is not None  # require_label
     train = run.config.train
-    hetero = HeteroConfig(key_bits=train.key_bits, allow_insecure_key=train.insecure_key_bits)
+    hetero = HeteroConfig(
+        key_bits=train.key_bits, allow_insecure_key=train.insecure_key_bits, scheme=train.scheme
+    )
     guest = HeteroGuest(train.params, config=hetero, session_id=HETERO_SESSION)
     n = train.params.n_estimators
     run.reporter.begin(f"training {n} trees with {', '.join(run.hosts)}", n)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -82,18 +83,26 @@ async def _aligned_positions(
 
 
 class HeteroGuest:
-    """The label holder. ``params`` are the core's (:class:`BoostParams`)."""
+    """The label holder. ``params`` are the core's (:class:`BoostParams`).
+
+    ``scheme`` picks the gradients' encryption (``"paillier"``, the default, or ``"ou"``); it
+    is a shortcut for ``config=HeteroConfig(scheme=...)`` and, with a ``config``, overrides
+    its scheme.
+    """
 
     def __init__(
         self,
         params: BoostParams | None = None,
         *,
         config: HeteroConfig | None = None,
+        scheme: str | None = None,
         early_stopping_rounds: int | None = None,
         session_id: str = DEFAULT_SESSION,
         executor: Executor | None = None,
     ) -> None:
         self.params = params
+        if scheme is not None:
+            config = replace(config or HeteroConfig(), scheme=scheme)
         self.config = config
         self.early_stopping_rounds = early_stopping_rounds
         self.session_id = session_id

@@ -122,6 +122,14 @@ def test_small_keys_need_the_explicit_opt_in(tmp_path: Path) -> None:
     assert (config.train.key_bits, config.train.insecure_key_bits) == (1024, True)
 
 
+def test_scheme_is_paillier_unless_asked(tmp_path: Path) -> None:
+    assert load_config(_guest(tmp_path)).train.scheme == "paillier"
+    config = load_config(_guest(tmp_path, train={"scheme": "ou"}))
+    assert config.train.scheme == "ou"
+    with pytest.raises(ConfigError, match=r"train\.scheme: unknown encryption scheme 'rsa'"):
+        load_config(_guest(tmp_path, train={"scheme": "rsa"}))
+
+
 def test_roles_constrain_peers_and_data(tmp_path: Path) -> None:
     host = {"id": "host", "role": "host", "certs": "c", "listen": "127.0.0.1:1"}
     data = {"path": "h.csv"}

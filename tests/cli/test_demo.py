@@ -62,6 +62,17 @@ def test_default_demo_is_hetero_over_tls_processes(capsys: pytest.CaptureFixture
 
 
 @pytest.mark.slow
+def test_hetero_demo_under_okamoto_uchiyama(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--mode", "plain", *SMALL]) == 0
+    plain = _last_json(capsys.readouterr().out)
+    assert main(["demo", "--scheme", "ou", *SMALL]) == 0
+    captured = capsys.readouterr()
+    result = _last_json(captured.out)
+    assert result["auc"] == plain["auc"]  # lossless under OU too
+    assert "1024-bit Okamoto-Uchiyama keys" in captured.err
+
+
+@pytest.mark.slow
 def test_homo_demo_runs_a_server_and_two_clients(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--mode", "plain", *SMALL]) == 0
     plain = _last_json(capsys.readouterr().out)
@@ -106,6 +117,9 @@ def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--timeout" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--mode", "nonsense"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--scheme", "rsa"])
     assert exc.value.code == 2
 
 

@@ -22,13 +22,16 @@ from transports.memory import MemoryNetwork, MemoryTransport
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["paillier", "ou"])
 async def test_guest_and_host_over_mutual_tls(
-    breast: tuple[np.ndarray, np.ndarray], pool: Executor, federation_certs: Path
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, federation_certs: Path, scheme: str
 ) -> None:
     X, y = breast
     Xg, Xh = X[:, :12], X[:, 12:]
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
-    guest = HeteroGuest(params, config=CONFIG, executor=pool)
+    guest = HeteroGuest(params, config=CONFIG, scheme=scheme, executor=pool)
+    assert guest.config is not None
+    assert guest.config.scheme == scheme
     host = HeteroHost(executor=pool, workers=2)
     async with local_federation(WebSocketFabric(federation_certs), ["a", "b"], TRAINING) as c:
         await asyncio.gather(
@@ -53,6 +56,12 @@ def test_facade_checks_its_inputs() -> None:
     with pytest.raises(NotFittedError):
         _ = HeteroHost().model_
     from p2pboost.hetero.estimators import _check_ids
+    from p2pboost.hetero.train import HeteroConfig
+
+    with pytest.raises(InputError, match="unknown encryption scheme 'rsa'"):
+        HeteroGuest(scheme="rsa")
+    with pytest.raises(InputError, match="unknown encryption scheme"):
+        HeteroConfig(scheme="elgamal")
 
     with pytest.raises(InputError, match="unique"):
         _check_ids([1, 1, 2], 3)
