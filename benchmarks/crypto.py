@@ -34,11 +34,11 @@ import numpy as np
 
 from benchmarks._common import emit_json, print_table
 from p2pboost.codec import encode
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.engine import CryptoEngine, default_workers
 from p2pboost.crypto.histogram import build_histogram
 from p2pboost.crypto.keys import SCHEMES, AnyPublicKey, make_keypair
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.gbdt.fixedpoint import choose_grid
 
 _PHE_KEY: Any = None

@@ -40,8 +40,9 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from p2pboost.crypto.additive import MAX_KEY_BITS, MIN_KEY_BITS, CiphertextBatch
 from p2pboost.crypto.ou import OUPublicKey
-from p2pboost.crypto.paillier import MAX_KEY_BITS, MIN_KEY_BITS, CiphertextBatch, PublicKey
+from p2pboost.crypto.paillier import PublicKey
 from p2pboost.exceptions import CodecError, InputError
 
 __all__ = ["DEFAULT_LIMITS", "FORMAT_VERSION", "ExtCode", "Limits", "decode", "encode"]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.compress import compress_parts, open_split_infos
 from p2pboost.crypto.keys import (
     AnyPrivateKey,
@@ -24,7 +25,6 @@ from p2pboost.crypto.keys import (
     public_key_from_bytes,
 )
 from p2pboost.crypto.packing import PackingSpec, pack
-from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import InputError, KeyMismatchError
 
 __all__ = [

@@ -36,9 +36,9 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec, unpack_sums
-from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CryptoError, InputError
 
 __all__ = [

@@ -45,7 +45,7 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 from gmpy2 import mpz
 
-from p2pboost.crypto.paillier import (
+from p2pboost.crypto.additive import (
     CRT_WINDOW_BITS,
     DEFAULT_KEY_BITS,
     MAX_KEY_BITS,

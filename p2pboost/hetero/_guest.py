@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.compress import compressed_count
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CodecError, CryptoError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed

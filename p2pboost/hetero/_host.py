@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPublicKey
-from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram
 from p2pboost.crypto.keys import AnyPublicKey, public_key_from_bytes
-from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import InputError
 
 __all__ = [

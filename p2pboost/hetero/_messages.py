@@ -16,9 +16,10 @@ from typing import Annotated
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.crypto.ou import OUPublicKey
-from p2pboost.crypto.paillier import CiphertextBatch, PublicKey
+from p2pboost.crypto.paillier import PublicKey
 from p2pboost.gbdt.params import MAX_BIN_LIMIT
 from p2pboost.protocols._messages import (
     Array,
