@@ -31,13 +31,14 @@ from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
+from gmpy2 import mpz  # type: ignore[import-untyped]
 
 from benchmarks._common import emit_json, print_table
 from p2pboost.codec import encode
-from p2pboost.crypto.additive import CiphertextBatch
+from p2pboost.crypto.additive import CiphertextBatch, window_products
 from p2pboost.crypto.engine import CryptoEngine, default_workers
 from p2pboost.crypto.histogram import build_histogram
-from p2pboost.crypto.keys import SCHEMES, AnyPublicKey, make_keypair
+from p2pboost.crypto.keys import SCHEMES, AnyPublicKey, make_keypair, make_table
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.gbdt.fixedpoint import choose_grid
 
@@ -62,6 +63,53 @@ def _timed(fn: Any) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def _product_us(mod: Any, w: int, windows: int, count: int, repeats: int) -> float:
+    """Microseconds per table product of the fixed-base kernel (:func:`window_products`) for
+    ``windows`` rows of ``2**w`` random residues modulo ``mod`` (the least of ``repeats``)."""
+    rng = np.random.default_rng(2)
+    size = max(8, (int(mod).bit_length() + 7) // 8)
+    rows = [
+        [mpz.from_bytes(rng.bytes(size), "big") % mod for _ in range(1 << w)]
+        for _ in range(windows)
+    ]
+    cols = [list(rng.integers(0, 1 << w, count).tolist()) for _ in range(windows)]
+    best = min(_timed(lambda: window_products(rows, mod, cols)) for _ in range(repeats))
+    return 1e6 * best / (windows * count)
+
+
+def _anatomy(
+    scheme: str, keys: tuple[Any, Any], packed_bits: int, repeats: int
+) -> dict[str, float]:
+    """One encryption by the key owner, taken apart (one core): its table products per CRT
+    modulus, the measured cost of a product from Python, the interpreter's share of it (the same
+    kernel on 61-bit numbers) and so the arithmetic a native kernel would still have to do."""
+    public_key, private_key = keys
+    table = make_table(public_key, private_key)
+    w = table.window_bits
+    r_windows = table.windows
+    if scheme == "ou":
+        moduli = [private_key.psquare, private_key.q]
+        windows = r_windows + -(-packed_bits // w)  # h**r, then g**m for a packed row
+    else:
+        moduli = [private_key.psquare, private_key.qsquare]
+        windows = r_windows
+    count = 1000
+    plain = [int(v) for v in np.random.default_rng(3).integers(0, 2**62, count)]
+    plain = [v << (packed_bits - 62) | v for v in plain]
+    enc_us = 1e6 * min(_timed(lambda: table.encrypt_many(plain)) for _ in range(repeats)) / count
+    interp = _product_us(mpz((1 << 61) - 1), w, windows, count, repeats)
+    per_mod = [_product_us(mod, w, windows, count, repeats) for mod in moduli]
+    arith = sum(windows * max(0.0, t - interp) for t in per_mod)
+    return {
+        "products": float(windows * len(moduli)),
+        "encrypt_us": enc_us,
+        "product_us": sum(per_mod) / len(per_mod),
+        "interpreter_us": interp,
+        "python_products_us": sum(windows * t for t in per_mod),
+        "native_estimate_us": arith,
+    }
 
 
 def _histogram_rates(
@@ -166,6 +214,7 @@ def main(argv: list[str]) -> int:
     h = rng.uniform(0, 0.25, args.n)
     med = statistics.median
     per_scheme: dict[str, dict[str, Any]] = {}
+    anatomies: dict[str, dict[str, float]] = {}
     specs = {}
     for s in schemes:
         pk = keys[s][0]
@@ -177,7 +226,11 @@ def main(argv: list[str]) -> int:
         )
         wire = [ciphertexts[s][i % len(ciphertexts[s])] for i in range(10_000)]
         wire_bytes = len(encode(CiphertextBatch.from_ciphertexts(pk, wire))) / 10_000
+        anatomy = _anatomy(s, keys[s], spec.row_bits[0], repeats)
+        anatomies[s] = anatomy
         per_scheme[s] = {
+            "encrypt_us_1core": round(anatomy["encrypt_us"], 2),
+            "encrypt_native_estimate_us": round(anatomy["native_estimate_us"], 2),
             "encrypt_per_s": round(med(enc_rates[s]), 1),
             "add_per_s": round(med(add_rates[s][0]), 1),
             "floor_add_per_s": round(med(add_rates[s][1]), 1),
@@ -217,8 +270,15 @@ def main(argv: list[str]) -> int:
     ]
     for s in schemes:
         r, c = per_scheme[s], specs[s].split_infos_per_plaintext
+        a = anatomies[s]
         rows += [
             (f"[{s}] key generation (s)", keygen_s[s]),
+            (f"[{s}] one encryption, 1 core (us)", a["encrypt_us"]),
+            (f"[{s}]   table products (windows x CRT moduli)", a["products"]),
+            (f"[{s}]   us per product from Python (mean of moduli)", a["product_us"]),
+            (f"[{s}]   of which interpreter (same kernel, 61-bit)", a["interpreter_us"]),
+            (f"[{s}]   products from Python (us)", a["python_products_us"]),
+            (f"[{s}]   arithmetic only: native-kernel estimate (us)", a["native_estimate_us"]),
             (f"[{s}] engine start + tables (s)", setup_s[s]),
             (f"[{s}] encrypt/s (median)", r["encrypt_per_s"]),
             (f"[{s}]   randomisers made ahead/s", ahead[s][0]),

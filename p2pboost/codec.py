@@ -23,7 +23,7 @@ code   Python type          payload
 5      OUPublicKey          ``OUPublicKey.to_bytes()`` (``u16 key_bytes, n, g, h``)
 =====  ===================  ====================================================================
 
-A decoded :class:`~p2pboost.crypto.paillier.CiphertextBatch` is *unbound*: its shape is checked
+A decoded :class:`~p2pboost.crypto.additive.CiphertextBatch` is *unbound*: its shape is checked
 but its numbers are not compared with any modulus yet. ``batch.ciphertexts(public_key)`` binds
 it, raising :class:`~p2pboost.exceptions.KeyMismatchError` for a foreign key (or the other
 scheme) and :class:`CodecError` for a value outside ``(0, modulus)``. Decoded arrays are

@@ -14,7 +14,7 @@ split-infos is the host's to choose: it shuffles them first (:mod:`p2pboost.hete
 neither the order nor which sums share a ciphertext says anything about their features.
 
 Two kernels run in worker processes with bytes in and bytes out (fixed-width big-endian
-ciphertexts, as :class:`~p2pboost.crypto.paillier.CiphertextBatch` carries them), so no list of
+ciphertexts, as :class:`~p2pboost.crypto.additive.CiphertextBatch` carries them), so no list of
 big integers ever crosses a process boundary:
 
 * :func:`compress_parts` (host): the product of several partial sums of each split-info (a

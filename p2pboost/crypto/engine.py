@@ -16,15 +16,17 @@ the CRT constants) by fingerprint: built once per worker and key, never per task
 **Fused steps, bytes across the boundary.** Pickling a 2048-bit integer costs about as much as
 a few modular products, and a list of them is rebuilt object by object on the other side. The
 protocol's steps therefore each run as one task whose inputs and outputs are numpy arrays or
-fixed-width big-endian ciphertext bytes (what :class:`~p2pboost.crypto.paillier.CiphertextBatch`
+fixed-width big-endian ciphertext bytes (what :class:`~p2pboost.crypto.additive.CiphertextBatch`
 carries on the wire): :meth:`CryptoEngine.encrypt_packed` (pack and encrypt a chunk of rows),
 :meth:`CryptoEngine.open_split_infos` (decrypt and unpack a package) and
 :meth:`CryptoEngine.compress_parts` (multiply partial sums and compress them).
 
-**Randomisers made ahead of time.** Encryption's cost is the random factor ``hs**a``; with a
-factor made earlier it is one product. :meth:`CryptoEngine.precompute` makes factors on the
-pool and keeps them *in the engine* as bytes (any worker can then use any of them, whatever
-executor runs the tasks), up to ``stash_limit``; every encryption takes its factors out of the
+**Randomisers made ahead of time.** Most of an encryption's cost is the random factor
+(Paillier's ``hs**a``, OU's ``h**r``); with a factor made earlier a Paillier encryption is one
+product and an OU one is ``g**m`` (a short fixed-base exponent) and one product.
+:meth:`CryptoEngine.precompute` makes factors on the pool and keeps them *in the engine* as
+bytes (any worker can then use any of them, whatever executor runs the tasks), up to
+``stash_limit``; every encryption takes its factors out of the
 stash before it is sent, so a factor serves exactly one ciphertext.
 :meth:`CryptoEngine.precompute_while_idle` does it only while no other task of the engine is
 in flight (the guest waiting for the hosts) and only on processors nobody else needs. The
