@@ -22,6 +22,7 @@ families keeps working.
     ├── SessionClosed                      the session or channel was closed (normally or not)
     ├── TransportError (ConnectionError)   the link below the protocols failed
     │   ├── HandshakeError                 TLS or identity check refused a connection
+    │   │   └── PeerUnreachable            ...every time: waiting will not help; names the peer
     │   ├── PeerDisconnected               a peer went away and did not come back in time
     │   └── FrameTooLarge                  a frame larger than the configured limit
     └── DeadlineExceeded (TimeoutError)    an operation ran past its deadline
@@ -47,6 +48,7 @@ __all__ = [
     "NotFittedError",
     "P2PBoostError",
     "PeerDisconnected",
+    "PeerUnreachable",
     "ProtocolError",
     "RemoteProtocolError",
     "SessionClosed",
@@ -135,6 +137,18 @@ class TransportError(P2PBoostError, ConnectionError):
 
 class HandshakeError(TransportError):
     """A connection was refused by the TLS handshake or the party-identity check."""
+
+
+class PeerUnreachable(HandshakeError):
+    """Every attempt to connect to a peer is refused for a reason that waiting will not fix: a
+    certificate from another CA, a certificate naming another party (a misspelled peer id), no
+    TLS on the peer's port. Sessions with the peer end with it at once instead of after
+    ``reconnect_timeout``; the message says the cause and what to check. ``peer`` names the
+    party."""
+
+    def __init__(self, peer: str, message: str) -> None:
+        super().__init__(message)
+        self.peer = peer
 
 
 class PeerDisconnected(TransportError):

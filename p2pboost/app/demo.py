@@ -125,6 +125,10 @@ def _split(seed: int) -> tuple[F64, F64, npt.NDArray[np.intp], npt.NDArray[np.in
     return X, y, order[n_test:], order[:n_test]
 
 
+#: How the progress lines name each encryption scheme.
+_SCHEME_NAMES = {"paillier": "Paillier", "ou": "Okamoto-Uchiyama"}
+
+
 def run_demo(
     mode: str = DEFAULT_MODE,
     *,
@@ -270,7 +274,8 @@ def _hetero(
     key_bits, scheme = key
     if key_bits < SECURE_KEY_BITS:
         say(
-            f"note: the demo uses {key_bits}-bit keys for speed; real deployments "
+            f"note: the demo uses {key_bits}-bit {_SCHEME_NAMES[scheme]} keys for speed; real"
+            " deployments "
             f"default to {SECURE_KEY_BITS} (try --key-bits {SECURE_KEY_BITS})"
         )
     say(
@@ -430,7 +435,7 @@ async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.hetero.train import HeteroConfig
 
     n = job.params.n_estimators
-    name = "Paillier" if job.scheme == "paillier" else "Okamoto-Uchiyama"
+    name = _SCHEME_NAMES[job.scheme]
     send("progress", f"training {n} trees ({job.key_bits}-bit {name} keys)...")
     t0 = time.perf_counter()
 

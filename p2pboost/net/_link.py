@@ -38,7 +38,7 @@ from p2pboost.net._frames import (
     parse_message,
 )
 from transports.base import Connection, Transport
-from transports.errors import TransportError
+from transports.errors import HandshakeError, TransportError
 
 __all__ = ["FrameSink", "Link", "LinkHooks", "LinkSettings"]
 
@@ -59,6 +59,12 @@ class LinkSettings:
     backoff_initial: float
     backoff_max: float
 
+
+#: Identical refusals in a row after which a refused handshake counts as permanent (one alone
+#: may be a race with a peer restarting; two are a certificate, an id or a port that is wrong).
+PERMANENT_AFTER = 2
+#: Seconds between the lines that say a peer is still unreachable (the rest go to DEBUG).
+RETRY_LOG_INTERVAL = 30.0
 
 #: Takes the frames of one transport message from ``peer``, in sequence order; ``batched``:
 #: several frames shared the message (their payloads are views into it).
@@ -155,6 +161,14 @@ class Link:
         self.connections = 0
         self.dial_attempts = 0
         self.link_errors = 0
+        # -- why dialing fails --
+        #: Set when every dial is refused by the handshake for the same reason (cleared by the
+        #: next connection that works): waiting will not fix it, so sessions fail at once.
+        self.fatal: Exception | None = None
+        self._failure: str | None = None
+        self._failures = 0
+        self._failing_since = 0.0
+        self._logged_at = 0.0
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -243,6 +257,7 @@ class Link:
                 self._apply_hello(hello)
                 self.connections += 1
                 self.connected = True
+                self.fatal, self._failure, self._failures = None, None, 0
                 self.away_since = self.last_recv = self.last_send = self._loop.time()
                 self.hooks.state_changed(self)
                 tasks = [
@@ -294,10 +309,11 @@ class Link:
                 async with asyncio.timeout(s.connect_timeout):
                     conn = await transport.connect(self.dial_address, peer_id=self.peer)
             except TransportError as exc:
-                explained = self.hooks.explain(exc)
-                logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, explained)
+                self._dial_failed(
+                    self.hooks.explain(exc), permanent=isinstance(exc, HandshakeError)
+                )
             except (TimeoutError, OSError) as exc:
-                logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, exc)
+                self._dial_failed(exc, permanent=False)
             except Exception:  # a transport bug must not stop the node from retrying
                 logger.exception("%s: connecting to %r failed", self.local_id, self.peer)
             else:
@@ -309,6 +325,35 @@ class Link:
             delay = min(s.backoff_max, s.backoff_initial * 2**attempt)
             attempt = min(attempt + 1, 30)
             await asyncio.sleep(delay / 2 + rng.random() * delay / 2)
+
+    def _dial_failed(self, error: BaseException, *, permanent: bool) -> None:
+        """Count a failed dial; log the first of a run and then one line per
+        :data:`RETRY_LOG_INTERVAL`; after :data:`PERMANENT_AFTER` identical handshake refusals
+        set :attr:`fatal` (and tell the node, which ends the sessions waiting on the peer)."""
+        now = self._loop.time()
+        text = str(error)
+        if text != self._failure:
+            self._failure, self._failures, self._failing_since = text, 0, now
+        self._failures += 1
+        if self._failures == 1 or now - self._logged_at >= RETRY_LOG_INTERVAL:
+            self._logged_at = now
+            if self._failures == 1:
+                logger.info("%s: cannot reach %r: %s", self.local_id, self.peer, text)
+            else:
+                logger.info(
+                    "%s: still cannot reach %r at %s (%d attempts in %.0f s): %s",
+                    self.local_id,
+                    self.peer,
+                    self.dial_address,
+                    self._failures,
+                    now - self._failing_since,
+                    text,
+                )
+        else:
+            logger.debug("%s: cannot reach %r: %s", self.local_id, self.peer, text)
+        if permanent and self._failures >= PERMANENT_AFTER and self.fatal is None:
+            self.fatal = error if isinstance(error, Exception) else None
+            self.hooks.state_changed(self)
 
     # -- HELLO --------------------------------------------------------------------------------
 

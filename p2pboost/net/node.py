@@ -44,6 +44,7 @@ from p2pboost.exceptions import (
     ConfigError,
     LocalProtocolError,
     PeerDisconnected,
+    PeerUnreachable,
 )
 from p2pboost.exceptions import TransportError as P2PBoostTransportError
 from p2pboost.net._channel import Channel, SessionState, StreamWriter
@@ -300,9 +301,28 @@ class Node:
             for session in self._mux.unclaimed():
                 if now - session.created_at > c.unclaimed_timeout:
                     await session.abort("not claimed by the application in time")
+            refused = {p: link.fatal for p, link in self._links.items() if link.fatal is not None}
+            if refused:
+                self._end_refused(refused)
             absent = {p: link.away_since for p, link in self._links.items() if not link.connected}
             if absent:
                 self._end_absent(absent, now)
+
+    def _end_refused(self, refused: Mapping[str, Exception]) -> None:
+        """End at once the sessions with peers whose every connection is refused for a reason
+        waiting will not fix (the link says so after repeated identical handshake refusals)."""
+        for session, members in self._mux.waiting_on(refused):
+            peer = members[0]
+            self._mux.fail(session, self._unreachable(peer, refused[peer]), notify_except=peer)
+
+    def _unreachable(self, peer: str, cause: Exception) -> PeerUnreachable:
+        return PeerUnreachable(
+            peer,
+            f"cannot connect to party {peer!r}: {cause}. Waiting will not"
+            " fix this: check that the address is the party's, that its id is spelled as in its"
+            " certificate, and that both certificates come from the federation's CA"
+            " (p2pboost certs)",
+        )
 
     def _end_absent(self, absent: Mapping[str, float], now: float) -> None:
         """End the sessions of peers away for longer than ``reconnect_timeout`` (counted from
@@ -347,7 +367,9 @@ class Node:
         """Wait until a connection to ``peer`` is up (bound it with ``asyncio.timeout``).
 
         Lets a service fail fast while a peer is away instead of queueing work behind a
-        re-dial: online serving checks this before sending a batch.
+        re-dial: online serving checks this before sending a batch. Raises
+        :class:`~p2pboost.exceptions.PeerUnreachable` when every dial is refused for a reason
+        waiting will not fix.
         """
         self._check_running()
         self._mux.check_peers([peer])
@@ -359,6 +381,8 @@ class Node:
             event = self._connected_events[peer] = asyncio.Event()
         event.clear()
         while not link.connected:
+            if link.fatal is not None:
+                raise self._unreachable(peer, link.fatal)
             await event.wait()
             event.clear()
 
