@@ -227,6 +227,10 @@ class Session:
                 ch.wake()
 
 
+#: ABORTs for sessions not opened yet that a node keeps (the oldest are forgotten first).
+EARLY_ABORTS_KEPT = 256
+
+
 class Mux:
     """The sessions of one node and the dispatch of every frame its links deliver.
 
@@ -263,6 +267,10 @@ class Mux:
         self._pending: dict[tuple[str, str], Session] = {}  # unclaimed, by (id, peer), in order
         # (id, peer) of recently ended sessions: their late frames are dropped.
         self._ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # ABORTs for sessions nobody here has opened yet, by (id, peer): (reason, when). The
+        # application may open the session later; it must then fail at once, not wait for a
+        # peer that has already given up (bounded, and expiring after ``unclaimed_timeout``).
+        self._early_aborts: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._opened: Counter[str] = Counter()  # live sessions each peer opened here
         self._incoming = asyncio.Event()  # a pending session may be ready for accept()
         self._refusing = False  # the node is closing: peers may open no new session
@@ -317,7 +325,35 @@ class Mux:
         self._sessions[session_id] = session
         if session.state is not SessionState.OPEN:  # a peer broke the rules before the claim
             session._tell_failed(sorted(declared - told), str(session.error))
+        self._apply_early_abort(session, declared)
         return session
+
+    def _remember_abort(self, sid: str, peer: str, reason: str) -> None:
+        """Keep an ABORT for a session not opened here (unless it is about one that just ended
+        here: then it is late news of that one)."""
+        if (sid, peer) in self._ended:
+            return
+        self._early_aborts[(sid, peer)] = (reason, asyncio.get_running_loop().time())
+        self._early_aborts.move_to_end((sid, peer))
+        while len(self._early_aborts) > EARLY_ABORTS_KEPT:
+            self._early_aborts.popitem(last=False)
+
+    def _apply_early_abort(self, session: Session, declared: Collection[str]) -> None:
+        """Fail a session the application just opened if one of its peers aborted it first."""
+        now = asyncio.get_running_loop().time()
+        for peer in sorted(declared):
+            early = self._early_aborts.pop((session.id, peer), None)
+            if early is None or now - early[1] > self.config.unclaimed_timeout:
+                continue
+            if session.state is SessionState.OPEN:
+                session._fail(
+                    SessionClosed(
+                        f"session {session.id!r} aborted by peer {peer!r} before it was"
+                        " opened here",
+                        reason=early[0],
+                    ),
+                    notify_except=peer,
+                )
 
     def _adopt(self, adopted: list[Session]) -> tuple[Session, set[str]]:
         """One session out of the pending sessions of declared peers: the oldest takes in the
@@ -371,6 +407,8 @@ class Mux:
                 if session is None or peer not in session._peers:
                     session = self._pending.get((frame.session, peer))
                     if session is None:
+                        if isinstance(frame, Abort):
+                            self._remember_abort(frame.session, peer, frame.reason)
                         continue  # ended here already, or not the peer's: nothing to do
                 if isinstance(frame, Credit):
                     ch = session._channels.get((peer, frame.channel))

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from p2pboost import certs
-from p2pboost.exceptions import PeerUnreachable
+from p2pboost.exceptions import PeerUnreachable, SessionClosed
 from p2pboost.net.config import NodeConfig
 from p2pboost.net.node import Node
-from p2pboost.testing import time_factor
+from p2pboost.testing import FAST, MemoryFabric, local_federation, time_factor, wait_until
 
 #: Production defaults: only the failure's own speed may make these tests fast.
 CONFIG = NodeConfig()
@@ -144,3 +144,31 @@ class socket_reserved:
 
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
+
+
+async def test_an_abort_before_the_session_is_opened_fails_the_late_opener() -> None:
+    """``a`` opens a session with ``b`` and gives up before ``b`` opens it: ``b`` must not wait
+    forever for a party that has left (the ABORT used to be dropped)."""
+    async with local_federation(MemoryFabric(), ["a", "b"], FAST) as c:
+        before = c["b"].stats().peers["a"].wire_messages_received
+        async with c["a"].session("train", peers=["b"]) as early:
+            await early.abort("the guest's data failed to load")
+        await wait_until(lambda: c["b"].stats().peers["a"].wire_messages_received > before)
+        t0 = time.perf_counter()
+        with pytest.raises(SessionClosed) as caught:
+            await _recv_within(c["b"], "train", "a", 2.0 * time_factor())
+        assert time.perf_counter() - t0 < 2.0 * time_factor()
+        assert "aborted by peer 'a' before it was opened here" in str(caught.value)
+        assert "the guest's data failed to load" in str(caught.value)
+        # The next session of the same name is a new one: it works.
+        async with (
+            c["a"].session("train", peers=["b"]) as sa,
+            c["b"].session("train", peers=["a"]) as sb,
+        ):
+            await sa.channel("b").send(1)
+            assert await sb.channel("a").recv() == 1
+
+
+async def _recv_within(node: Node, sid: str, peer: str, seconds: float) -> object:
+    async with asyncio.timeout(seconds), node.session(sid, peers=[peer]) as session:
+        return await session.channel(peer).recv()
