@@ -87,6 +87,9 @@ class HeteroConfig:
     while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
     next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
     are kept), so that tree's encryption costs one product per row for those.
+    ``hello_timeout``: seconds the guest waits for every host to start (its first message);
+    a host that is connected but runs something else (another task, other settings) is then
+    named instead of being waited for until the node gives up on the session.
     """
 
     key_bits: int = 2048
@@ -96,9 +99,12 @@ class HeteroConfig:
     workers: int | None = None
     precompute: bool = True
     stash_bytes: int = 64 * 1024 * 1024
+    hello_timeout: float = 120.0
 
     def __post_init__(self) -> None:
         check_scheme(self.scheme)
+        if not self.hello_timeout > 0:
+            raise InputError("hello_timeout must be > 0")
         if self.chunk_rows < 1:
             raise InputError("chunk_rows must be at least 1")
         if self.workers is not None and self.workers < 1:

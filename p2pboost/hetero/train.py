@@ -52,13 +52,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import (
+    DeadlineExceeded,
     InputError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
@@ -146,7 +147,7 @@ async def guest_train(
         )
         for k, h in enumerate(hosts, start=1)
     ]
-    hellos = await gather_or_cancel(*(recv(link.ctl, Hello) for link in links))
+    hellos = await _hellos(links, config.hello_timeout)
     for link, hello in zip(links, hellos, strict=True):
         if hello.version != VERSION:
             raise reject(link.name, "unsupported protocol version")
@@ -227,6 +228,30 @@ async def guest_train(
 
 
 # -- host --------------------------------------------------------------------------------------
+
+
+async def _hellos(links: Sequence[HostLink], seconds: float) -> list[Hello]:
+    """Every host's first message, within ``seconds``: a host that fails fails the wait at
+    once; hosts that say nothing in time are named in a DeadlineExceeded (which is why this
+    is not a plain ``asyncio.timeout``)."""
+    waits = [asyncio.ensure_future(recv(link.ctl, Hello)) for link in links]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
+        for fut in done:
+            if fut.exception() is not None:
+                raise cast(BaseException, fut.exception())
+        silent = [link.name for link, fut in zip(links, waits, strict=True) if not fut.done()]
+        if silent:
+            raise DeadlineExceeded(
+                f"host(s) {silent} did not start training within {seconds:g} s "
+                "(HeteroConfig.hello_timeout): check that they run the training task with this "
+                "guest, with the same settings (PSI on both sides or on neither)"
+            )
+        return [fut.result() for fut in waits]
+    finally:
+        for fut in waits:
+            fut.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
 
 async def host_train(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from p2pboost.crypto.paillier import CiphertextBatch
-from p2pboost.exceptions import RemoteProtocolError
+from p2pboost.exceptions import DeadlineExceeded, InputError, RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.train import guest_train, host_train
@@ -162,3 +162,37 @@ async def test_host_refuses_a_malformed_layer(
             await host()
         rogue.cancel()
         await asyncio.gather(rogue, return_exceptions=True)
+
+
+async def test_guest_names_a_host_that_never_starts_training(pool: Executor, keys: Keys) -> None:
+    """Host ``c`` is connected but runs nothing (another task, other settings): the guest names
+    it after ``hello_timeout`` instead of waiting until the node gives up on the session."""
+    X, y = _data()
+    async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+
+        async def host() -> None:
+            async with c["b"].session("train", peers=["a"]) as s:
+                await host_train(s, "a", X[:, 1:], executor=pool, workers=1)
+
+        async def guest() -> None:
+            async with c["a"].session("train", peers=["b", "c"]) as s:
+                await guest_train(
+                    s,
+                    ["b", "c"],
+                    X[:, :1],
+                    y,
+                    BoostParams(n_estimators=1),
+                    config=replace(CONFIG, hello_timeout=0.5),
+                    executor=pool,
+                    keys=keys,
+                )
+
+        waiting_host = asyncio.ensure_future(host())
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(DeadlineExceeded, match=r"host\(s\) \['c'\] did not start training"):
+            await guest()
+        assert asyncio.get_running_loop().time() - t0 < 5.0
+        waiting_host.cancel()
+        await asyncio.gather(waiting_host, return_exceptions=True)
+    with pytest.raises(InputError, match="hello_timeout"):
+        replace(CONFIG, hello_timeout=0)
