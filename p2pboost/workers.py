@@ -11,6 +11,10 @@ Pools use the ``spawn`` start method: ``fork`` from a process with running threa
 loop's executor threads, OpenSSL's) can deadlock, and spawn behaves the same on every platform.
 Scripts that create a pool need the usual ``if __name__ == "__main__":`` guard.
 
+Workers outlive no party: a party killed (SIGKILL, or SIGTERM's default action) cannot shut its
+pools down, and their workers would wait for tasks forever. Every worker therefore watches its
+parent and exits about half a second after its death (:func:`_start_parent_watch`, POSIX).
+
 Some work keeps state in a worker between tasks: a vertical host keeps its shard of a tree's
 ciphertexts and the partial histograms of the frontier in the process that built them, so per
 layer only row numbers go in and candidate bytes come out. A process pool may run any task on
@@ -31,6 +35,7 @@ import contextlib
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any, ParamSpec, TypeVar
@@ -50,6 +55,12 @@ T = TypeVar("T")
 
 #: How much workers lower their priority (0 = normal, 19 = lowest on Linux).
 WORKER_NICENESS = 10
+
+#: How often (seconds) a worker checks that its parent is still alive.
+_PARENT_POLL_SECONDS = 0.5
+
+#: Exit status of a worker that ended because its parent was gone.
+_ORPHAN_EXIT_CODE = 70
 
 
 def default_workers() -> int:
@@ -77,7 +88,56 @@ def spare_cpus() -> int | None:
     return max(0, default_workers() - (runnable - 1))
 
 
+def _watch_parent(parent: int, interval: float) -> None:
+    """End this process once its parent ``parent`` is gone (checked every ``interval`` s).
+
+    POSIX hands an orphan to another process (init, or the nearest subreaper), so ``getppid``
+    stops being ``parent`` the moment the parent dies, however it died. That other process was
+    alive beside the parent, so it never has the parent's pid.
+    """
+    while os.getppid() == parent:
+        time.sleep(interval)
+    os._exit(_ORPHAN_EXIT_CODE)  # nobody is left to report to, nothing to flush
+
+
+def _start_parent_watch(interval: float = _PARENT_POLL_SECONDS) -> None:
+    """End this worker within ``interval`` seconds of its parent's death (once it gets the CPU).
+
+    Why: a party killed by SIGKILL cannot tell its children anything, and one ended by SIGTERM
+    (Python's default action) dies without running ``atexit`` or the pool's shutdown either. A
+    ``ProcessPoolExecutor`` worker waits for its next task in a blocking read of the call
+    queue, which never sees end-of-file: each worker holds the queue's write end as well. So the
+    workers were re-parented to init and lived on (about 58 MB each) for good. Once they are
+    gone, multiprocessing's resource tracker exits by itself: it reads a pipe whose only
+    writers are the party and the processes it spawned, sees end-of-file and unlinks what
+    they leaked.
+
+    The parent is the pid that multiprocessing recorded when it created this process, not
+    ``getppid()`` now: a parent that died before this runs is then noticed at once. Polling
+    ``getppid`` rather than Linux's ``PR_SET_PDEATHSIG``: the death signal follows the *thread*
+    that started the child, and pools start workers from whichever thread submits, so a
+    short-lived thread (``asyncio.to_thread``) ending would kill healthy workers. A check every
+    half second costs nothing measurable.
+
+    Windows does not re-parent (``getppid`` keeps naming the dead parent), so there is nothing
+    to poll and no watch is started.
+    """
+    if os.name != "posix":
+        return
+    spawner = multiprocessing.parent_process()
+    parent = spawner.pid if spawner is not None and spawner.pid is not None else os.getppid()
+    threading.Thread(
+        target=_watch_parent, args=(parent, interval), name="p2pboost-parent-watch", daemon=True
+    ).start()
+
+
 def _start_worker(initializer: Callable[..., object] | None, initargs: tuple[Any, ...]) -> None:
+    """Start-up of every pool worker: watch the parent, lower priority, then ``initializer``.
+
+    The watch comes first so that a worker whose parent dies during a long ``initializer``
+    still goes (see :func:`_start_parent_watch`).
+    """
+    _start_parent_watch()
     with contextlib.suppress(OSError, AttributeError):  # not permitted, or no os.nice
         os.nice(WORKER_NICENESS)
     if initializer is not None:
