@@ -15,9 +15,14 @@ from p2pboost.protocols._messages import families, wire_reference
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "wire.md"
 BEGIN, END = "<!-- messages:begin -->", "<!-- messages:end -->"
 #: Every module that defines a message family (importing registers its messages).
-FAMILY_MODULES = ("p2pboost.protocols.psi", "p2pboost.hetero._messages", "p2pboost.homo._messages")
+FAMILY_MODULES = (
+    "p2pboost.protocols.psi",
+    "p2pboost.hetero._messages",
+    "p2pboost.homo._messages",
+    "p2pboost.app._plan",
+)
 #: The families, in the order of the page.
-ORDER = ["psi", "hetero-train", "hetero-predict", "hetero-serve", "homo"]
+ORDER = ["psi", "hetero-train", "hetero-predict", "hetero-serve", "homo", "party-plan"]
 
 
 def _library_families() -> set[str]:

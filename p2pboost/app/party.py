@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.app._plan import agree
 from p2pboost.app.config import DataConfig, PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
 from p2pboost.gbdt.callbacks import CallbackEnv
@@ -204,7 +205,10 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
     """Run ``config.task`` as ``config.role``; errors are p2pboost exceptions naming the cause.
 
     A peer that never answers (wrong address, not started) fails after
-    ``node.reconnect_timeout`` with :class:`PeerDisconnected` naming it and its address.
+    ``node.reconnect_timeout`` with :class:`PeerDisconnected` naming it and its address. PSI
+    and training runs first agree with the peers on the settings they must share
+    (:mod:`p2pboost.app._plan`, at their first exchange): a difference fails at once on every
+    side, naming it.
     """
     key = (config.role, config.task)
     if key not in _TASKS and key not in _LOCAL_TASKS:
@@ -268,6 +272,7 @@ async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np
     guest = run.config.role is Role.GUEST
     peers = run.hosts if guest else [run.peer]
     run.reporter.info(f"PSI: matching {ids.size} ids with {', '.join(peers)}...")
+    await agree(node, run.config, peers)
     t0 = time.perf_counter()
     async with node.session(f"{HETERO_SESSION}-psi", peers=peers) as session:
         if guest:
@@ -315,7 +320,10 @@ def _tree_callback(run: _Run) -> Any:
 
 
 async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Path]]:
+    """The training rows (PSI first, unless ``train.psi = false``), after the parties agreed
+    on their settings (inside :func:`_align` when PSI runs)."""
     if not run.config.train.psi:
+        await agree(node, run.config, list(run.config.peers))
         return table, []
     keep = await _align(run, node, table.ids)
     y = None if table.y is None else table.y[keep]
@@ -382,6 +390,7 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
     clients = list(run.config.peers)
     n = run.config.train.params.n_estimators
     run.reporter.info(f"coordinating {n} trees with {', '.join(clients)}...")
+    await agree(node, run.config, clients)
     t0 = time.perf_counter()
     server = await HomoServer(run.config.train.params, session=HOMO_SESSION).afit(node, clients)
     seconds = time.perf_counter() - t0
@@ -395,6 +404,7 @@ async def _train_client(run: _Run, node: Node) -> PartyResult:
 
     table = run.table(require_label=True)
     run.reporter.info(f"training with {run.peer} on {table.ids.size} local rows...")
+    await agree(node, run.config, [run.peer])
     client = HomoClient(run.config.train.params, identity=run.config.certs, session=HOMO_SESSION)
     await client.afit(node, run.peer, table.X, table.y)
     client.model_.save(run.config.model_path)

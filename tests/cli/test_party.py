@@ -25,6 +25,7 @@ from p2pboost.testing import time_factor
 from tests.cli.conftest import (
     COMMON,
     FAST_NODE,
+    FAST_TRAIN,
     finish,
     free_port,
     party_configs,
@@ -299,3 +300,35 @@ def test_sigterm_stops_a_waiting_party_cleanly(
     assert code == 143
     assert "p2pboost: host: stopped (SIGTERM)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("guest_changes", "host_task", "expected"),
+    [
+        ({"psi": False}, "train", "train.psi: false here, true at 'host'"),
+        ({}, "psi", "task: 'train' here, 'psi' at 'host'"),
+    ],
+)
+def test_parties_configured_differently_fail_at_once_naming_the_difference(
+    tmp_path: Path,
+    cert_root: Path,
+    vertical: tuple[Path, Path],
+    guest_changes: dict[str, Any],
+    host_task: str,
+    expected: str,
+) -> None:
+    """A guest with PSI and a host without it (or running another task) used to wait in
+    different sessions until the node gave up; now both stop within seconds, naming the key."""
+    guest_toml, host_toml = party_configs(
+        tmp_path, cert_root, port=free_port(), train={**FAST_TRAIN, **guest_changes}
+    )
+    t0 = time.monotonic()
+    host = start_cli("party", "--config", str(host_toml), "--task", host_task)
+    guest = start_cli("party", "--config", str(guest_toml))
+    (g_code, _, g_err), (h_code, _, h_err) = finish(guest), finish(host)
+    assert time.monotonic() - t0 < 30 * time_factor()  # process start-up included
+    assert (g_code, h_code) == (1, 1), f"guest:\n{g_err}\nhost:\n{h_err}"
+    assert expected in g_err
+    assert "configured differently" in h_err
+    assert "Traceback" not in g_err + h_err
