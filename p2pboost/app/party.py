@@ -396,7 +396,16 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
     seconds = time.perf_counter() - t0
     server.model_.save(run.config.model_path)
     run.reporter.info(f"trained {n} trees in {seconds:.1f} s")
-    return run.result([run.config.model_path], trees=n, s_per_tree=round(seconds / n, 6))
+    dropped = server.result_.dropped
+    for client, why in dropped.items():
+        logger.warning("client %s was dropped from the run: %s", client, why)
+    return run.result(
+        [run.config.model_path],
+        trees=n,
+        s_per_tree=round(seconds / n, 6),
+        clients=server.result_.clients,
+        dropped=dropped,
+    )
 
 
 async def _train_client(run: _Run, node: Node) -> PartyResult:

@@ -72,7 +72,7 @@ class Restart(Exception):
 
 
 class _Dropped(Exception):
-    """A client did not answer in time or its session ended."""
+    """A client did not answer in time or its session ended (``args[0]``: why)."""
 
 
 class Federation:
@@ -91,6 +91,8 @@ class Federation:
         self.tap = tap
         self.run_id = run_id
         self.active = sorted(sessions)
+        #: Clients dropped from the run, and why (for the server's result and its operator).
+        self.dropped: dict[str, str] = {}
         self.members: list[str] | None = None  # the current epoch's (None: must renew keys)
         self.epoch = 0
         self.round = 0
@@ -111,12 +113,15 @@ class Federation:
                 await send(ch, msg)
                 reply = await ch.recv()
         except TimeoutError:
-            raise _Dropped(client) from None
+            raise _Dropped(
+                f"no answer within round_timeout {self.config.round_timeout:g} s"
+                f" ({self.phase.value})"
+            ) from None
         except RemoteProtocolError:
             raise
         except (P2PBoostError, ConnectionError) as exc:
             logger.warning("client %s dropped (%s): %s", client, self.phase.value, exc)
-            raise _Dropped(client) from None
+            raise _Dropped(f"{exc} ({self.phase.value})") from None
         self._tap("recv", client, reply)
         return decode(reply, expect, client)
 
@@ -125,27 +130,30 @@ class Federation:
     ) -> dict[str, R]:
         """Send each client its message and collect replies; silent clients are dropped."""
 
-        async def one(c: str) -> tuple[str, R | None]:
+        async def one(c: str) -> tuple[str, R | str]:
             try:
                 return c, await self._ask(c, msgs[c], expect)
-            except _Dropped:
-                return c, None
+            except _Dropped as why:
+                return c, str(why)
 
         results = await asyncio.gather(*(one(c) for c in clients))
-        replies = {c: r for c, r in results if r is not None}
+        replies = {c: r for c, r in results if not isinstance(r, str)}
         for c, r in results:
-            if r is None:
-                await self.drop(c)
+            if isinstance(r, str):
+                await self.drop(c, r)
         return replies
 
     async def ask_same(self, clients: Sequence[str], msg: Command, expect: type[R]) -> dict[str, R]:
         """:meth:`ask_all` with one message for everyone."""
         return await self.ask_all(clients, dict.fromkeys(clients, msg), expect)
 
-    async def drop(self, client: str) -> None:
+    async def drop(self, client: str, reason: str) -> None:
         if client in self.active:
             self.active.remove(client)
-            logger.warning("client %s dropped out; %d remain", client, len(self.active))
+            self.dropped[client] = reason
+            logger.warning(
+                "client %s dropped out (%s); %d remain", client, reason, len(self.active)
+            )
             with contextlib.suppress(Exception):
                 await self.sessions[client].abort("dropped from the federation")
         if len(self.active) < self.config.min_clients:
@@ -161,8 +169,8 @@ class Federation:
             try:
                 async with asyncio.timeout(self.config.round_timeout):
                     await send(self.channels[c], msg)
-            except (TimeoutError, P2PBoostError, ConnectionError):
-                await self.drop(c)
+            except (TimeoutError, P2PBoostError, ConnectionError) as exc:
+                await self.drop(c, f"{msg.TAG!r} could not be delivered: {exc or 'timed out'}")
 
         await asyncio.gather(*(one(c) for c in list(self.active)))
 

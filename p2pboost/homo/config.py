@@ -168,3 +168,5 @@ class HomoResult:
     seconds_trees: float
     n_trees: int
     evaluation: list[float] = field(default_factory=list)
+    #: Clients dropped during the run, and why (``clients`` are those that finished).
+    dropped: dict[str, str] = field(default_factory=dict)

@@ -181,6 +181,7 @@ async def server_train(
         seconds_trees=end - setup_done,
         n_trees=len(booster.trees),
         evaluation=evaluation,
+        dropped=dict(fed.dropped),
     )
 
 

@@ -55,6 +55,9 @@ async def test_one_killed_after_sending_one_before_threshold_3_of_4(
     assert contributors[-1] == ("c1", "c2")
     # Keys were renewed after each dropout.
     assert run.result.epochs == 3
+    # The server's result names the dropped clients and why (not only a log line).
+    assert sorted(run.result.dropped) == ["c3", "c4"]
+    assert all(why for why in run.result.dropped.values()), run.result.dropped
     for c in ("c1", "c2"):
         model = run.models[c]
         assert isinstance(model, Booster)
