@@ -138,11 +138,13 @@ class Reply(HomoMessage):
 @dataclass(frozen=True)
 class Hello(Command, tag="hello"):
     """Server -> client: the protocol version, the digest of the settings every party must
-    share, and the run id that binds every signature and key derivation to this run."""
+    share and the settings themselves (so a client can name what differs), and the run id that
+    binds every signature and key derivation to this run."""
 
     version: Annotated[int, _VERSION]
     digest: Annotated[str, Str(1, 128)]
     run: Annotated[str, Str(8, 128)]
+    settings: Annotated[dict[str, str], MapOf(Str(1, 64), Str(0, 1024), 256)]
 
 
 @dataclass(frozen=True)

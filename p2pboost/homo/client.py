@@ -231,7 +231,8 @@ class Client:
         if self.phase is not HomoPhase.HELLO or msg.version != VERSION:
             raise self.bad("unexpected hello")
         if msg.digest != self.config.digest():
-            raise self.bad("the server's training settings differ from ours")
+            differences = "; ".join(self.config.differences(msg.settings)) or "digest only"
+            raise self.bad(f"the server's training settings differ from ours: {differences}")
         self.run = msg.run
         self.phase = HomoPhase.STATS
         return Joined(int(self.X.shape[1]))

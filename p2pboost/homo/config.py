@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -120,17 +120,31 @@ class HomoConfig:
         never more than the members. Clients refuse an epoch announcing less."""
         return min(self.threshold or n_members // 2 + 1, n_members)
 
-    def digest(self) -> str:
-        """What every party must agree on (timeouts may differ)."""
-        body = {
-            "params": self.params.to_dict(),
+    def shared(self) -> dict[str, str]:
+        """What every party must agree on (timeouts may differ), by name, as text."""
+        body: dict[str, object] = {
+            **{f"params.{k}": v for k, v in self.params.to_dict().items()},
             "threshold": self.threshold,
             "min_clients": self.min_clients,
             "masking": self.masking,
             "metric": self.metric,
             "early_stopping_rounds": self.early_stopping_rounds,
         }
-        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        return {k: json.dumps(v, sort_keys=True) for k, v in sorted(body.items())}
+
+    def digest(self) -> str:
+        """A digest of :meth:`shared`."""
+        return hashlib.sha256(json.dumps(self.shared(), sort_keys=True).encode()).hexdigest()
+
+    def differences(self, theirs: Mapping[str, str]) -> list[str]:
+        """The settings where ``theirs`` (the server's) differ from ours, each with both
+        values."""
+        ours = self.shared()
+        return [
+            f"{key} {theirs.get(key, '(unset)')} at the server, {ours.get(key, '(unset)')} here"
+            for key in sorted(set(ours) | set(theirs))
+            if ours.get(key) != theirs.get(key)
+        ]
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ async def server_train(
     objective = get_objective(params)
     k_out = objective.n_outputs
 
-    hello = Hello(VERSION, config.digest(), fed.run_id)
+    hello = Hello(VERSION, config.digest(), fed.run_id, config.shared())
     for c, rep in (await fed.ask_same(list(fed.active), hello, Joined)).items():
         f = rep.n_features
         if n_features is not None and f != n_features:

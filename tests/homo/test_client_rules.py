@@ -37,7 +37,13 @@ def _clients(federation: Path) -> dict[str, Client]:
     return out
 
 
-HELLO = {"t": "hello", "version": 1, "digest": CONFIG.digest(), "run": "run-0123456789"}
+HELLO = {
+    "t": "hello",
+    "version": 1,
+    "digest": CONFIG.digest(),
+    "run": "run-0123456789",
+    "settings": CONFIG.shared(),
+}
 
 
 def _setup(clients: dict[str, Client], t: int = 2) -> None:

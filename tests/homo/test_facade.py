@@ -77,6 +77,7 @@ async def test_unmasked_mode_needs_every_party_to_opt_in(federation: Path) -> No
         assert isinstance(err, RemoteProtocolError), err
         assert err.peer == SERVER
         assert "settings differ" in str(err)
+        assert "masking false at the server, true here" in str(err)  # names what differs
 
 
 def test_predict_before_fit_raises() -> None:

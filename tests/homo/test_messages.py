@@ -16,7 +16,13 @@ from p2pboost.homo.config import ClientIdentity, HomoConfig
 from p2pboost.protocols._messages import decode, families
 
 CONFIG = HomoConfig()
-HELLO = {"t": "hello", "version": 1, "digest": CONFIG.digest(), "run": "run-0123456789"}
+HELLO = {
+    "t": "hello",
+    "version": 1,
+    "digest": CONFIG.digest(),
+    "run": "run-0123456789",
+    "settings": CONFIG.shared(),
+}
 
 
 def _messages() -> list[type[m.HomoMessage]]:
