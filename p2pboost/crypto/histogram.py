@@ -146,6 +146,13 @@ class EncryptedHistogram:
         return EncryptedHistogram(self.public_key, self.n_bins, counts, tuple(planes))
 
 
+def _feature_list(features: npt.NDArray[np.integer[Any]], n_features: int) -> list[int]:
+    out = [int(f) for f in np.asarray(features).reshape(-1)]
+    if any(not 0 <= f < n_features for f in out) or len(set(out)) != len(out):
+        raise InputError("features must be distinct column indices of bins")
+    return out
+
+
 def build_histogram(
     public_key: AnyPublicKey,
     bins: npt.NDArray[np.integer[Any]],
@@ -154,8 +161,13 @@ def build_histogram(
     rows: npt.NDArray[np.integer[Any]] | None = None,
     *,
     zero_bins: npt.NDArray[np.integer[Any]] | None = None,
+    features: npt.NDArray[np.integer[Any]] | None = None,
 ) -> EncryptedHistogram:
     """Histogram of the ``rows`` of ``bins`` (all rows when None).
+
+    ``features`` (default: all) are the columns accumulated; the others keep empty cells
+    (the encryption of 0 and zero counts) and cost nothing: column sampling saves a host the
+    additions of every feature a tree does not use.
 
     ``bins`` is the ``(n_rows, n_features)`` uint8/uint16 bin matrix; ``ciphertexts[p][i]`` is
     plane ``p`` of row ``i`` (indexed like ``bins``: for a chunk, pass the chunk's bins and
@@ -195,7 +207,8 @@ def build_histogram(
         ids_all = idx.tolist()
         totals = [product([plane[i] for i in ids_all], n2) for plane in ciphertexts]
 
-    for f in range(n_features):
+    used = range(n_features) if features is None else _feature_list(features, n_features)
+    for f in used:
         col = sub[:, f]
         ids = idx
         if zb[f] >= 0:

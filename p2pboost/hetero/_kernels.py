@@ -178,6 +178,8 @@ class _Shard:
     sample: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     slot_of_row: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     allowed: B8 = field(default_factory=lambda: np.zeros((0, 0, 2), np.bool_))
+    #: Features with a candidate in this tree (column sampling): the only ones accumulated.
+    used: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     local_codes: list[Codes] = field(default_factory=list)
     cts: list[Any] = field(default_factory=list)
     #: node -> (partial histogram over this shard's rows, counts over all the node's rows)
@@ -233,6 +235,7 @@ def shard_tree(token: str, sample: I64, allowed: B8) -> None:
     """A tree begins: its sampled rows (slot order) and candidate mask; nothing else kept."""
     shard = _get(token)
     shard.sample, shard.allowed = sample, allowed
+    shard.used = np.flatnonzero(allowed.reshape(allowed.shape[0], -1).any(axis=1))
     shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
     shard.slot_of_row[sample] = np.arange(sample.size)
     shard.local_codes, shard.cts = [], []
@@ -250,7 +253,7 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     cts = CiphertextBatch.of(pk, data).ciphertexts(pk)
     slots = np.arange(first, first + shard.shards * len(cts), shard.shards)
     codes = shard.codes[shard.sample[slots]]
-    part = build_histogram(pk, codes, shard.n_slots, [cts])
+    part = build_histogram(pk, codes, shard.n_slots, [cts], features=shard.used)
     root, counts = shard.hists[0]
     shard.hists[0] = (root.merge(part), counts)
     shard.cts.extend(cts)
@@ -278,7 +281,9 @@ def shard_split(
     if slots.size and slots.min() < 0:
         raise InputError("split rows outside the tree's sample")
     mine = slots[slots % shard.shards == shard.index] // shard.shards
-    small_hist = build_histogram(shard.public_key, shard.local(), shard.n_slots, [shard.cts], mine)
+    small_hist = build_histogram(
+        shard.public_key, shard.local(), shard.n_slots, [shard.cts], mine, features=shard.used
+    )
     small_counts = node_counts(shard.codes[rows], shard.n_slots)
     big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
     shard.hists[small] = (small_hist, small_counts)

@@ -126,6 +126,31 @@ def test_histogram_cells_and_counts(
                 assert private_key.decrypt(hist.cell(f, b)[0]) == values[sel].sum()
 
 
+def test_only_the_given_features_are_accumulated(
+    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable
+) -> None:
+    """Column sampling: the sampled features' cells are those of the full build, the others
+    stay empty (the encryption of 0, zero counts) and cost no addition."""
+    rng = np.random.default_rng(4)
+    n, n_bins = 50, 4
+    bins = rng.integers(0, n_bins, (n, 4)).astype(np.uint8)
+    cts = table.encrypt_many(rng.integers(0, 100, n).tolist())
+    rows = np.arange(0, n, 2)
+    full = build_histogram(public_key, bins, n_bins, [cts], rows)
+    some = build_histogram(public_key, bins, n_bins, [cts], rows, features=np.array([3, 1]))
+    for f in range(4):
+        for b in range(n_bins):
+            if f in (1, 3):
+                assert some.cell(f, b) == full.cell(f, b)
+                assert some.counts[f, b] == full.counts[f, b]
+            else:
+                assert some.cell(f, b) == [1]  # E(0) with no randomness: no product made
+                assert some.counts[f, b] == 0
+    for bad in (np.array([4]), np.array([1, 1]), np.array([-1])):
+        with pytest.raises(InputError, match="distinct column indices"):
+            build_histogram(public_key, bins, n_bins, [cts], features=bad)
+
+
 def test_chunks_merge_to_the_whole(public_key: PublicKey, table: FixedBaseTable) -> None:
     rng = np.random.default_rng(2)
     n, n_bins = 60, 4

@@ -166,6 +166,40 @@ def test_shards_give_the_plaintext_left_sums(
         run.close()
 
 
+def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: AnyTable) -> None:
+    """Column sampling saves the host's additions: a feature without candidates in this tree
+    (not sampled) keeps empty cells in every shard's histograms, root and children alike, and
+    the sampled features' candidates are unchanged."""
+    public_key = keys[0]
+    n, n_feat, max_bin = 90, 3, 5
+    p = _problem(7, n, n_feat, max_bin)
+    sample = np.arange(n)
+    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
+    data = CiphertextBatch.from_ciphertexts(
+        public_key, table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
+    ).data
+    allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
+    allowed[1] = False  # feature 1 is not sampled for this tree
+    run = _Run(public_key, p["codes"], max_bin + 1, 1, 2)
+    try:
+        run.each(k.shard_tree, sample, allowed)
+        run.stream(data, 25)
+        roots = run.each(k.shard_root)
+        assert all(1 not in r.feature for r in roots)
+        small = sample[p["codes"][:, 0] == 0]
+        run.each(k.shard_split, 0, 1, 2, small)
+        for token in run.tokens:
+            for hist, _ in k._SHARDS[token].hists.values():
+                assert all(
+                    c == 1 for plane in hist.planes for c in plane[max_bin + 1 : 2 * (max_bin + 1)]
+                )
+                assert hist.counts[1].sum() == 0
+                assert any(c != 1 for plane in hist.planes for c in plane[: max_bin + 1])
+        _check(roots, sample, p, spec, keys, max_bin, 1)
+    finally:
+        run.close()
+
+
 def test_candidates_skip_what_cannot_win(keys: Keys, table: AnyTable) -> None:
     """No "missing right" without missing values; no empty bin above 0; min_rows both sides."""
     public_key = keys[0]
