@@ -500,13 +500,13 @@ def main(argv: list[str]) -> int:
         for run in runs:
             out[run.scheme] = run.json()
         out["ou_over_paillier"] = round(runs[1].s_per_tree / runs[0].s_per_tree, 4)
-    else:
+        out["xgboost_auc"] = round(xgb_auc, 6)
+        out["identical_trees"] = identical
+    else:  # the line's keys as they were before there were schemes to compare
         (run,) = runs
-        out["scheme"] = run.scheme
         out |= run.json()
         out["phases"] = run.phases
         out["auc"] = round(run.auc, 6)
-    out["xgboost_auc"] = round(xgb_auc, 6)
-    out["identical_trees"] = identical
+        out["xgboost_auc"] = round(xgb_auc, 6)
     emit_json(out)
     return 0

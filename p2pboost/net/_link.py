@@ -163,7 +163,8 @@ class Link:
         self.link_errors = 0
         # -- why dialing fails --
         #: Set when every dial is refused by the handshake for the same reason (cleared by the
-        #: next connection that works): waiting will not fix it, so sessions fail at once.
+        #: next connection that works, or the next dial that fails otherwise): waiting will not
+        #: fix it, so sessions fail at once.
         self.fatal: Exception | None = None
         self._failure: str | None = None
         self._failures = 0
@@ -332,8 +333,9 @@ class Link:
         set :attr:`fatal` (and tell the node, which ends the sessions waiting on the peer)."""
         now = self._loop.time()
         text = str(error)
-        if text != self._failure:
+        if text != self._failure:  # something else now: the peer may be on its way back
             self._failure, self._failures, self._failing_since = text, 0, now
+            self.fatal = None
         self._failures += 1
         if self._failures == 1 or now - self._logged_at >= RETRY_LOG_INTERVAL:
             self._logged_at = now
