@@ -202,12 +202,12 @@ def build_histogram(
     n2 = public_key.modulus
     counts = np.zeros((n_features, n_bins), dtype=np.int64)
     planes: tuple[list[Any], ...] = tuple([_ONE] * (n_features * n_bins) for _ in ciphertexts)
+    used = range(n_features) if features is None else _feature_list(features, n_features)
     totals: list[Any] | None = None
-    if np.any(zb >= 0):
+    if any(zb[f] >= 0 for f in used):  # the node total, once for every derived bin
         ids_all = idx.tolist()
         totals = [product([plane[i] for i in ids_all], n2) for plane in ciphertexts]
 
-    used = range(n_features) if features is None else _feature_list(features, n_features)
     for f in used:
         col = sub[:, f]
         ids = idx

@@ -200,6 +200,43 @@ def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: A
         run.close()
 
 
+def test_sparse_features_derive_their_common_bin_with_the_same_sums(
+    keys: Keys, table: AnyTable
+) -> None:
+    """Features that are mostly one bin (sparse data) get that bin from the node total minus
+    the other bins: every candidate's sums are still the plaintext left sums, root and split."""
+    public_key = keys[0]
+    n, n_feat, max_bin = 120, 3, 5
+    p = _problem(11, n, n_feat, max_bin)
+    rng = p["rng"]
+    codes = p["codes"]
+    codes[rng.random((n, n_feat)) < 0.8] = 0  # 80 % in bin 0, like zeros of sparse data
+    zero = k.sparse_zero_bins(codes, max_bin + 1)
+    np.testing.assert_array_equal(zero, [0, 0, 0])
+    assert (k.sparse_zero_bins(p["codes"][:, :1], max_bin + 1) == -1).all()  # one: not worth it
+    sample = np.arange(n)
+    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
+    data = CiphertextBatch.from_ciphertexts(
+        public_key, table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
+    ).data
+    allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
+    run = _Run(public_key, codes, max_bin + 1, 1, 2)
+    try:
+        run.each(k.shard_tree, sample, allowed)
+        run.stream(data, 40)
+        _check(run.each(k.shard_root), sample, p, spec, keys, max_bin, 1)
+        left = sample[codes[:, 1] == 0]
+        right = np.setdiff1d(sample, left)
+        small, small_rows, big_rows = (
+            (1, left, right) if left.size <= right.size else (2, right, left)
+        )
+        results = run.each(k.shard_split, 0, small, 3 - small, small_rows)
+        _check([r[0] for r in results], small_rows, p, spec, keys, max_bin, 1)
+        _check([r[1] for r in results], big_rows, p, spec, keys, max_bin, 1)
+    finally:
+        run.close()
+
+
 def test_candidates_skip_what_cannot_win(keys: Keys, table: AnyTable) -> None:
     """No "missing right" without missing values; no empty bin above 0; min_rows both sides."""
     public_key = keys[0]

@@ -103,6 +103,23 @@ async def test_regression_objectives_and_sampling(
 
 
 @pytest.mark.slow
+async def test_sparse_host_features_with_column_sampling(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    """Host features that are mostly zero take the host's sparse path (the common bin derived
+    from the node total) and column sampling skips unsampled features: same trees."""
+    X, y = breast
+    X = X.copy()
+    X[:, 10:][np.random.default_rng(5).random((X.shape[0], X.shape[1] - 10)) < 0.85] = 0.0
+    params = BoostParams(n_estimators=3, max_depth=3, max_bin=16, colsample_bytree=0.6, seed=3)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        fed = await federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys)
+    core = train(params, X, y)
+    assert_same_trees(fed.joined(), core)
+    assert any((t.owner == 1).any() for t in fed.guest.trees)
+
+
+@pytest.mark.slow
 async def test_validation_set_and_early_stopping(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
 ) -> None:
