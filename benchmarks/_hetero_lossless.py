@@ -31,7 +31,7 @@ import argparse
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -188,11 +188,15 @@ async def run_federation(
     key_bits: int,
     workers: int,
     scheme: str = "paillier",
+    host_kwargs: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[GuestModel, list[HostModel], np.ndarray, float]:
     """Train and predict with one guest and ``len(host_X)`` hosts in this process.
 
-    Returns the models, the test margins and the training wall time in seconds.
+    ``host_kwargs[k]`` are extra keyword arguments of host ``k``'s ``host_train`` (a
+    ``progress`` to read its counters, ``sparse``). Returns the models, the test margins and
+    the training wall time in seconds.
     """
+    extra = list(host_kwargs) if host_kwargs is not None else [{} for _ in host_X]
     network = MemoryNetwork()
     hosts = [f"host{k}" for k in range(1, len(host_X) + 1)]
     keys = await asyncio.to_thread(make_keypair, scheme, key_bits, allow_insecure=key_bits < 2048)
@@ -228,13 +232,16 @@ async def run_federation(
                         session, hosts, guest_X, y, params, config=config, executor=pool, keys=keys
                     )
 
-            async def host(node: Node, X: np.ndarray) -> HostModel:
+            async def host(node: Node, X: np.ndarray, kwargs: Mapping[str, Any]) -> HostModel:
                 async with node.session("train", peers=["guest"]) as session:
-                    return await host_train(session, "guest", X, executor=pool, workers=workers)
+                    return await host_train(
+                        session, "guest", X, executor=pool, workers=workers, **kwargs
+                    )
 
             t0 = time.perf_counter()
             results = await asyncio.gather(
-                guest(), *(host(n, X) for n, X in zip(host_nodes, host_X, strict=True))
+                guest(),
+                *(host(n, X, kw) for n, X, kw in zip(host_nodes, host_X, extra, strict=True)),
             )
             seconds = time.perf_counter() - t0
             guest_model = cast(GuestModel, results[0])

@@ -41,7 +41,7 @@ from gmpy2 import mpz
 from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.exceptions import InputError
 
-__all__ = ["EncryptedHistogram", "batch_invert", "build_histogram", "product"]
+__all__ = ["EncryptedHistogram", "batch_invert", "build_histogram", "product", "products_made"]
 
 _ONE = mpz(1)
 
@@ -121,13 +121,15 @@ class EncryptedHistogram:
         if counts.size and counts.min() < 0:
             raise InputError("child has more rows in a cell than its parent")
         n2 = self.public_key.modulus
-        flat = [c for plane in child.planes for c in plane]
-        inverses = batch_invert(flat, n2)
-        size = len(self.planes[0])
-        planes = tuple(
-            [a * b % n2 for a, b in zip(pa, inverses[p * size : (p + 1) * size], strict=True)]
-            for p, pa in enumerate(self.planes)
-        )
+        # Only the child's non-empty cells cost anything: an empty cell is E(0) = 1, whose
+        # inverse is 1, so the parent's cell is the sibling's as it is (sparse data, and the
+        # features a tree does not sample, leave most cells empty).
+        planes = tuple(list(pa) for pa in self.planes)
+        for out, pc in zip(planes, child.planes, strict=True):
+            filled = [i for i, c in enumerate(pc) if c != _ONE]
+            inverses = batch_invert([pc[i] for i in filled], n2)
+            for i, inv in zip(filled, inverses, strict=True):
+                out[i] = out[i] * inv % n2
         return EncryptedHistogram(self.public_key, self.n_bins, counts, planes)
 
     def cumulative(self) -> EncryptedHistogram:
@@ -140,10 +142,21 @@ class EncryptedHistogram:
             for start in range(0, len(out), B):
                 acc = out[start]
                 for i in range(start + 1, start + B):
-                    acc = out[i] = acc * out[i] % n2
+                    c = out[i]
+                    acc = out[i] = acc if c == _ONE else acc * c % n2  # empty bin: no product
             planes.append(out)
         counts = np.cumsum(self.counts, axis=1, dtype=np.int64)
         return EncryptedHistogram(self.public_key, self.n_bins, counts, tuple(planes))
+
+
+#: Ciphertext products made by :func:`build_histogram` in this process (read the difference
+#: around a call with :func:`products_made` to count a host's additions).
+_PRODUCTS = [0]
+
+
+def products_made() -> int:
+    """Ciphertext products :func:`build_histogram` has made in this process so far."""
+    return _PRODUCTS[0]
 
 
 def _feature_list(features: npt.NDArray[np.integer[Any]], n_features: int) -> list[int]:
@@ -203,10 +216,12 @@ def build_histogram(
     counts = np.zeros((n_features, n_bins), dtype=np.int64)
     planes: tuple[list[Any], ...] = tuple([_ONE] * (n_features * n_bins) for _ in ciphertexts)
     used = range(n_features) if features is None else _feature_list(features, n_features)
+    made = 0
     totals: list[Any] | None = None
     if any(zb[f] >= 0 for f in used):  # the node total, once for every derived bin
         ids_all = idx.tolist()
         totals = [product([plane[i] for i in ids_all], n2) for plane in ciphertexts]
+        made += len(ciphertexts) * max(0, len(ids_all) - 1)
 
     for f in used:
         col = sub[:, f]
@@ -220,6 +235,7 @@ def build_histogram(
         sorted_ids = ids[order].tolist()
         cnt_list = cnt.tolist()
         base = f * n_bins
+        made += len(ciphertexts) * (len(sorted_ids) - sum(1 for k in cnt_list if k))
         for plane, out in zip(ciphertexts, planes, strict=True):
             it = iter(sorted_ids)
             for b, k in enumerate(cnt_list):
@@ -231,7 +247,10 @@ def build_histogram(
         if zb[f] >= 0 and totals is not None:
             z = int(zb[f])
             counts[f, z] = idx.size - int(cnt.sum())
+            occupied = [base + b for b, k in enumerate(cnt_list) if k]
             for total, out in zip(totals, planes, strict=True):
-                others = product(out[base : base + n_bins], n2)
+                others = product([out[i] for i in occupied], n2)
                 out[base + z] = total * gmpy2.invert(others, n2) % n2
+            made += len(ciphertexts) * len(occupied)  # the others' product and the division
+    _PRODUCTS[0] += made
     return EncryptedHistogram(public_key, n_bins, counts, planes)

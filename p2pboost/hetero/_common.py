@@ -68,6 +68,8 @@ class Progress:
     phase: GuestPhase | HostPhase
     tree: int = -1
     depth: int = -1
+    #: A host's ciphertext additions in histogram builds so far (all its shards, whole trees).
+    additions: int = 0
 
     def enter(self, phase: GuestPhase | HostPhase, depth: int = -1) -> None:
         self.phase, self.depth = phase, depth

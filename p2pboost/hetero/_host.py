@@ -93,11 +93,17 @@ class Shards:
         return await gather_or_cancel(*(self.call(i, fn, *args) for i in range(self.n)))
 
     async def open(
-        self, scheme: str, key: bytes, codes: npt.NDArray[Any], n_slots: int, min_rows: int
+        self,
+        scheme: str,
+        key: bytes,
+        codes: npt.NDArray[Any],
+        n_slots: int,
+        min_rows: int,
+        sparse: bool | str,
     ) -> None:
         await gather_or_cancel(
             *(
-                self.call(i, k.shard_open, scheme, key, codes, n_slots, min_rows, i, self.n)
+                self.call(i, k.shard_open, scheme, key, codes, n_slots, min_rows, i, self.n, sparse)
                 for i in range(self.n)
             )
         )
@@ -145,6 +151,7 @@ class Host:
     evals: list[BinnedData]
     min_rows: int
     progress: Progress
+    sparse: bool | str = "auto"
     shards: Shards = field(init=False)
     engine: CryptoEngine = field(init=False)
     splits: list[HostSplit] = field(default_factory=list)
@@ -157,7 +164,12 @@ class Host:
         try:
             pk = self.public_key
             await self.shards.open(
-                pk.scheme, pk.to_bytes(), self.rows_major, self.data.n_slots, self.min_rows
+                pk.scheme,
+                pk.to_bytes(),
+                self.rows_major,
+                self.data.n_slots,
+                self.min_rows,
+                self.sparse,
             )
             return await self._trees()
         finally:
@@ -179,8 +191,10 @@ class Host:
             tree = _HostTree(self, n_trees, msg)
             try:
                 await tree.run()
-            finally:
+            except BaseException:
                 await self.shards.release(k.shard_end_tree)
+                raise
+            self.progress.additions += sum(await self.shards.each(k.shard_end_tree))
             n_trees += 1
 
 

@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.additive import CiphertextBatch
-from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram
+from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram, products_made
 from p2pboost.crypto.keys import AnyPublicKey, public_key_from_bytes
 from p2pboost.exceptions import InputError
 
@@ -168,7 +168,7 @@ def chunk_parts(start: int, data: bytes, width: int, shards: int) -> list[tuple[
 SPARSE_SHARE = 0.5
 
 
-def sparse_zero_bins(codes: Codes, n_slots: int) -> I64:
+def sparse_zero_bins(codes: Codes, n_slots: int, share: float = SPARSE_SHARE) -> I64:
     """Per feature, the bin to derive from the node total instead of summing it (sparse data:
     SecureBoost+ section 6), or -1.
 
@@ -177,8 +177,9 @@ def sparse_zero_bins(codes: Codes, n_slots: int) -> I64:
     bin's rows, at the price of the node total (one addition per row, shared by every such
     feature) and a few products and one inversion per feature. So a feature takes part when
     its most frequent bin holds at least :data:`SPARSE_SHARE` of the rows, and only if the
-    features that do save more rows together than the total costs. Trees do not change: the
-    derived cell is exactly the product of that bin's ciphertexts.
+    features that do save more rows together than the total costs (``share=0``: every
+    feature). Trees do not change: the derived cell is exactly the product of that bin's
+    ciphertexts.
     """
     n_rows, n_features = codes.shape
     zero = np.full(n_features, -1, dtype=np.int64)
@@ -189,7 +190,9 @@ def sparse_zero_bins(codes: Codes, n_slots: int) -> I64:
         counts = np.bincount(codes[:, f], minlength=n_slots)
         zero[f] = int(counts.argmax())
         shares[f] = counts[zero[f]] / n_rows
-    sparse = shares >= SPARSE_SHARE
+    if share <= 0.0:  # asked for every feature
+        return zero
+    sparse = shares >= share
     if shares[sparse].sum() <= 1.0:
         return np.full(n_features, -1, dtype=np.int64)
     return np.where(sparse, zero, -1)
@@ -215,6 +218,8 @@ class _Shard:
     used: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     #: Per feature, the bin derived from the node total instead of summed (-1: none).
     zero_bins: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Ciphertext products of this tree's histogram builds (reported at the end of the tree).
+    additions: int = 0
     local_codes: list[Codes] = field(default_factory=list)
     cts: list[Any] = field(default_factory=list)
     #: node -> (partial histogram over this shard's rows, counts over all the node's rows)
@@ -257,14 +262,21 @@ def shard_open(
     min_rows: int,
     index: int,
     shards: int,
+    sparse: bool | str = "auto",
 ) -> None:
     """Start shard ``index`` of ``shards`` for a host's run: key (of ``scheme``), binned rows,
-    settings."""
+    settings. ``sparse``: derive each feature's most frequent bin from the node total always
+    (True), never (False) or where it pays (``"auto"``, :func:`sparse_zero_bins`)."""
     if not 0 <= index < shards:
         raise InputError("shard index out of range")
     public_key = public_key_from_bytes(scheme, key)
     shard = _Shard(public_key, codes, n_slots, min_rows, index, shards)
-    shard.zero_bins = sparse_zero_bins(codes, n_slots)
+    if sparse == "auto":
+        shard.zero_bins = sparse_zero_bins(codes, n_slots)
+    elif sparse:
+        shard.zero_bins = sparse_zero_bins(codes, n_slots, share=0.0)
+    else:
+        shard.zero_bins = np.full(codes.shape[1], -1, dtype=np.int64)
     _SHARDS[token] = shard
 
 
@@ -290,9 +302,11 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     cts = CiphertextBatch.of(pk, data).ciphertexts(pk)
     slots = np.arange(first, first + shard.shards * len(cts), shard.shards)
     codes = shard.codes[shard.sample[slots]]
+    before = products_made()
     part = build_histogram(
         pk, codes, shard.n_slots, [cts], features=shard.used, zero_bins=shard.zero_bins
     )
+    shard.additions += products_made() - before
     root, counts = shard.hists[0]
     shard.hists[0] = (root.merge(part), counts)
     shard.cts.extend(cts)
@@ -320,6 +334,7 @@ def shard_split(
     if slots.size and slots.min() < 0:
         raise InputError("split rows outside the tree's sample")
     mine = slots[slots % shard.shards == shard.index] // shard.shards
+    before = products_made()
     small_hist = build_histogram(
         shard.public_key,
         shard.local(),
@@ -329,6 +344,7 @@ def shard_split(
         features=shard.used,
         zero_bins=shard.zero_bins,
     )
+    shard.additions += products_made() - before
     small_counts = node_counts(shard.codes[rows], shard.n_slots)
     big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
     shard.hists[small] = (small_hist, small_counts)
@@ -342,11 +358,14 @@ def shard_retain(token: str, nodes: list[int]) -> None:
     shard.hists = {n: shard.hists[n] for n in nodes if n in shard.hists}
 
 
-def shard_end_tree(token: str) -> None:
-    """The tree ended: free its ciphertexts and histograms (the run's settings stay)."""
+def shard_end_tree(token: str) -> int:
+    """The tree ended: free its ciphertexts and histograms (the run's settings stay); returns
+    the ciphertext products of the tree's histogram builds in this shard."""
     shard = _get(token)
     shard.cts, shard.local_codes, shard.hists = [], [], {}
     shard.sample = shard.slot_of_row = np.zeros(0, np.int64)
+    additions, shard.additions = shard.additions, 0
+    return additions
 
 
 def shard_close(token: str) -> None:

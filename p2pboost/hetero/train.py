@@ -263,10 +263,15 @@ async def host_train(
     executor: Executor | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
+    sparse: bool | str = "auto",
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
     ``eval_sets`` are this host's features of the guest's evaluation sets (aligned rows).
+    ``sparse``: derive each feature's most frequent bin (the zeros of sparse data) from the
+    node total instead of summing its rows: ``"auto"`` where it saves additions, True for every
+    feature, False never; trees are the same either way. ``progress.additions`` counts the
+    ciphertext additions of the histogram builds.
     Returns this host's model part: its own splits only.
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
@@ -278,6 +283,8 @@ async def host_train(
     split-infos. Without an executor it starts a pinned pool and uses it for everything.
     """
     X_arr = check_matrix(X)
+    if sparse not in (True, False, "auto"):
+        raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
     evals = [check_matrix(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
     progress = progress or Progress(HostPhase.SETUP)
     progress.enter(HostPhase.SETUP)
@@ -299,6 +306,7 @@ async def host_train(
         evals=[mapper.transform(e) for e in evals],
         min_rows=setup.min_samples_leaf,
         progress=progress,
+        sparse=sparse,
     )
     async with owned_executor(executor, workers, pinned=True) as (pinned, n_workers):
         assert isinstance(pinned, PinnedPool)

@@ -196,3 +196,8 @@ async def test_guest_names_a_host_that_never_starts_training(pool: Executor, key
         await asyncio.gather(waiting_host, return_exceptions=True)
     with pytest.raises(InputError, match="hello_timeout"):
         replace(CONFIG, hello_timeout=0)
+
+
+async def test_host_sparse_setting_is_checked() -> None:
+    with pytest.raises(InputError, match="sparse must be True, False or 'auto'"):
+        await host_train(None, "a", np.zeros((3, 2)), sparse="maybe")  # type: ignore[arg-type]
