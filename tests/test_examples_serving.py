@@ -73,6 +73,21 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Work:
     return Work(out, host_port, serve_port, scores)
 
 
+def test_the_training_example_runs_again_in_the_same_directory(tmp_path: Path) -> None:
+    """Run twice into one directory: the second run reuses the keys instead of failing."""
+    for attempt in range(2):
+        done = subprocess.run(
+            [sys.executable, str(EMBEDDING / "train.py"), "--out", str(tmp_path), "--trees", "1"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert ("reusing the certificates" in done.stdout) == (attempt == 1)
+
+
 @contextlib.contextmanager
 def started(args: list[str], log: Path, cwd: Path = ROOT) -> Iterator[queue.Queue[str]]:
     """A process whose stdout lines arrive in the yielded queue; stopped with SIGTERM."""

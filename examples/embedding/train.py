@@ -133,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    certs.init(out / "certs", ["guest", "host", "app"])
+    if (out / "certs" / "ca").exists():  # run again: keep the federation's keys
+        print(f"reusing the certificates in {out / 'certs'}")
+    else:
+        certs.init(out / "certs", ["guest", "host", "app"])
     scores = asyncio.run(train(out, args.trees))
     ports = {"host_port": args.host_port, "serve_port": args.serve_port}
     (out / "guest.toml").write_text(GUEST_TOML.format(**ports))
