@@ -208,6 +208,8 @@ class HeteroHost:
     ``executor``: a :class:`~p2pboost.workers.PinnedPool` (``p2pboost.workers.pinned_pool``)
     is used as it is; with any other executor each training starts ``workers`` pinned
     processes of its own for the ciphertexts (see :func:`p2pboost.hetero.train.host_train`).
+    ``sparse``: how the host treats features that are mostly one value (``"auto"``, True,
+    False; see ``host_train``); it changes the host's work, never the trees.
     """
 
     def __init__(
@@ -216,10 +218,12 @@ class HeteroHost:
         session_id: str = DEFAULT_SESSION,
         executor: Executor | None = None,
         workers: int | None = None,
+        sparse: bool | str = "auto",
     ) -> None:
         self.session_id = session_id
         self.executor = executor
         self.workers = workers
+        self.sparse = sparse
 
     @property
     def model_(self) -> HostModel:
@@ -261,6 +265,7 @@ class HeteroHost:
                 eval_sets=eval_set,
                 executor=self.executor,
                 workers=self.workers,
+                sparse=self.sparse,
             )
         return self
 
