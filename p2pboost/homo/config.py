@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.booster import Booster
-from p2pboost.gbdt.objectives import get_objective
+from p2pboost.gbdt.objectives import canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 
 __all__ = [
@@ -87,7 +87,7 @@ class HomoConfig:
     def validate(self) -> HomoConfig:
         self.params.validate()
         p = self.params
-        if p.objective not in SUPPORTED_OBJECTIVES:
+        if canonical_objective(p.objective) not in SUPPORTED_OBJECTIVES:  # aliases too: "l2"
             raise InputError(
                 f"homo training supports {', '.join(SUPPORTED_OBJECTIVES)}, not {p.objective!r}"
             )

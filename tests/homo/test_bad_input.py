@@ -95,6 +95,9 @@ async def test_altered_key_advert_is_refused(
 def test_config_rejects_unsupported_and_insecure_settings() -> None:
     with pytest.raises(InputError, match="supports"):
         HomoConfig(params=BoostParams(objective="reg:absoluteerror")).validate()
+    with pytest.raises(InputError, match="supports"):
+        HomoConfig(params=BoostParams(objective="l1")).validate()  # an alias of the same
+    HomoConfig(params=BoostParams(objective="l2")).validate()  # the core's alias is accepted
     with pytest.raises(InputError, match="min_clients"):
         HomoConfig(min_clients=1).validate()
     with pytest.raises(InputError, match="sample"):

@@ -50,8 +50,9 @@ async def test_binary_trees_identical_to_core_on_union(
             ),
         ),
         ("diabetes", BoostParams(objective="reg:squarederror", n_estimators=3, max_depth=3)),
+        ("diabetes", BoostParams(objective="l2", n_estimators=2, max_depth=3)),  # an alias
     ],
-    ids=["softmax", "softmax-vector-leaves", "regression"],
+    ids=["softmax", "softmax-vector-leaves", "regression", "regression-alias"],
 )
 async def test_multiclass_and_regression_identical_to_core(
     files: str, params: BoostParams, federation: Path
