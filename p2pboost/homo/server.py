@@ -168,6 +168,7 @@ async def server_train(
         rounds.tree_output,
         rounds.trees_per_round,
         rounds.best_iteration,
+        rounds.history,  # the aggregated metric per round: report draws the learning curve
     )
     fed.phase = HomoPhase.DONE
     await fed.broadcast(Done(booster.best_iteration))

@@ -86,6 +86,9 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
     assert len(scores) == booster.n_rounds < params.n_estimators
     assert booster.best_iteration == int(np.argmin(scores))
     assert len(scores) - 1 - booster.best_iteration == 3
+    # The model keeps the history (saved with it: `p2pboost report` draws it).
+    assert booster.history == {"valid": {"logloss": scores}}
+    assert Booster.from_dict(booster.to_dict()).history == booster.history
     # The aggregated metric is the metric on the union of the validation rows.
     Xv = np.vstack([e[0] for e in evals.values()])
     yv = np.concatenate([e[1] for e in evals.values()])
