@@ -44,7 +44,7 @@ class Plan(PlanMessage, tag="plan"):
 
     role: Annotated[str, Str(1, 16)]
     task: Annotated[str, Str(1, 16)]
-    shared: Annotated[dict[str, str], MapOf(Str(1, 64), Str(0, 256), MAX_SETTINGS)]
+    shared: Annotated[dict[str, str], MapOf(Str(1, 64), Str(0, 4096), MAX_SETTINGS)]
 
 
 def _text(value: object) -> str:
@@ -59,7 +59,8 @@ def shared_settings(config: PartyConfig) -> dict[str, str]:
     Vertical training: whether rows are aligned by PSI first (``train.psi``) and whether the
     training rows are an evaluation set (``train.eval_train``, which costs the hosts one bit
     per row and node). Horizontal training: every boosting parameter (each client grows the
-    same trees; the protocol checks a digest of them too, but cannot say which differ).
+    same trees; the protocol checks them again at its hello, but only between a client and
+    the server, after the parties have met in the training session).
     """
     shared: dict[str, str] = {}
     train = config.train
