@@ -60,9 +60,11 @@ class LinkSettings:
     backoff_max: float
 
 
-#: Identical refusals in a row after which a refused handshake counts as permanent (one alone
-#: may be a race with a peer restarting; two are a certificate, an id or a port that is wrong).
-PERMANENT_AFTER = 2
+#: A refused handshake counts as permanent after this many identical refusals in a row over at
+#: least :data:`PERMANENT_AFTER_SECONDS` (a peer shutting down or restarting may refuse a few
+#: handshakes in a moment; a wrong certificate, id or port refuses them all, for good).
+PERMANENT_AFTER = 3
+PERMANENT_AFTER_SECONDS = 1.0
 #: Seconds between the lines that say a peer is still unreachable (the rest go to DEBUG).
 RETRY_LOG_INTERVAL = 30.0
 
@@ -330,7 +332,8 @@ class Link:
     def _dial_failed(self, error: BaseException, *, permanent: bool) -> None:
         """Count a failed dial; log the first of a run and then one line per
         :data:`RETRY_LOG_INTERVAL`; after :data:`PERMANENT_AFTER` identical handshake refusals
-        set :attr:`fatal` (and tell the node, which ends the sessions waiting on the peer)."""
+        over :data:`PERMANENT_AFTER_SECONDS`, set :attr:`fatal` (and tell the node, which ends
+        the sessions waiting on the peer)."""
         now = self._loop.time()
         text = str(error)
         if text != self._failure:  # something else now: the peer may be on its way back
@@ -353,7 +356,8 @@ class Link:
                 )
         else:
             logger.debug("%s: cannot reach %r: %s", self.local_id, self.peer, text)
-        if permanent and self._failures >= PERMANENT_AFTER and self.fatal is None:
+        lasting = now - self._failing_since >= PERMANENT_AFTER_SECONDS
+        if permanent and lasting and self._failures >= PERMANENT_AFTER and self.fatal is None:
             self.fatal = error if isinstance(error, Exception) else None
             self.hooks.state_changed(self)
 
