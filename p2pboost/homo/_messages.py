@@ -368,9 +368,15 @@ class FinishedTree(Command, tag="tree"):
 
 @dataclass(frozen=True)
 class Done(Command, tag="done"):
-    """Server -> client: training ended; the best round found by early stopping (or nil)."""
+    """Server -> client: training ended; the best round found by early stopping (or nil), and
+    the training history (the aggregated metric per round, by evaluation set and metric) that
+    every party's model file keeps."""
 
     best_iteration: Annotated[int | None, Optional(Int(0, MAX_ROUNDS))]
+    history: Annotated[
+        dict[str, dict[str, list[float]]],
+        MapOf(Str(1, 64), MapOf(Str(1, 64), ListOf(Float(), MAX_ROUNDS), 16), 16),
+    ]
 
 
 _COMMANDS: dict[str, type[Command]] = {

@@ -24,6 +24,7 @@ from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.fixedpoint import Grid, quantize
 from p2pboost.gbdt.grower import partition_rows
 from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
+from p2pboost.gbdt.history import History
 from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import add_tree
@@ -129,7 +130,7 @@ class LocalModel:
             v = self.validation
             add_tree(v.margin, tree.predict_binned(v.data), out)
 
-    def booster(self, best_iteration: int | None) -> Booster:
+    def booster(self, best_iteration: int | None, history: History | None = None) -> Booster:
         return Booster(
             self.params,
             self.mapper,
@@ -138,6 +139,7 @@ class LocalModel:
             self.outputs,
             self.trees_per_round,
             best_iteration,
+            history,
         )
 
     # -- the vectors --------------------------------------------------------------------------

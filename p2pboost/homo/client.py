@@ -192,6 +192,7 @@ class Client:
         self.epoch: _EpochState | None = None
         self.model: LocalModel | None = None
         self.best_iteration: int | None = None  # told at done
+        self.history: dict[str, dict[str, list[float]]] = {}  # told at done
 
     def bad(self, what: str) -> RemoteProtocolError:
         return reject(self.server, f"{what} (phase {self.phase.value})")
@@ -448,6 +449,10 @@ class Client:
         if self.model is None:
             raise self.bad("training ended before the model header")
         self.best_iteration = msg.best_iteration
+        rounds = len(self.model.trees) // self.per_round
+        if any(len(v) > rounds for per_set in msg.history.values() for v in per_set.values()):
+            raise self.bad("a training history longer than the rounds trained")
+        self.history = msg.history
         self.phase = HomoPhase.DONE
 
     def booster(self) -> Booster:
@@ -459,7 +464,7 @@ class Client:
         best = self.best_iteration
         if best is not None and not 0 <= best < max(1, n_rounds):
             raise self.bad("best_iteration out of range")
-        return model.booster(best)
+        return model.booster(best, self.history)
 
     # -- the vectors (layouts in p2pboost.homo._vectors) --------------------------------------
 

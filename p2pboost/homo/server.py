@@ -171,7 +171,7 @@ async def server_train(
         rounds.history,  # the aggregated metric per round: report draws the learning curve
     )
     fed.phase = HomoPhase.DONE
-    await fed.broadcast(Done(booster.best_iteration))
+    await fed.broadcast(Done(booster.best_iteration, booster.history))
     end = loop.time()
     return HomoResult(
         booster=booster,

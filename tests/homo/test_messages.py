@@ -50,7 +50,7 @@ def test_messages_round_trip_through_the_validator() -> None:
         m.Masked(7, vec, vec),
         m.Masked(8, None, vec),
         m.Reveal(7, b"k" * 32, {"c": b"p" * 32}),
-        m.Done(None),
+        m.Done(None, {"valid": {"logloss": [0.5, 0.4]}}),
     ]
     for msg in samples:
         back = decode(msg.wire(), type(msg), "peer")

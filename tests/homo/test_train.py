@@ -98,3 +98,4 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
     for model in run.models.values():
         assert isinstance(model, Booster)
         assert model.best_iteration == booster.best_iteration
+        assert model.history == booster.history  # every party's model file keeps it
