@@ -26,9 +26,16 @@ from p2pboost.gbdt.grower import TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
-from p2pboost.gbdt.objectives import Objective, get_objective
+from p2pboost.gbdt.objectives import Objective, canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.rounds import EvalData, Margins, RoundLoop, add_tree, refit_leaves
+from p2pboost.gbdt.rounds import (
+    EvalData,
+    Margins,
+    RoundLoop,
+    RoundStart,
+    add_tree,
+    refit_leaves,
+)
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 
@@ -67,6 +74,7 @@ class Booster:
         trees_per_round: int,
         best_iteration: int | None = None,
         history: History | None = None,
+        rng_state: dict[str, Any] | None = None,
     ) -> None:
         self.params = params
         self.mapper = mapper
@@ -76,6 +84,8 @@ class Booster:
         self.trees_per_round = trees_per_round
         self.best_iteration = best_iteration
         self.history: History = {} if history is None else history
+        #: The random generator's state after the last round (a warm start continues it).
+        self.rng_state = rng_state
         self.objective: Objective = get_objective(params)
 
     @property
@@ -100,9 +110,10 @@ class Booster:
         eval_names: Sequence[str] | None = None,
         eval_metrics: Sequence[str] | None = None,
         callbacks: Sequence[Callback] = (),
+        init_model: Booster | None = None,
     ) -> Booster:
         """Same as :func:`train`."""
-        return train(params, X, y, eval_sets, eval_names, eval_metrics, callbacks)
+        return train(params, X, y, eval_sets, eval_names, eval_metrics, callbacks, init_model)
 
     # -- prediction ----------------------------------------------------------------------------
 
@@ -164,6 +175,8 @@ class Booster:
         }
         if self.history:  # optional: files without it stay as they were
             out["history"] = history_to_json(self.history)
+        if self.rng_state is not None:
+            out["rng_state"] = self.rng_state
         return out
 
     @classmethod
@@ -190,6 +203,7 @@ class Booster:
                 history=history_from_json(
                     data.get("history"), len(trees) // per_round if per_round > 0 else 0
                 ),
+                rng_state=_rng_state(data.get("rng_state")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
@@ -237,6 +251,7 @@ def train(
     eval_names: Sequence[str] | None = None,
     eval_metrics: Sequence[str] | None = None,
     callbacks: Sequence[Callback] = (),
+    init_model: Booster | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
 
@@ -244,6 +259,12 @@ def train(
     (default: the objective's metric); ``callbacks`` see the results and may stop training
     (e.g. :class:`~p2pboost.gbdt.callbacks.EarlyStopping`). The rounds run through
     :class:`~p2pboost.gbdt.rounds.RoundLoop`, which the federated boosters drive too.
+
+    ``init_model`` (warm start) continues that model with ``params.n_estimators`` more rounds:
+    its bins, base margin, trees, history and random generator state carry on, so training
+    3 rounds and then 3 more on the same rows gives exactly the trees of 6 in one go (row and
+    column sampling included). The objective, number of outputs, tree strategy, bins and
+    features must be the model's; the learning rate and the other knobs may change.
     """
     params = params.validate()
     objective = get_objective(params)
@@ -253,12 +274,24 @@ def train(
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
 
-    mapper = BinMapper(params.max_bin).fit(X_arr)
+    start = None
+    if init_model is None:
+        mapper = BinMapper(params.max_bin).fit(X_arr)
+        base = initial_margin(objective, params, y_arr)
+    else:
+        _check_warm_start(init_model, params, X_arr.shape[1])
+        mapper, base = init_model.mapper, init_model.base_margin
+        start = RoundStart(
+            init_model.trees, init_model.tree_output, init_model.history, init_model.rng_state
+        )
     data = mapper.transform(X_arr)
-    base = initial_margin(objective, params, y_arr)
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
-    loop = RoundLoop(params, data.n_features, objective.n_outputs, callbacks)
+    loop = RoundLoop(params, data.n_features, objective.n_outputs, callbacks, start=start)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
+    if init_model is not None:  # the same sums, in the same order, as training them here
+        margins.margin = init_model.predict_margin_binned(data)
+        for ev in evals:
+            ev.margin = init_model.predict_margin_binned(ev.data)
     builder = make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1)
     candidates = candidate_mask(mapper.n_bins, params.max_bin)
     for _ in loop:
@@ -286,7 +319,38 @@ def train(
         loop.trees_per_round,
         loop.best_iteration,
         loop.history,
+        loop.rng_state,
     )
+
+
+def _check_warm_start(model: Booster, params: BoostParams, n_features: int) -> None:
+    """A warm start continues ``model``: what shapes its trees must not change."""
+    old = model.params
+    for key in ("num_class", "multi_strategy", "max_bin"):
+        if getattr(old, key) != getattr(params, key):
+            raise InputError(
+                f"init_model was trained with {key}={getattr(old, key)!r}, "
+                f"not {getattr(params, key)!r}: a warm start must keep it"
+            )
+    if canonical_objective(old.objective) != canonical_objective(params.objective):
+        raise InputError(
+            f"init_model was trained with objective {old.objective!r}, not {params.objective!r}"
+        )
+    if model.n_features != n_features:
+        raise InputError(f"init_model has {model.n_features} features, X has {n_features}")
+
+
+def _rng_state(value: object) -> dict[str, Any] | None:
+    """A stored random generator state (a JSON map), or None; checked when the model is read."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ModelError("invalid model: rng_state is not a map")
+    try:
+        np.random.default_rng().bit_generator.state = value  # validates it
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ModelError(f"invalid model: rng_state: {exc}") from None
+    return value
 
 
 def initial_margin(objective: Objective, params: BoostParams, y: F64) -> F64:

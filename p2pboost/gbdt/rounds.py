@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +50,7 @@ __all__ = [
     "EvalData",
     "Margins",
     "RoundLoop",
+    "RoundStart",
     "TreeTask",
     "add_tree",
     "on_grid",
@@ -123,12 +125,25 @@ def refit_leaves(
     return replace(tree, value=new[:, None])
 
 
+@dataclass(frozen=True)
+class RoundStart:
+    """Where a warm start continues: the trees so far (with their outputs), their history and
+    the state of the random generator after them (``None``: a fresh one from the seed, so row
+    and column draws differ from an uninterrupted run)."""
+
+    trees: Sequence[Tree]
+    tree_output: Sequence[int]
+    history: History
+    rng_state: dict[str, Any] | None
+
+
 class RoundLoop:
     """Rounds, random draws, trees, history and early stopping (see the module docstring).
 
     ``n_features`` counts every feature a tree may split on (all parties' in a vertical
     federation); ``n_outputs`` the objective's outputs. Iterating yields the round numbers
-    until ``n_estimators`` or an early stop.
+    until ``n_estimators`` or an early stop. ``start`` continues a model (warm start): its
+    rounds keep their numbers and ``n_estimators`` more follow.
     """
 
     def __init__(
@@ -137,6 +152,8 @@ class RoundLoop:
         n_features: int,
         n_outputs: int,
         callbacks: Sequence[Callback] = (),
+        *,
+        start: RoundStart | None = None,
     ) -> None:
         self.params = params
         self.n_features = n_features
@@ -149,12 +166,26 @@ class RoundLoop:
         self.tree_output: list[int] = []
         self.history: History = {}
         self.best_iteration: int | None = None
+        self._first = 0
+        if start is not None:
+            self.trees, self.tree_output = list(start.trees), list(start.tree_output)
+            self.history.update(
+                {s: {m: list(v) for m, v in per.items()} for s, per in start.history.items()}
+            )
+            if start.rng_state is not None:
+                self.rng.bit_generator.state = start.rng_state
+            self._first = len(self.trees) // self.trees_per_round
         self._record = RecordEvaluation(self.history)
-        self._iteration = -1
+        self._iteration = self._first - 1
         self._stopped = False
 
+    @property
+    def rng_state(self) -> dict[str, Any]:
+        """The random generator's state now (a model keeps it, for a warm start)."""
+        return dict(self.rng.bit_generator.state)
+
     def __iter__(self) -> Iterator[int]:
-        for it in range(self.params.n_estimators):
+        for it in range(self._first, self._first + self.params.n_estimators):
             if self._stopped:
                 return
             self._iteration = it
