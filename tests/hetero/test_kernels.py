@@ -166,6 +166,16 @@ def test_shards_give_the_plaintext_left_sums(
         run.close()
 
 
+def _encrypted(
+    p: dict[str, Any], n: int, public_key: AnyPublicKey, table: AnyTable
+) -> tuple[PackingSpec, bytes]:
+    """The packing of ``n`` rows of problem ``p`` and their ciphertexts as the guest streams
+    them (every row, in order)."""
+    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
+    cts = table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
+    return spec, CiphertextBatch.from_ciphertexts(public_key, cts).data
+
+
 def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: AnyTable) -> None:
     """Column sampling saves the host's additions: a feature without candidates in this tree
     (not sampled) keeps empty cells in every shard's histograms, root and children alike, and
@@ -174,10 +184,7 @@ def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: A
     n, n_feat, max_bin = 90, 3, 5
     p = _problem(7, n, n_feat, max_bin)
     sample = np.arange(n)
-    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
-    data = CiphertextBatch.from_ciphertexts(
-        public_key, table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
-    ).data
+    spec, data = _encrypted(p, n, public_key, table)
     allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
     allowed[1] = False  # feature 1 is not sampled for this tree
     run = _Run(public_key, p["codes"], max_bin + 1, 1, 2)
@@ -215,10 +222,7 @@ def test_sparse_features_derive_their_common_bin_with_the_same_sums(
     np.testing.assert_array_equal(zero, [0, 0, 0])
     assert (k.sparse_zero_bins(p["codes"][:, :1], max_bin + 1) == -1).all()  # one: not worth it
     sample = np.arange(n)
-    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
-    data = CiphertextBatch.from_ciphertexts(
-        public_key, table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
-    ).data
+    spec, data = _encrypted(p, n, public_key, table)
     allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
     run = _Run(public_key, codes, max_bin + 1, 1, 2)
     try:
@@ -245,10 +249,7 @@ def test_candidates_skip_what_cannot_win(keys: Keys, table: AnyTable) -> None:
     codes = p["codes"]
     codes[:, 1] = np.where(codes[:, 1] == max_bin, 0, codes[:, 1])  # feature 1: none missing
     codes[:, 2] = np.where(codes[:, 2] == 3, 2, codes[:, 2])  # bin 3 of feature 2 is empty
-    spec = PackingSpec.for_grids(n, p["gg"], p["hg"], key_bits=public_key.bits)
-    data = CiphertextBatch.from_ciphertexts(
-        public_key, table.encrypt_many(pack(spec, p["gi"], p["hi"])[0])
-    ).data
+    spec, data = _encrypted(p, n, public_key, table)
     run = _Run(public_key, codes, max_bin + 1, 2, 2)
     try:
         run.each(k.shard_tree, np.arange(n), candidate_mask(np.full(3, max_bin), max_bin))

@@ -226,3 +226,14 @@ def same_trees(a: Booster, b: Booster) -> bool:
             if not np.array_equal(getattr(ta, name), getattr(tb, name)):
                 return False
     return True
+
+
+def hello(config: HomoConfig) -> dict[str, Any]:
+    """The server's ``hello`` for ``config``, as a wire map (for tests of the client's rules)."""
+    return {
+        "t": "hello",
+        "version": 1,
+        "digest": config.digest(),
+        "run": "run-0123456789",
+        "settings": config.shared(),
+    }

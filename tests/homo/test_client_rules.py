@@ -15,6 +15,7 @@ from p2pboost.exceptions import RemoteProtocolError
 from p2pboost.homo._messages import Advert, Masked, Ready, Recovered, Reveal, Sealed
 from p2pboost.homo.client import Client
 from p2pboost.homo.config import ClientIdentity, HomoConfig
+from tests.homo.conftest import hello
 
 
 def _total(vectors: Iterable[Any]) -> Any:
@@ -37,13 +38,7 @@ def _clients(federation: Path) -> dict[str, Client]:
     return out
 
 
-HELLO = {
-    "t": "hello",
-    "version": 1,
-    "digest": CONFIG.digest(),
-    "run": "run-0123456789",
-    "settings": CONFIG.shared(),
-}
+HELLO = hello(CONFIG)
 
 
 def _setup(clients: dict[str, Client], t: int = 2) -> None:

@@ -14,15 +14,10 @@ from p2pboost.homo import _messages as m
 from p2pboost.homo.client import Client
 from p2pboost.homo.config import ClientIdentity, HomoConfig
 from p2pboost.protocols._messages import decode, families
+from tests.homo.conftest import hello
 
 CONFIG = HomoConfig()
-HELLO = {
-    "t": "hello",
-    "version": 1,
-    "digest": CONFIG.digest(),
-    "run": "run-0123456789",
-    "settings": CONFIG.shared(),
-}
+HELLO = hello(CONFIG)
 
 
 def _messages() -> list[type[m.HomoMessage]]:
