@@ -11,12 +11,14 @@ are the same as well.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gmpy2  # type: ignore[import-untyped]
+import numpy as np
 from gmpy2 import mpz
 
 from p2pboost.exceptions import CodecError, CryptoError, InputError, KeyMismatchError
@@ -34,8 +36,10 @@ __all__ = [
     "CiphertextBatch",
     "KeySizes",
     "add",
+    "digit_rows",
     "join_private",
     "negate",
+    "random_columns",
     "scalar_mul",
     "split_private",
     "subtract",
@@ -117,6 +121,28 @@ def table_settings(
     if not 1 <= w <= 16:
         raise InputError("window_bits must be in [1, 16]")
     return ebits, w
+
+
+def random_columns(
+    count: int, window_bits: int, windows: int, exponent_bits: int
+) -> list[list[int]]:
+    """Window ``j``'s ``window_bits``-bit digit of ``count`` uniformly random exponents of
+    ``exponent_bits`` bits, for each ``j`` (little-endian; one ``os.urandom`` call; for 8-bit
+    windows the random bytes *are* the digits). The fixed-base tables' randomness."""
+    w, W = window_bits, windows
+    last = exponent_bits - (W - 1) * w
+    if w == 8 and last == 8:
+        raw = np.frombuffer(os.urandom(W * count), dtype=np.uint8).reshape(count, W)
+        return list(raw.T.tolist())
+    words = np.frombuffer(os.urandom(2 * W * count), dtype="<u2").reshape(count, W)
+    digits = words & np.uint16((1 << w) - 1)
+    digits[:, -1] &= np.uint16((1 << last) - 1)
+    return list(digits.T.tolist())
+
+
+def digit_rows(columns: list[list[int]]) -> list[list[int]]:
+    """Per exponent, its window digits (the transpose of :func:`random_columns`)."""
+    return [list(d) for d in zip(*columns, strict=True)] if columns and columns[0] else []
 
 
 def window_products(rows: list[list[mpz]], mod: mpz, columns: list[list[int]]) -> list[mpz]:

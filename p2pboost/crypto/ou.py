@@ -53,7 +53,9 @@ from p2pboost.crypto.additive import (
     TABLE_MEMORY_BUDGET,
     WINDOW_BITS,
     KeySizes,
+    digit_rows,
     join_private,
+    random_columns,
     split_private,
     table_settings,
     window_products,
@@ -355,17 +357,12 @@ class OUTable:
             t.upto(self.windows)
 
     def random_columns(self, count: int) -> list[list[int]]:
-        """Window digits of ``count`` random exponents of ``exponent_bits`` (top window
-        masked), one ``os.urandom``-backed draw."""
-        w, W = self.window_bits, self.windows
-        words = np.frombuffer(secrets.token_bytes(2 * W * count), dtype="<u2")
-        digits = words.reshape(count, W) & np.uint16((1 << w) - 1)
-        last = self.exponent_bits - (W - 1) * w
-        digits[:, -1] &= np.uint16((1 << last) - 1)
-        return list(digits.T.tolist())
+        """Window digits of ``count`` random exponents ``r`` (see
+        :func:`~p2pboost.crypto.additive.random_columns`)."""
+        return random_columns(count, self.window_bits, self.windows, self.exponent_bits)
 
     def random_digits(self, count: int) -> list[Any]:
-        return [list(d) for d in zip(*self.random_columns(count), strict=True)] if count else []
+        return digit_rows(self.random_columns(count)) if count else []
 
     def _combine(self, parts: list[list[mpz]]) -> list[mpz]:
         if self._pinv is None:

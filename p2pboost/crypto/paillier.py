@@ -35,7 +35,6 @@ Plaintexts live in ``[0, n)``; signed values and packing are the job of
 from __future__ import annotations
 
 import hashlib
-import os
 import secrets
 import struct
 from collections.abc import Iterable, Sequence
@@ -43,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gmpy2  # type: ignore[import-untyped]
-import numpy as np
 from gmpy2 import mpz
 
 from p2pboost.crypto.additive import (
@@ -57,8 +55,10 @@ from p2pboost.crypto.additive import (
     CiphertextBatch,
     KeySizes,
     add,
+    digit_rows,
     join_private,
     negate,
+    random_columns,
     scalar_mul,
     split_private,
     subtract,
@@ -308,8 +308,6 @@ class FixedBaseTable:
 
     __slots__ = (
         "_crt",
-        "_last_mask",
-        "_mask",
         "_pinv",
         "exponent_bits",
         "n",
@@ -339,8 +337,6 @@ class FixedBaseTable:
         self.exponent_bits = ebits
         self.windows = -(-self.exponent_bits // w)
         last_bits = self.exponent_bits - (self.windows - 1) * w
-        self._mask = (1 << w) - 1
-        self._last_mask = (1 << last_bits) - 1
         if private_key is not None:
             p2, q2 = private_key.psquare, private_key.qsquare
             moduli = [(p2, public_key.hs % p2), (q2, public_key.hs % q2)]
@@ -366,19 +362,10 @@ class FixedBaseTable:
 
     def random_digits(self, count: int) -> list[Any]:
         """``count`` uniformly random exponents in ``[0, 2**exponent_bits)``, as digit lists."""
-        return [list(d) for d in zip(*self._random_columns(count), strict=True)] if count else []
+        return digit_rows(self._random_columns(count)) if count else []
 
     def _random_columns(self, count: int) -> list[list[int]]:
-        """Window ``j``'s digit of ``count`` random exponents, for each ``j`` (one
-        ``os.urandom`` call; for 8-bit windows the random bytes *are* the digits)."""
-        w, W = self.window_bits, self.windows
-        if w == 8 and self._last_mask == 0xFF:
-            raw = np.frombuffer(os.urandom(W * count), dtype=np.uint8).reshape(count, W)
-            return list(raw.T.tolist())
-        words = np.frombuffer(os.urandom(2 * W * count), dtype="<u2").reshape(count, W)
-        digits = words & np.uint16(self._mask)
-        digits[:, -1] &= np.uint16(self._last_mask)
-        return list(digits.T.tolist())
+        return random_columns(count, self.window_bits, self.windows, self.exponent_bits)
 
     def factor(self, digits: Iterable[int]) -> mpz:
         """``hs**a mod n**2`` for the exponent with (little-endian) window ``digits``."""
