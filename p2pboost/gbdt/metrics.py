@@ -21,6 +21,8 @@ __all__ = [
     "auc",
     "available_metrics",
     "get_metric",
+    "gini",
+    "ks",
     "logloss",
     "mae",
     "mlogloss",
@@ -46,6 +48,28 @@ def auc(y: F64, pred: F64) -> float:
     avg_rank = ends - (counts - 1) / 2.0
     rank_sum = float(avg_rank[inverse][pos].sum())
     return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+def gini(y: F64, pred: F64) -> float:
+    """The Gini coefficient of credit scoring, ``2 * AUC - 1`` (the accuracy ratio)."""
+    return 2.0 * auc(y, pred) - 1.0
+
+
+def ks(y: F64, pred: F64) -> float:
+    """Kolmogorov-Smirnov statistic of credit scoring: the largest gap between the cumulative
+    score distributions of the two classes, ``max |TPR - FPR|`` over every threshold (tied
+    scores move together)."""
+    y = np.asarray(y, dtype=np.float64)
+    pred = np.asarray(pred, dtype=np.float64)
+    pos = y == 1.0
+    n_pos = int(pos.sum())
+    n_neg = y.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise InputError("KS needs both classes among the labels")
+    scores, inverse = np.unique(pred, return_inverse=True)
+    tpr = np.cumsum(np.bincount(inverse, weights=pos, minlength=scores.size)) / n_pos
+    fpr = np.cumsum(np.bincount(inverse, weights=~pos, minlength=scores.size)) / n_neg
+    return float(np.max(np.abs(tpr - fpr)))
 
 
 def logloss(y: F64, pred: F64) -> float:
@@ -97,6 +121,8 @@ _REGISTRY: dict[str, Metric] = {
     m.name: m
     for m in (
         Metric("auc", auc, True),
+        Metric("gini", gini, True),
+        Metric("ks", ks, True),
         Metric("logloss", logloss, False),
         Metric("mlogloss", mlogloss, False),
         Metric("accuracy", accuracy, True),

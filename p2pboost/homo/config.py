@@ -101,7 +101,10 @@ class HomoConfig:
             raise InputError("round_timeout must be positive")
         metric = self.metric
         if metric not in SUM_METRICS:
-            raise InputError(f"eval_metric must be one of {', '.join(SUM_METRICS)}")
+            raise InputError(
+                f"eval_metric must be one of {', '.join(SUM_METRICS)}: horizontal validation"
+                f" aggregates sums of per-row values, which {metric!r} is not"
+            )
         if self.early_stopping_rounds is not None and self.early_stopping_rounds < 1:
             raise InputError("early_stopping_rounds must be at least 1")
         return self

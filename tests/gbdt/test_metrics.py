@@ -28,6 +28,41 @@ def test_metrics_agree_with_scikit_learn() -> None:
     )
 
 
+def test_credit_scoring_metrics_agree_with_the_roc_curve() -> None:
+    """KS is the largest gap between TPR and FPR over thresholds (ties move together), Gini
+    the accuracy ratio 2 * AUC - 1; both from scikit-learn's ROC curve, on scores with ties."""
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 400).astype(np.float64)
+    p = np.clip(0.25 * y + rng.random(400) * 0.75, 0, 1).round(2)
+    fpr, tpr, _ = skm.roc_curve(y, p)
+    assert get_metric("ks")(y, p) == pytest.approx(float(np.max(tpr - fpr)))
+    assert get_metric("gini")(y, p) == pytest.approx(2 * skm.roc_auc_score(y, p) - 1)
+    assert get_metric("ks").higher_is_better
+    assert get_metric("gini").higher_is_better
+    with pytest.raises(InputError, match="both classes"):
+        get_metric("ks")(np.zeros(3), np.ones(3))
+
+
+def test_credit_metrics_in_the_training_history() -> None:
+    from sklearn.datasets import load_breast_cancer
+
+    from p2pboost.gbdt.booster import train
+    from p2pboost.gbdt.params import BoostParams
+
+    X, y = load_breast_cancer(return_X_y=True)
+    model = train(
+        BoostParams(n_estimators=3, max_depth=2),
+        X[:400],
+        y[:400],
+        eval_sets=[(X[400:], y[400:])],
+        eval_metrics=["auc", "ks", "gini"],
+    )
+    (scores,) = model.history.values()
+    assert set(scores) == {"auc", "ks", "gini"}
+    assert scores["gini"] == pytest.approx([2 * a - 1 for a in scores["auc"]])
+    assert all(0 < k <= 1 for k in scores["ks"])
+
+
 def test_metric_errors() -> None:
     assert "auc" in available_metrics()
     with pytest.raises(InputError, match="unknown metric"):

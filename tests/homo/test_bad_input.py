@@ -98,6 +98,8 @@ def test_config_rejects_unsupported_and_insecure_settings() -> None:
     with pytest.raises(InputError, match="supports"):
         HomoConfig(params=BoostParams(objective="l1")).validate()  # an alias of the same
     HomoConfig(params=BoostParams(objective="l2")).validate()  # the core's alias is accepted
+    with pytest.raises(InputError, match="'ks' is not"):  # ranks, not sums of rows
+        HomoConfig(eval_metric="ks").validate()
     with pytest.raises(InputError, match="min_clients"):
         HomoConfig(min_clients=1).validate()
     with pytest.raises(InputError, match="sample"):
