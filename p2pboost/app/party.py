@@ -351,6 +351,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         table.X,
         table.y,
         eval_set=[(table.X, table.y)] if train.eval_train else (),
+        eval_names=["train"] if train.eval_train else None,
         callbacks=[_tree_callback(run)],
     )
     seconds = time.perf_counter() - t0

@@ -130,10 +130,12 @@ class HeteroGuest:
         y: Any,
         *,
         eval_set: Sequence[tuple[Any, Any]] = (),
+        eval_names: Sequence[str] | None = None,
         ids: Any = None,
         callbacks: Sequence[Callback] = (),
     ) -> HeteroGuest:
-        """Train with ``hosts`` over ``node`` (running); returns ``self``."""
+        """Train with ``hosts`` over ``node`` (running); returns ``self``. ``eval_names`` name
+        the ``eval_set`` entries in the history (default ``valid_0``, ``valid_1``, ...)."""
         X_arr = np.asarray(X, dtype=np.float64)
         y_arr = np.asarray(y)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
@@ -158,6 +160,7 @@ class HeteroGuest:
                 y_arr,
                 self.params or BoostParams(),
                 eval_sets=eval_set,
+                eval_names=eval_names,
                 callbacks=cbs,
                 config=self.config,
                 executor=self.executor,

@@ -77,6 +77,10 @@ def test_train_predict_and_serve_over_mtls(
     assert len(g_ids) == COMMON
     assert (tmp_path / "out-guest" / "model.json").is_file()
     assert (tmp_path / "out-host" / "model.json").is_file()
+    from p2pboost.hetero.model import GuestModel
+
+    history = GuestModel.load(tmp_path / "out-guest" / "model.json").history
+    assert list(history) == ["train"]  # the training rows' metric is named for what it is
 
     # predict: the guest scores all 550 of its rows; 19 the host lacks stay empty (align=psi)
     out, _, _ = _run_pair(
