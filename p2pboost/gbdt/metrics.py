@@ -33,15 +33,19 @@ F64 = npt.NDArray[np.float64]
 _EPS = 1e-15
 
 
+def _two_classes(name: str, y: F64, pred: F64) -> tuple[npt.NDArray[np.bool_], F64, int, int]:
+    """Positives, scores and the two class sizes of a ranking metric (both classes needed)."""
+    pos = np.asarray(y, dtype=np.float64) == 1.0
+    n_pos = int(pos.sum())
+    n_neg = pos.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        raise InputError(f"{name} needs both classes among the labels")
+    return pos, np.asarray(pred, dtype=np.float64), n_pos, n_neg
+
+
 def auc(y: F64, pred: F64) -> float:
     """Area under the ROC curve (tied scores count one half), from average ranks."""
-    y = np.asarray(y, dtype=np.float64)
-    pred = np.asarray(pred, dtype=np.float64)
-    pos = y == 1.0
-    n_pos = int(pos.sum())
-    n_neg = y.size - n_pos
-    if n_pos == 0 or n_neg == 0:
-        raise InputError("AUC needs both classes among the labels")
+    pos, pred, n_pos, n_neg = _two_classes("AUC", y, pred)
     _, inverse, counts = np.unique(pred, return_inverse=True, return_counts=True)
     # Average 1-based rank of each group of tied scores.
     ends = np.cumsum(counts)
@@ -59,13 +63,7 @@ def ks(y: F64, pred: F64) -> float:
     """Kolmogorov-Smirnov statistic of credit scoring: the largest gap between the cumulative
     score distributions of the two classes, ``max |TPR - FPR|`` over every threshold (tied
     scores move together)."""
-    y = np.asarray(y, dtype=np.float64)
-    pred = np.asarray(pred, dtype=np.float64)
-    pos = y == 1.0
-    n_pos = int(pos.sum())
-    n_neg = y.size - n_pos
-    if n_pos == 0 or n_neg == 0:
-        raise InputError("KS needs both classes among the labels")
+    pos, pred, n_pos, n_neg = _two_classes("KS", y, pred)
     scores, inverse = np.unique(pred, return_inverse=True)
     tpr = np.cumsum(np.bincount(inverse, weights=pos, minlength=scores.size)) / n_pos
     fpr = np.cumsum(np.bincount(inverse, weights=~pos, minlength=scores.size)) / n_neg

@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 from benchmarks import wide
+from tests.hetero.test_benchmark import _write
 
 #: Whole federations (three runs): seconds (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
-
-
-def _write(path: Path, header: list[str], rows: np.ndarray) -> None:
-    lines = [",".join(header)] + [",".join(f"{v:.6f}" for v in row) for row in rows]
-    path.write_text("\n".join(lines))
 
 
 def test_sparse_host_features_cost_fewer_additions_for_the_same_trees(
