@@ -7,6 +7,7 @@ numpy arrays or fixed-width ciphertext bytes in and out (see :mod:`p2pboost.cryp
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
     "factors_task",
     "init_worker",
     "open_task",
+    "prepare_task",
 ]
 
 #: Worker-side cache size: keys a worker keeps tables for (LRU by insertion).
@@ -139,6 +141,12 @@ def encrypt_packed_task(
     return CiphertextBatch.from_ciphertexts(
         state.public_key, state.encrypt(planes[0], factors)
     ).data
+
+
+def prepare_task(fingerprint: bytes, material: KeyMaterial | None) -> int:
+    """Build the key's table in this worker now (a cache hit when it is there); its pid."""
+    worker_key(fingerprint, material).table  # noqa: B018 - built for the tasks to come
+    return os.getpid()
 
 
 def factors_task(fingerprint: bytes, material: KeyMaterial | None, count: int) -> bytes:

@@ -13,6 +13,7 @@ from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.paillier import PrivateKey, PublicKey, generate_keypair
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.testing import time_factor
+from p2pboost.workers import pinned_pool
 
 
 @pytest.mark.slow
@@ -77,6 +78,31 @@ def test_caller_supplied_executor(public_key: PublicKey, private_key: PrivateKey
         assert eng.decrypt_batch_blocking(eng.encrypt_batch_blocking(values)) == values
         eng.close()  # leaves the caller's pool alone
         assert pool.submit(sum, [1, 2]).result() == 3
+
+
+def _has_table(fingerprint: bytes) -> bool:
+    from p2pboost.crypto._workers import WORKER_KEYS
+
+    state = WORKER_KEYS.get(fingerprint)
+    return state is not None and state._table is not None
+
+
+async def test_prepare_builds_the_table_in_every_worker(
+    public_key: PublicKey, private_key: PrivateKey
+) -> None:
+    """Before the first encryption, not in it: each worker of the pool holds the key's table."""
+    pool = pinned_pool(2)
+    try:
+        eng = CryptoEngine(public_key, private_key, executor=pool, workers=2)
+        fp = public_key.fingerprint
+        assert [pool.submit_to(i, _has_table, fp).result() for i in range(2)] == [False, False]
+        assert await eng.prepare() == 2
+        assert [pool.submit_to(i, _has_table, fp).result() for i in range(2)] == [True, True]
+        assert await eng.prepare() == 2  # a cache hit, nothing rebuilt
+        values = list(range(100))
+        assert await eng.decrypt_batch(await eng.encrypt_batch(values)) == values
+    finally:
+        pool.shutdown()
 
 
 async def test_event_loop_keeps_ticking_during_a_large_batch(engine: CryptoEngine) -> None:
