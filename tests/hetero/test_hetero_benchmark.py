@@ -65,6 +65,7 @@ def test_two_hosts_end_to_end(tiny_vertical: Path, capsys: pytest.CaptureFixture
         "key_bits",
         "s_per_tree",
         "floor_s_per_tree",
+        "tables_s",
         "phases",
         "auc",
         "xgboost_auc",
@@ -74,7 +75,7 @@ def test_two_hosts_end_to_end(tiny_vertical: Path, capsys: pytest.CaptureFixture
     assert result["dataset"] == "breast"
     assert result["rows"] == 200
     assert result["key_bits"] == 1024
-    for key in ("s_per_tree", "floor_s_per_tree"):
+    for key in ("s_per_tree", "floor_s_per_tree", "tables_s"):
         assert isinstance(result[key], float)
         assert result[key] > 0
     assert isinstance(result["bytes_per_tree"], int)
