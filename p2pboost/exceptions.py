@@ -16,6 +16,7 @@ families keeps working.
     ├── CryptoError                        a cryptographic check failed
     │   └── KeyMismatchError               ciphertext or key from a different key pair
     ├── ModelError (ValueError)            unreadable, foreign or incompatible model file
+    │   └── CheckpointError                corrupted or foreign checkpoint, or other settings
     ├── ProtocolError                      a peer broke the rules of a protocol
     │   ├── LocalProtocolError             *we* were asked to do something out of order
     │   └── RemoteProtocolError            a peer sent something invalid; names the peer
@@ -35,6 +36,7 @@ to call. Neither is ever silently swallowed.
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
     "CodecError",
     "ConfigError",
     "CryptoError",
@@ -102,6 +104,10 @@ class KeyMismatchError(CryptoError):
 
 class ModelError(P2PBoostError, ValueError):
     """A model file is unreadable, from another format version, or from another federation."""
+
+
+class CheckpointError(ModelError):
+    """A checkpoint is corrupted, of another training, or of other data or parameters."""
 
 
 class ProtocolError(P2PBoostError):

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
+from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.grower import TreeGrower
@@ -230,8 +231,8 @@ class Booster:
         return booster
 
     def save(self, path: str | Path) -> None:
-        """Write the model as JSON to ``path``."""
-        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+        """Write the model as JSON to ``path`` (atomically: the old file or the new one)."""
+        atomic_write(path, json.dumps(self.to_dict()).encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | Path) -> Booster:

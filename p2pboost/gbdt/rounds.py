@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.exceptions import InputError
 from p2pboost.gbdt.binning import BinnedData
 from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStop, RecordEvaluation
 from p2pboost.gbdt.fixedpoint import Grid, choose_grid, quantize
@@ -129,12 +130,15 @@ def refit_leaves(
 class RoundStart:
     """Where a warm start continues: the trees so far (with their outputs), their history and
     the state of the random generator after them (``None``: a fresh one from the seed, so row
-    and column draws differ from an uninterrupted run)."""
+    and column draws differ from an uninterrupted run). ``extend``: ``n_estimators`` more
+    rounds follow (a warm start); False: the run ends at ``n_estimators`` rounds in all (a
+    resumed run)."""
 
     trees: Sequence[Tree]
     tree_output: Sequence[int]
     history: History
     rng_state: dict[str, Any] | None
+    extend: bool = True
 
 
 class RoundLoop:
@@ -175,6 +179,9 @@ class RoundLoop:
             if start.rng_state is not None:
                 self.rng.bit_generator.state = start.rng_state
             self._first = len(self.trees) // self.trees_per_round
+        self._last = self._first + params.n_estimators
+        if start is not None and not start.extend:
+            self._last = params.n_estimators
         self._record = RecordEvaluation(self.history)
         self._iteration = self._first - 1
         self._stopped = False
@@ -185,7 +192,7 @@ class RoundLoop:
         return dict(self.rng.bit_generator.state)
 
     def __iter__(self) -> Iterator[int]:
-        for it in range(self._first, self._first + self.params.n_estimators):
+        for it in range(self._first, self._last):
             if self._stopped:
                 return
             self._iteration = it
@@ -195,6 +202,19 @@ class RoundLoop:
     def iteration(self) -> int:
         """The current round (0-based; -1 before the first)."""
         return self._iteration
+
+    def replay_callbacks(self) -> None:
+        """Show the callbacks the recorded rounds again, in order, so that a resumed run's
+        callbacks (early stopping's best round and patience) are where they were when the run
+        stopped."""
+        for it in range(self._first):
+            evaluation = {
+                name: {metric: values[it] for metric, values in per.items()}
+                for name, per in self.history.items()
+            }
+            if not evaluation or self._stopped:
+                return
+            self._call_back(it, evaluation)
 
     def sample_rows(self, grad: F64, hess: F64) -> tuple[F64, F64, I64 | None]:
         """This round's row sample (GOSS or ``subsample``), with GOSS's gradient weights."""
@@ -231,11 +251,16 @@ class RoundLoop:
         """
         if evaluation is None:
             return
-        p = self.params
+        self._call_back(self._iteration, evaluation, record=True)
+
+    def _call_back(
+        self, iteration: int, evaluation: dict[str, dict[str, float]], *, record: bool = False
+    ) -> None:
         env = CallbackEnv(
-            iteration=self._iteration, n_estimators=p.n_estimators, evaluation=evaluation
+            iteration=iteration, n_estimators=self.params.n_estimators, evaluation=evaluation
         )
-        self._record(env)
+        if record:
+            self._record(env)
         try:
             for cb in self.callbacks:
                 cb(env)
@@ -268,6 +293,16 @@ class Margins:
             ev.margin = np.tile(base, (ev.y.size, 1))
         self.metrics = list(metrics)
         self.learning_rate = learning_rate
+
+    def restore(self, margin: F64, eval_margins: Sequence[F64]) -> None:
+        """Continue from margins saved earlier (a resumed run), after checking their shapes."""
+        if margin.shape != self.margin.shape or len(eval_margins) != len(self.evals):
+            raise InputError("saved margins do not fit the training or evaluation rows")
+        if any(m.shape != ev.margin.shape for m, ev in zip(eval_margins, self.evals, strict=True)):
+            raise InputError("saved margins do not fit the training or evaluation rows")
+        self.margin = np.array(margin, dtype=np.float64)
+        for ev, m in zip(self.evals, eval_margins, strict=True):
+            ev.margin = np.array(m, dtype=np.float64)
 
     def gradients(self) -> tuple[F64, F64]:
         """The objective's gradients and hessians at the current margins."""

@@ -34,7 +34,9 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
 
-VERSION = 1
+#: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
+#: and fingerprint chain of checkpoints).
+VERSION = 2
 
 
 class GuestPhase(Enum):

@@ -178,9 +178,12 @@ class GuestTrainer:
         """Stop making randomisers (training ended or failed)."""
         await self._stop(wait=False)
 
-    async def grow(self, tree_id: int, task: TreeTask, *, more: bool = True) -> GrownTree:
-        """Grow one tree of the round loop with the hosts (``more``: another tree may follow,
-        so it is worth making randomisers while waiting for the hosts)."""
+    async def grow(
+        self, tree_id: int, task: TreeTask, chain: str, *, more: bool = True
+    ) -> GrownTree:
+        """Grow one tree of the round loop with the hosts (``chain``: the fingerprint chain
+        after the trees before it; ``more``: another tree may follow, so it is worth making
+        randomisers while waiting for the hosts)."""
         self.progress.tree = tree_id
         await self._stop(wait=True)  # at most one short task per worker still running
         sample = task.sample
@@ -194,7 +197,11 @@ class GuestTrainer:
             mask = np.packbits(bits)
         for link, sl in zip(self.links, self.host_slices, strict=True):
             start = TreeStart(
-                tree_id, grid_wire(g_grid, h_grid), mask, task.features[sl].astype(np.uint8)
+                tree_id,
+                grid_wire(g_grid, h_grid),
+                mask,
+                task.features[sl].astype(np.uint8),
+                chain,
             )
             await send(link.ctl, start)
         grower = TreeGrower(

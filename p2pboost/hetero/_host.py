@@ -27,7 +27,7 @@ import asyncio
 import os
 import secrets
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,6 +155,11 @@ class Host:
     shards: Shards = field(init=False)
     engine: CryptoEngine = field(init=False)
     splits: list[HostSplit] = field(default_factory=list)
+    #: Trees already grown (a resumed run: ``splits`` holds theirs).
+    start: int = 0
+    #: Called before each tree and at the end with the trees done, the guest's fingerprint
+    #: chain after them and the splits so far (the checkpoint ledger of ``host_train``).
+    on_tree: Callable[[int, str, Sequence[HostSplit]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         self.rows_major = np.ascontiguousarray(self.data.codes.T)  # (rows, features)
@@ -176,9 +181,12 @@ class Host:
             await self.shards.release(k.shard_close)
 
     async def _trees(self) -> str:
-        n_trees = 0
+        n_trees = self.start
         while True:
             msg = await recv(self.ctl, (TreeStart, Done))
+            done = msg.n_trees if isinstance(msg, Done) else msg.tree
+            if self.on_tree is not None and done == n_trees:
+                await self.on_tree(done, msg.chain, self.splits)
             if isinstance(msg, Done):
                 if msg.n_trees != n_trees:
                     raise reject(self.guest, "tree count differs from the trees grown")

@@ -10,7 +10,7 @@ bitmap covers) is checked by the protocol code that holds that state.
 from __future__ import annotations
 
 from collections.abc import Sized
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 import numpy as np
@@ -80,6 +80,10 @@ MAX_SERVE_ROWS = 1_000_000
 #: Longest string id accepted from a peer.
 MAX_ID_CHARS = 256
 _VERSION = Int(0, 1 << 16)
+#: Trees one training may grow (bounds a resuming host's chain).
+MAX_TREES = 1_000_000
+_RUN = Str(0, 64)
+_DIGEST = Str(0, 64)
 _NODES = Array("int64", max_len=MAX_LAYER)
 _BITMAP = Array("uint8")
 
@@ -101,35 +105,41 @@ class TrainMessage(Message):
 
 @dataclass(frozen=True)
 class Hello(TrainMessage, tag="hello"):
-    """Host -> guest: what the host holds."""
+    """Host -> guest: what the host holds; a resuming host also its checkpoint's run id and
+    fingerprint chain (empty otherwise: see :mod:`p2pboost.hetero.checkpoint`)."""
 
     version: Annotated[int, _VERSION]
     n_rows: Annotated[int, Int(1, MAX_ROWS)]
     n_features: Annotated[int, Int(1, MAX_FEATURES)]
     n_eval: Annotated[list[int], ListOf(Int(0, MAX_ROWS), MAX_EVAL_SETS)]
+    run: Annotated[str, _RUN] = ""
+    chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Setup(TrainMessage, tag="setup"):
-    """Guest -> host: the public key (Paillier or OU: the guest's choice) and the binning
-    settings."""
+    """Guest -> host: the public key (Paillier or OU: the guest's choice), the binning
+    settings, the run id and how many trees of it every party keeps (0: a fresh run)."""
 
     version: Annotated[int, _VERSION]
     key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
     max_bin: Annotated[int, Int(2, MAX_BIN_LIMIT)]
     min_samples_leaf: Annotated[int, Int(1, MAX_ROWS)]
+    run: Annotated[str, Str(1, 64)]
+    start: Annotated[int, Int(0, MAX_TREES)]
 
 
 @dataclass(frozen=True)
 class TreeStart(TrainMessage, tag="tree"):
     """Guest -> host: a tree begins; the gradients' fixed-point grids (g bits, g magnitude,
     h bits, h magnitude), the sampled rows (a bitmap; nil: all) and the host's features the
-    tree may use (0/1 per feature)."""
+    tree may use (0/1 per feature), and the fingerprint chain after the trees before it."""
 
     tree: Annotated[int, Int(0, MAX_NODE)]
     grid: Annotated[list[int], ListOf(Int(-1100, 1100), 4, min_len=4)]
     sample: Annotated[U8 | None, Optional(_BITMAP)]
     features: Annotated[U8, Array("uint8", max_len=MAX_FEATURES)]
+    chain: Annotated[str, _DIGEST]
 
 
 @dataclass(frozen=True)
@@ -208,10 +218,12 @@ class Layer(TrainMessage, tag="layer"):
 
 @dataclass(frozen=True)
 class Done(TrainMessage, tag="done"):
-    """Guest -> hosts: training ended; the model's fingerprint and its number of trees."""
+    """Guest -> hosts: training ended; the model's fingerprint, its number of trees and the
+    fingerprint chain after them."""
 
     fingerprint: Annotated[str, Str(1, 128)]
     n_trees: Annotated[int, Int(0, MAX_NODE)]
+    chain: Annotated[str, _DIGEST]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
+from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.objectives import Objective, get_objective
@@ -372,7 +373,7 @@ def _check_header(d: Mapping[str, Any], fmt: str) -> None:
 
 
 def _write_json(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
-    Path(path).write_text(json.dumps(obj, allow_nan=False, separators=(",", ":")))
+    atomic_write(path, json.dumps(obj, allow_nan=False, separators=(",", ":")).encode())
 
 
 def _read_json(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ loop only moves messages.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any, cast
@@ -59,6 +60,7 @@ import numpy as np
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import (
+    CheckpointError,
     DeadlineExceeded,
     InputError,
 )
@@ -68,7 +70,7 @@ from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
-from p2pboost.gbdt.rounds import Margins, RoundLoop
+from p2pboost.gbdt.rounds import Margins, RoundLoop, RoundStart
 from p2pboost.hetero._common import (
     VERSION,
     GuestPhase,
@@ -79,7 +81,18 @@ from p2pboost.hetero._common import (
 from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
 from p2pboost.hetero._host import Host, Shards
 from p2pboost.hetero._messages import Bye, Done, Hello, Setup
-from p2pboost.hetero.model import GuestModel, HostModel
+from p2pboost.hetero.checkpoint import (
+    GuestCheckpoint,
+    HostCheckpoint,
+    RoundState,
+    chain_next,
+    chain_start,
+    data_digest,
+    new_chain_secret,
+    new_run_id,
+    resume_point,
+)
+from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
@@ -110,6 +123,8 @@ async def guest_train(
     executor: Executor | None = None,
     keys: tuple[AnyPublicKey, AnyPrivateKey] | None = None,
     progress: Progress | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
 ) -> GuestModel:
     """Train as the guest (labels ``y``, features ``X``) with ``hosts`` (their party ids).
 
@@ -117,6 +132,11 @@ async def guest_train(
     ``eval_sets``; ``callbacks`` (e.g. :class:`~p2pboost.gbdt.callbacks.EarlyStopping`) see
     each round's evaluation as in :func:`p2pboost.gbdt.booster.train`. ``keys`` reuses a key
     pair (of ``config.scheme``) instead of generating one.
+
+    ``checkpoint``: a directory where the guest writes its checkpoint after every round;
+    ``resume``: continue from it (and from the hosts' checkpoints) at the last round every
+    party holds, to the model an uninterrupted run grows (see
+    :mod:`p2pboost.hetero.checkpoint`); without a checkpoint there a run starts afresh.
     """
     config = config or HeteroConfig()
     params = params.validate()
@@ -135,6 +155,18 @@ async def guest_train(
     data = mapper.transform(X_arr)
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
+    if resume and checkpoint is None:
+        raise InputError("resume needs the checkpoint directory to resume from")
+    digest = data_digest(
+        X_arr,
+        y_arr,
+        *[a for e in evals for a in (e.data.codes, e.y)],
+        list(hosts),
+        params.to_dict(),
+    )
+    saved = GuestCheckpoint.load(checkpoint) if resume and checkpoint is not None else None
+    if saved is not None:
+        saved.check_settings(digest, params.to_dict())
 
     links = [
         HostLink(
@@ -167,14 +199,22 @@ async def guest_train(
     elif keys[0].scheme != config.scheme:
         raise InputError(f"keys are {keys[0].scheme} keys but config.scheme is {config.scheme!r}")
     public_key, private_key = keys
-    setup = Setup(VERSION, public_key, params.max_bin, params.min_samples_leaf)
+    per_round = objective.n_outputs
+    start = resume_point(
+        saved, [(li.name, h.run, h.chain) for li, h in zip(links, hellos, strict=True)], per_round
+    )
+    resumed = saved if saved is not None and start else None
+    run = resumed.run if resumed is not None else new_run_id()
+    secret = resumed.secret if resumed is not None else new_chain_secret()
+    setup = Setup(VERSION, public_key, params.max_bin, params.min_samples_leaf, run, start)
     await gather_or_cancel(*(send(link.ctl, setup) for link in links))
 
     base = initial_margin(objective, params, y_arr)
     n_total = data.n_features + sum(link.n_features for link in links)
-    # The core's round loop: the same draws, refits, margins, callbacks and early stop.
-    loop = RoundLoop(params, n_total, objective.n_outputs, callbacks)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
+    loop, chain, states = _round_loop(
+        params, n_total, objective.n_outputs, callbacks, margins, run, resumed, start
+    )
     n_trees = params.n_estimators * objective.n_outputs
     async with owned_executor(executor, config.workers) as (pool, n_workers):
         engine = CryptoEngine(
@@ -196,35 +236,94 @@ async def guest_train(
             progress=progress,
         )
         try:
-            for _ in loop:
+            for it in loop:
                 for task in loop.tasks(margins):
                     tree_id = len(loop.trees)
-                    grown = await trainer.grow(tree_id, task, more=tree_id + 1 < n_trees)
+                    more = tree_id + 1 < n_trees
+                    grown = await trainer.grow(tree_id, task, chain[-1], more=more)
                     tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
                     loop.add_tree(tree, task.out)
+                    chain.append(chain_next(chain[-1], tree, secret))
                 progress.enter(GuestPhase.EVALUATE)
                 loop.end_round(margins.evaluation())
+                if checkpoint is not None:
+                    now = RoundState(
+                        it + 1,
+                        loop.rng_state,
+                        margins.margin.copy(),
+                        [ev.margin.copy() for ev in margins.evals],
+                    )
+                    states = [*states[-1:], now]
+                    ckpt = GuestCheckpoint(
+                        _model(run, params, hosts, mapper, base, loop),
+                        chain[1:],
+                        states,
+                        digest,
+                        secret,
+                    )
+                    await asyncio.to_thread(ckpt.save, checkpoint)
         finally:
             await trainer.aclose()
 
         progress.enter(GuestPhase.FINISH)
         fingerprint = model_fingerprint(loop.trees)
-        done = Done(fingerprint, len(loop.trees))
+        done = Done(fingerprint, len(loop.trees), chain[-1])
         await gather_or_cancel(*(send(link.ctl, done) for link in links))
         await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
     progress.enter(GuestPhase.DONE)
+    return _model(fingerprint, params, hosts, mapper, base, loop)
+
+
+def _model(
+    fingerprint: str,
+    params: BoostParams,
+    hosts: Sequence[str],
+    mapper: BinMapper,
+    base: Any,
+    loop: RoundLoop,
+) -> GuestModel:
+    """The guest's model as the round loop holds it now."""
     return GuestModel(
         fingerprint=fingerprint,
         params=params,
         hosts=tuple(hosts),
         mapper=mapper,
         base_margin=np.asarray(base, dtype=np.float64),
-        trees=loop.trees,
-        tree_output=loop.tree_output,
+        trees=list(loop.trees),
+        tree_output=list(loop.tree_output),
         trees_per_round=loop.trees_per_round,
         best_iteration=loop.best_iteration,
-        history=loop.history,
+        history={s: {m: list(v) for m, v in per.items()} for s, per in loop.history.items()},
     )
+
+
+def _round_loop(
+    params: BoostParams,
+    n_features: int,
+    n_outputs: int,
+    callbacks: Sequence[Callback],
+    margins: Margins,
+    run: str,
+    resumed: GuestCheckpoint | None,
+    start: int,
+) -> tuple[RoundLoop, list[str], list[RoundState]]:
+    """The core's round loop (the same draws, refits, margins, callbacks and early stop), the
+    fingerprint chain (from the run's start) and the round states a checkpoint keeps: fresh,
+    or continued after the first ``start`` trees of ``resumed`` (with ``margins`` restored)."""
+    if resumed is None:
+        return RoundLoop(params, n_features, n_outputs, callbacks), [chain_start(run)], []
+    model = resumed.model
+    rounds = start // model.trees_per_round
+    state = resumed.state_at(rounds)
+    assert state is not None  # resume_point checked it
+    history = {s: {m: v[:rounds] for m, v in per.items()} for s, per in model.history.items()}
+    at = RoundStart(
+        model.trees[:start], model.tree_output[:start], history, state.rng_state, extend=False
+    )
+    loop = RoundLoop(params, n_features, n_outputs, callbacks, start=at)
+    loop.replay_callbacks()
+    margins.restore(state.margin, state.eval_margins)
+    return loop, [chain_start(run), *resumed.chain[:start]], [state]
 
 
 # -- host --------------------------------------------------------------------------------------
@@ -264,6 +363,8 @@ async def host_train(
     workers: int | None = None,
     progress: Progress | None = None,
     sparse: bool | str = "auto",
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
@@ -272,7 +373,9 @@ async def host_train(
     node total instead of summing its rows: ``"auto"`` where it saves additions, True for every
     feature, False never; trees are the same either way. ``progress.additions`` counts the
     ciphertext additions of the histogram builds.
-    Returns this host's model part: its own splits only.
+    Returns this host's model part: its own splits only. ``checkpoint``: a directory where
+    the host writes its checkpoint after every tree; ``resume``: offer it to the guest, which
+    decides where every party continues (:mod:`p2pboost.hetero.checkpoint`).
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a
@@ -290,10 +393,29 @@ async def host_train(
     progress.enter(HostPhase.SETUP)
     ctl, grad, info = (session.channel(guest, n) for n in ("ctl", "grad", "info"))
     n_rows, n_features = X_arr.shape
-    await send(ctl, Hello(VERSION, n_rows, n_features, [int(e.shape[0]) for e in evals]))
+    if resume and checkpoint is None:
+        raise InputError("resume needs the checkpoint directory to resume from")
+    digest = data_digest(X_arr, *evals)
+    saved = HostCheckpoint.load(checkpoint, guest) if resume and checkpoint is not None else None
+    if saved is not None and saved.digest != digest:
+        raise CheckpointError(
+            "the host's checkpoint was written for other data (its rows, features or "
+            "evaluation sets differ): resume with the data it was trained on, or start afresh"
+        )
+    run, chain = (saved.run, saved.chain) if saved is not None else ("", [])
+    evals_rows = [int(e.shape[0]) for e in evals]
+    await send(ctl, Hello(VERSION, n_rows, n_features, evals_rows, run, chain))
     setup = await recv(ctl, Setup)
     if setup.version != VERSION:
         raise reject(guest, "unsupported protocol version")
+    kept: list[HostSplit] = []
+    if setup.start:
+        if saved is None or setup.run != saved.run or len(saved.chain) < setup.start:
+            raise reject(guest, f"resumes at tree {setup.start} of a run this host does not hold")
+        kept = [s for s in saved.model.splits if s.tree < setup.start]
+    ledger = _HostLedger(
+        checkpoint, guest, setup.run, n_features, digest, chain[: setup.start], kept
+    )
     mapper = BinMapper(setup.max_bin).fit(X_arr)
     host = Host(
         guest=guest,
@@ -307,6 +429,9 @@ async def host_train(
         min_rows=setup.min_samples_leaf,
         progress=progress,
         sparse=sparse,
+        splits=kept,
+        start=setup.start,
+        on_tree=ledger.tree_done,
     )
     async with owned_executor(executor, workers, pinned=True) as (pinned, n_workers):
         assert isinstance(pinned, PinnedPool)
@@ -317,3 +442,44 @@ async def host_train(
     progress.enter(HostPhase.DONE)
     splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))
     return HostModel(fingerprint, guest, host.data.n_features, splits)
+
+
+class _HostLedger:
+    """A host's fingerprint chain, checked and extended tree by tree, and its checkpoint."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None,
+        guest: str,
+        run: str,
+        n_features: int,
+        digest: str,
+        chain: list[str],
+        splits: list[HostSplit],
+    ) -> None:
+        self.directory, self.guest, self.run = directory, guest, run
+        self.n_features, self.digest = n_features, digest
+        self.chain = list(chain)
+        self.first = chain_start(run)
+
+    async def tree_done(self, trees: int, chain: str, splits: Sequence[HostSplit]) -> None:
+        """The guest says ``chain`` follows the first ``trees`` trees: keep it and save."""
+        if trees == len(self.chain):
+            if chain != (self.chain[-1] if self.chain else self.first):
+                raise reject(self.guest, "the fingerprint chain does not continue this run")
+            return
+        if trees != len(self.chain) + 1:
+            raise reject(self.guest, "the fingerprint chain skips a tree")
+        self.chain.append(chain)
+        if self.directory is not None:
+            model = HostModel(
+                self.run,
+                self.guest,
+                self.n_features,
+                tuple(
+                    sorted((s for s in splits if s.tree < trees), key=lambda s: (s.tree, s.node))
+                ),
+            )
+            await asyncio.to_thread(
+                HostCheckpoint(model, list(self.chain), self.digest).save, self.directory
+            )

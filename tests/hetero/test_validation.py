@@ -13,11 +13,14 @@ from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import DeadlineExceeded, InputError, RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.hetero._common import VERSION
+from p2pboost.hetero.checkpoint import chain_start
 from p2pboost.hetero.train import guest_train, host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import CONFIG, Keys
 
 N = 40
+RUN = "0" * 32
 
 
 def _data() -> tuple[np.ndarray, np.ndarray]:
@@ -35,7 +38,15 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
             async with c["b"].session("train", peers=["a"]) as s:
                 ctl, grad, info = (s.channel("a", n) for n in ("ctl", "grad", "info"))
                 await ctl.send(
-                    {"t": "hello", "version": 1, "n_rows": N, "n_features": 2, "n_eval": []}
+                    {
+                        "t": "hello",
+                        "version": VERSION,
+                        "n_rows": N,
+                        "n_features": 2,
+                        "n_eval": [],
+                        "run": "",
+                        "chain": [],
+                    }
                 )
                 await ctl.recv()  # setup
                 await ctl.recv()  # tree
@@ -121,10 +132,12 @@ async def test_host_refuses_a_malformed_layer(
                 await ctl.send(
                     {
                         "t": "setup",
-                        "version": 1,
+                        "version": VERSION,
                         "key": public_key,
                         "max_bin": 8,
                         "min_samples_leaf": 1,
+                        "run": RUN,
+                        "start": 0,
                     }
                 )
                 await ctl.send(
@@ -139,6 +152,7 @@ async def test_host_refuses_a_malformed_layer(
                         ],
                         "sample": None,
                         "features": np.ones(3, np.uint8),
+                        "chain": chain_start(RUN),
                     }
                 )
                 cts = [public_key.encrypt(1) for _ in range(N)]
