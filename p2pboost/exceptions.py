@@ -158,11 +158,14 @@ class PeerUnreachable(HandshakeError):
 
 
 class PeerDisconnected(TransportError):
-    """A peer went away and did not come back within the configured time."""
+    """A peer went away and did not come back within the configured time, or came back as a
+    new process that lost its state (``restarted``: it may resume its work from checkpoints,
+    so a party that keeps its own may try again)."""
 
-    def __init__(self, peer: str, message: str | None = None) -> None:
+    def __init__(self, peer: str, message: str | None = None, *, restarted: bool = False) -> None:
         super().__init__(message or f"peer {peer!r} disconnected and did not come back in time")
         self.peer = peer
+        self.restarted = restarted
 
 
 class FrameTooLarge(TransportError):

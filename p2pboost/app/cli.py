@@ -246,11 +246,13 @@ _CONFIG = click.option(
 )
 
 
-def _run_party(config_path: Path, task: str | None) -> int:
+def _run_party(config_path: Path, task: str | None, *, resume: bool = False) -> int:
     from p2pboost.app.config import load_config
     from p2pboost.app.party import run_party
 
     config = load_config(config_path).with_task(task)
+    if resume:
+        config = config.with_resume()
     reporter = _console().reporter(config.id)
     try:
         result = asyncio.run(_stop_on_sigterm(run_party(config, reporter)))
@@ -282,14 +284,20 @@ async def _stop_on_sigterm(work: Coroutine[Any, Any, PartyResult]) -> PartyResul
     default=None,
     help="Override the file's task.",
 )
-def party(config_path: Path, task: str | None) -> int:
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue vertical training from the checkpoints in [train] checkpoint_dir.",
+)
+def party(config_path: Path, task: str | None, resume: bool) -> int:
     """Run one party's node and task from its config file.
 
     Tasks: psi (common ids to workdir/intersection.csv), train (the party's model file),
     predict (guest: id,score CSV; hosts answer), serve (guest endpoint; hosts answer). The last
-    stdout line is a JSON summary.
+    stdout line is a JSON summary. With --resume a vertical party continues its training where
+    every party's checkpoint is (the others continue on their own: see docs).
     """
-    return _run_party(config_path, task)
+    return _run_party(config_path, task, resume=resume)
 
 
 @cli.command("predict")

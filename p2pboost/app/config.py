@@ -31,6 +31,7 @@ directory (so the same file works whatever directory the command is started from
     n_estimators = 25
     key_bits = 2048                 # < 2048 needs insecure_key_bits = true
     scheme = "paillier"             # or "ou" (Okamoto-Uchiyama; hetero guest only)
+    checkpoint_dir = "checkpoints"  # in workdir; "" for none (party --resume continues)
 
     [predict]                       # path (default: data.path), output, align
     [serve]                         # listen, max_batch, max_wait_ms, host_timeout
@@ -112,6 +113,9 @@ class TrainConfig:
     ``eval_train`` evaluates the metric on the training rows after every tree (shown in the
     progress bar); it costs the hosts one bit per row and split node, and both hetero parties
     must agree on it (the guest checks that the hosts' evaluation sets match its own).
+    ``checkpoint_dir`` (relative to ``workdir``; ``""`` turns checkpoints off) is where a
+    vertical party saves its progress after every tree; ``p2pboost party --resume`` continues
+    from there.
     """
 
     params: BoostParams = field(default_factory=BoostParams)
@@ -121,6 +125,10 @@ class TrainConfig:
     psi: bool = True
     model: Path = Path("model.json")
     eval_train: bool = True
+    #: Checkpoints after every tree, in ``workdir`` (hetero; None: none are written).
+    checkpoint_dir: Path | None = Path("checkpoints")
+    #: Continue from the checkpoints (the CLI's ``--resume``; not a file key).
+    resume: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +194,24 @@ class PartyConfig:
         return self.workdir / self.train.model
 
     @property
+    def checkpoint_path(self) -> Path | None:
+        """Where this party's training checkpoints go (None: nowhere)."""
+        ckpt = self.train.checkpoint_dir
+        return None if ckpt is None else self.workdir / ckpt
+
+    def with_resume(self) -> PartyConfig:
+        """The same party continuing its training from its checkpoints (the CLI's
+        ``--resume``): vertical training only, and only with checkpoints on."""
+        if self.role in (Role.SERVER, Role.CLIENT):
+            raise ConfigError(
+                f"{self.source}: --resume continues vertical (hetero) training; horizontal "
+                "training cannot resume from checkpoints yet"
+            )
+        if self.train.checkpoint_dir is None:
+            raise ConfigError(f"{self.source}: --resume needs [train] checkpoint_dir")
+        return dataclasses.replace(self, train=dataclasses.replace(self.train, resume=True))
+
+    @property
     def output_path(self) -> Path:
         return self.workdir / self.predict.output
 
@@ -202,7 +228,15 @@ _TOP = ("id", "role", "task", "listen", "certs", "workdir")
 _TABLES = ("peers", "data", "train", "predict", "serve", "node")
 _DATA = ("path", "id_column", "label_column", "features")
 #: [train] keys that are not BoostParams fields.
-_TRAIN_EXTRA = ("key_bits", "insecure_key_bits", "scheme", "psi", "model", "eval_train")
+_TRAIN_EXTRA = (
+    "key_bits",
+    "insecure_key_bits",
+    "scheme",
+    "psi",
+    "model",
+    "eval_train",
+    "checkpoint_dir",
+)
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
@@ -385,6 +419,7 @@ def _train(reader: _Reader) -> TrainConfig:
             f"{key_bits}-bit keys are insecure; use {SECURE_KEY_BITS} or more, or opt "
             "in explicitly with insecure_key_bits = true",
         )
+    ckpt = reader.get_str("checkpoint_dir", "checkpoints", empty=True)
     scheme = reader.get_str("scheme", "paillier") or "paillier"
     if scheme not in SCHEMES:
         raise reader.fail("scheme", f"unknown encryption scheme {scheme!r}; one of {SCHEMES}")
@@ -396,6 +431,7 @@ def _train(reader: _Reader) -> TrainConfig:
         psi=reader.get_bool("psi", True),
         model=Path(reader.get_str("model", "model.json") or "model.json"),
         eval_train=reader.get_bool("eval_train", True),
+        checkpoint_dir=Path(ckpt) if ckpt else None,
     )
 
 

@@ -6,17 +6,18 @@ Each organisation runs this on its own machine with its own
 
 * ``psi``: private set intersection of the ids; every party writes the common ids to
   ``workdir/intersection.csv`` (each learns the intersection and the others' set sizes).
-* ``train``: hetero (guest + hosts, rows aligned by PSI first unless ``train.psi = false``) or
-  homo (server + clients); each party writes its own model file (only its own secrets).
+* ``train``: hetero (guest + hosts, rows aligned by PSI first unless ``train.psi = false``;
+  resumed from checkpoints when a peer restarts) or homo (server + clients); each party
+  writes its own model file (only its own secrets).
 * ``predict``: the guest scores every row of its CSV in one round trip per host and writes
   ``id,score``; hosts answer from a feature store loaded from their CSV. Homo clients predict
   locally.
 * ``serve``: the guest's long-running endpoint for external clients; hosts answer forever.
 
 Training runs PSI here rather than through the estimators' ``ids=``: the aligned rows must be
-known before ``afit`` so that the training rows can be passed as an evaluation set, which is
-what puts the current metric in the progress bar. The session names are the estimators', so a
-party run from this module and one embedded with the facade still find each other.
+known before ``afit`` so the training rows can be an evaluation set (the metric in the bar).
+The session names are the estimators', so a party run from here and one embedded with the
+facade still find each other.
 
 Progress goes to a :class:`Reporter` (the CLI draws bars; the default logs), never to stdout.
 """
@@ -28,7 +29,7 @@ import csv
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._plan import agree
+from p2pboost.app._recovery import explain, resume_on_restart
 from p2pboost.app.config import DataConfig, PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
 from p2pboost.gbdt.callbacks import CallbackEnv
@@ -206,9 +208,8 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
 
     A peer that never answers (wrong address, not started) fails after
     ``node.reconnect_timeout`` with :class:`PeerDisconnected` naming it and its address. PSI
-    and training runs first agree with the peers on the settings they must share
-    (:mod:`p2pboost.app._plan`, at their first exchange): a difference fails at once on every
-    side, naming it.
+    and training first agree with the peers on the settings they must share
+    (:mod:`p2pboost.app._plan`): a difference fails at once on every side, naming it.
     """
     key = (config.role, config.task)
     if key not in _TASKS and key not in _LOCAL_TASKS:
@@ -222,21 +223,14 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
         return await _LOCAL_TASKS[key](run)
     node = build_node(config)
     config.workdir.mkdir(parents=True, exist_ok=True)
+    task = _TASKS[key]
     try:
         async with node:
-            return await _TASKS[key](run, node)
+            return await resume_on_restart(
+                config, lambda c: task(replace(run, config=c), node), run.reporter.info
+            )
     except PeerDisconnected as exc:
-        raise _explain(exc, config) from exc
-
-
-def _explain(exc: PeerDisconnected, config: PartyConfig) -> PeerDisconnected:
-    address = config.peers.get(exc.peer)
-    where = f"at {address}" if address else "(it dials us)"
-    return PeerDisconnected(
-        exc.peer,
-        f"{exc}; is party {exc.peer!r} {where} running? (peers in {config.source}; "
-        f"node.reconnect_timeout = {config.node.reconnect_timeout:g} s)",
-    )
+        raise explain(exc, config) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,7 +315,7 @@ def _tree_callback(run: _Run) -> Any:
 
 async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Path]]:
     """The training rows (PSI first, unless ``train.psi = false``), after the parties agreed
-    on their settings (inside :func:`_align` when PSI runs)."""
+    on their settings (in :func:`_align` when PSI runs)."""
     if not run.config.train.psi:
         await agree(node, run.config, list(run.config.peers))
         return table, []
@@ -341,9 +335,15 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     hetero = HeteroConfig(
         key_bits=train.key_bits, allow_insecure_key=train.insecure_key_bits, scheme=train.scheme
     )
-    guest = HeteroGuest(train.params, config=hetero, session_id=HETERO_SESSION)
+    guest = HeteroGuest(
+        train.params,
+        config=hetero,
+        session_id=HETERO_SESSION,
+        checkpoint_dir=run.config.checkpoint_path,
+    )
     n = train.params.n_estimators
-    run.reporter.begin(f"training {n} trees with {', '.join(run.hosts)}", n)
+    verb = "resuming" if train.resume else "training"
+    run.reporter.begin(f"{verb} {n} trees with {', '.join(run.hosts)}", n)
     t0 = time.perf_counter()
     await guest.afit(
         node,
@@ -353,6 +353,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         eval_set=[(table.X, table.y)] if train.eval_train else (),
         eval_names=["train"] if train.eval_train else None,
         callbacks=[_tree_callback(run)],
+        resume=train.resume,
     )
     seconds = time.perf_counter() - t0
     trees = len(guest.model_.trees)
@@ -373,9 +374,9 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
     run.reporter.info(f"training with {run.peer} on {table.ids.size} rows...")
     t0 = time.perf_counter()
     eval_set = [table.X] if run.config.train.eval_train else []
-    host = await HeteroHost(session_id=HETERO_SESSION).afit(
-        node, run.peer, table.X, eval_set=eval_set
-    )
+    host = await HeteroHost(
+        session_id=HETERO_SESSION, checkpoint_dir=run.config.checkpoint_path
+    ).afit(node, run.peer, table.X, eval_set=eval_set, resume=run.config.train.resume)
     seconds = time.perf_counter() - t0
     run.reporter.info(f"trained in {seconds:.1f} s ({len(host.model_.splits)} splits are ours)")
     host.save(run.config.model_path)

@@ -87,7 +87,8 @@ class HeteroGuest:
 
     ``scheme`` picks the gradients' encryption (``"paillier"``, the default, or ``"ou"``); it
     is a shortcut for ``config=HeteroConfig(scheme=...)`` and, with a ``config``, overrides
-    its scheme.
+    its scheme. ``checkpoint_dir``: write a checkpoint there after every round, from which
+    ``afit(..., resume=True)`` continues (:mod:`p2pboost.hetero.checkpoint`).
     """
 
     def __init__(
@@ -99,6 +100,7 @@ class HeteroGuest:
         early_stopping_rounds: int | None = None,
         session_id: str = DEFAULT_SESSION,
         executor: Executor | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.params = params
         if scheme is not None:
@@ -107,6 +109,7 @@ class HeteroGuest:
         self.early_stopping_rounds = early_stopping_rounds
         self.session_id = session_id
         self.executor = executor
+        self.checkpoint_dir = checkpoint_dir
 
     @property
     def model_(self) -> GuestModel:
@@ -133,9 +136,11 @@ class HeteroGuest:
         eval_names: Sequence[str] | None = None,
         ids: Any = None,
         callbacks: Sequence[Callback] = (),
+        resume: bool = False,
     ) -> HeteroGuest:
         """Train with ``hosts`` over ``node`` (running); returns ``self``. ``eval_names`` name
-        the ``eval_set`` entries in the history (default ``valid_0``, ``valid_1``, ...)."""
+        the ``eval_set`` entries in the history (default ``valid_0``, ``valid_1``, ...);
+        ``resume``: continue from ``checkpoint_dir`` where every party's checkpoint is."""
         X_arr = np.asarray(X, dtype=np.float64)
         y_arr = np.asarray(y)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
@@ -164,6 +169,8 @@ class HeteroGuest:
                 callbacks=cbs,
                 config=self.config,
                 executor=self.executor,
+                checkpoint=self.checkpoint_dir,
+                resume=resume,
             )
         return self
 
@@ -213,6 +220,8 @@ class HeteroHost:
     processes of its own for the ciphertexts (see :func:`p2pboost.hetero.train.host_train`).
     ``sparse``: how the host treats features that are mostly one value (``"auto"``, True,
     False; see ``host_train``); it changes the host's work, never the trees.
+    ``checkpoint_dir``: write a checkpoint there after every tree, offered to the guest by
+    ``afit(..., resume=True)``.
     """
 
     def __init__(
@@ -222,11 +231,13 @@ class HeteroHost:
         executor: Executor | None = None,
         workers: int | None = None,
         sparse: bool | str = "auto",
+        checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.session_id = session_id
         self.executor = executor
         self.workers = workers
         self.sparse = sparse
+        self.checkpoint_dir = checkpoint_dir
 
     @property
     def model_(self) -> HostModel:
@@ -250,8 +261,10 @@ class HeteroHost:
         *,
         eval_set: Sequence[Any] = (),
         ids: Any = None,
+        resume: bool = False,
     ) -> HeteroHost:
-        """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features."""
+        """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features;
+        ``resume``: offer the checkpoint in ``checkpoint_dir`` to the guest."""
         X_arr = np.asarray(X, dtype=np.float64)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
         if ids is not None:
@@ -269,6 +282,8 @@ class HeteroHost:
                 executor=self.executor,
                 workers=self.workers,
                 sparse=self.sparse,
+                checkpoint=self.checkpoint_dir,
+                resume=resume,
             )
         return self
 

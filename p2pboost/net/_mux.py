@@ -13,14 +13,12 @@ per peer; the :class:`Mux` is what sits between the links and the sessions:
 * it **refuses** what a peer may not do (a frame for a session it is not part of, a session
   beyond the limits) with an ABORT to that peer alone, and remembers recently ended sessions
   (per session and peer) so that their late frames are dropped rather than taken for new ones;
-* it **opens and claims** sessions for the application (``Node.session`` and
-  ``Node.accept_session`` delegate here).
+* it **opens and claims** sessions (``Node.session`` and ``Node.accept_session`` delegate).
 
 The node (:mod:`p2pboost.net.node`) owns everything about time and connections: it tells the
 multiplexer when a peer restarted, when a link changed state, which sessions waited too long
-(:meth:`Mux.unclaimed`, :meth:`Mux.waiting_on`, :meth:`Mux.fail`), and when to close. The
-multiplexer never imports the node: it gets the configuration, the known peers and the links
-in its constructor.
+(:meth:`Mux.unclaimed`, :meth:`Mux.waiting_on`, :meth:`Mux.fail`), and when to close; the
+multiplexer never imports it (configuration, peers and links come in its constructor).
 """
 
 from __future__ import annotations
@@ -88,6 +86,7 @@ class Session:
         self.error: P2PBoostError | None = None
         self._channels: dict[tuple[str, str], Channel] = {}
         self._peer_closed: set[str] = set()
+        self._reset: set[str] = set()  # peers that restarted while it ran (see peer_reset)
         self.created_at = asyncio.get_running_loop().time()
 
     def __repr__(self) -> str:
@@ -329,8 +328,7 @@ class Mux:
         return session
 
     def _remember_abort(self, sid: str, peer: str, reason: str) -> None:
-        """Keep an ABORT for a session not opened here (unless it is about one that just ended
-        here: then it is late news of that one)."""
+        """Keep an ABORT for a session not opened here (unless it is late news of one ended)."""
         if (sid, peer) in self._ended:
             return
         self._early_aborts[(sid, peer)] = (reason, asyncio.get_running_loop().time())
@@ -505,10 +503,13 @@ class Mux:
         self._forget(pending)
 
     def peer_reset(self, peer: str, reason: str) -> None:
-        """``peer`` restarted and lost its state: end every session it is in."""
+        """``peer`` restarted and lost its state: end every session it is in; keep no id as
+        ended for it (its new process may reopen them to resume its work)."""
         for session in self._all():
             if peer in session._peers:
-                session._fail(PeerDisconnected(peer, reason), notify_except=peer)
+                session._reset.add(peer)
+                session._fail(PeerDisconnected(peer, reason, restarted=True), notify_except=peer)
+        self._ended = OrderedDict((k, None) for k in self._ended if k[1] != peer)
 
     def wake(self, peer: str) -> None:
         """The link to ``peer`` came up or went down: let its channels look again."""
@@ -571,7 +572,7 @@ class Mux:
         for (peer, _), ch in session._channels.items():
             self._ended_sent[peer] += ch.messages_sent
             self._ended_received[peer] += ch.messages_received
-        for peer in session._peers:
+        for peer in session._peers - session._reset:
             self._remember_ended(session.id, peer)
 
     def _remember_ended(self, sid: str, peer: str) -> None:
@@ -587,8 +588,7 @@ class Mux:
         return len(self._sessions) + len(self._pending)
 
     def peer_counters(self) -> dict[str, tuple[int, int, int]]:
-        """Per peer: bytes buffered on its channels, messages sent to it and received from it
-        (ended sessions included)."""
+        """Per peer: bytes buffered on its channels, messages sent and received (all sessions)."""
         buffered = dict.fromkeys(self._known, 0)
         sent = dict(self._ended_sent)
         received = dict(self._ended_received)

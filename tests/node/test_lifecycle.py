@@ -92,6 +92,35 @@ async def test_peer_restart_ends_its_sessions_and_the_link_recovers() -> None:
             await old.close()
 
 
+async def test_a_restarted_peer_may_reopen_the_sessions_it_was_in() -> None:
+    """A party resuming after a crash opens its old process's sessions again, under the same
+    ids and maybe before we do: its frames are not taken for late frames of the old ones."""
+    network = MemoryNetwork()
+
+    def node_b(transport: Transport) -> Node:
+        return Node("b", listen="mem://b", peers={"a": None}, transport=transport, config=FAST)
+
+    crashing = FaultyTransport(MemoryTransport(network, "b"))
+    a_transport = MemoryTransport(network, "a")
+    async with Node("a", peers={"b": "mem://b"}, transport=a_transport, config=FAST) as a:
+        async with node_b(crashing) as b:
+            old = a.session("train", peers=["b"])
+            await old.channel("b").send("tree 1")
+            assert await b.session("train", peers=["a"]).channel("a").recv() == "tree 1"
+            crashing.silent = True
+        async with node_b(MemoryTransport(network, "b")) as b2:
+            with pytest.raises(PeerDisconnected, match="restarted") as info:
+                await old.channel("b").recv()
+            assert info.value.restarted
+            await old.close()  # ended here, after the restart
+            resumed = b2.session("train", peers=["a"])
+            await resumed.channel("a").send("resume")  # the restarted peer speaks first
+            await asyncio.sleep(0.05)
+            async with asyncio.timeout(5), a.session("train", peers=["b"]) as again:
+                assert await again.channel("b").recv() == "resume"
+            await resumed.close()
+
+
 def test_works_under_anyio() -> None:
     async def main() -> list[int]:
         network = MemoryNetwork()

@@ -1,0 +1,135 @@
+"""``p2pboost party --resume``: a party SIGKILLed mid-training and started again continues from
+its checkpoint; the other party, still running, sees the restart and continues from its own;
+the models are those of an uninterrupted run. Separate processes over real mutual TLS."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pboost.app.config import load_config
+from p2pboost.exceptions import CheckpointError, ConfigError
+from p2pboost.gbdt.tree import Tree
+from p2pboost.hetero.checkpoint import GuestCheckpoint
+from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from tests.cli.conftest import (
+    finish,
+    free_port,
+    party_configs,
+    start_cli,
+    write_config,
+    write_vertical_csvs,
+)
+
+TRAIN = {
+    "n_estimators": 8,
+    "max_depth": 3,
+    "subsample": 0.8,
+    "key_bits": 1024,
+    "insecure_key_bits": True,
+}
+
+
+def _federation(root: Path, cert_root: Path) -> tuple[Path, Path]:
+    root.mkdir()
+    write_vertical_csvs(root)
+    return party_configs(root, cert_root, port=free_port(), train=TRAIN)
+
+
+def _trees(root: Path) -> list[Tree]:
+    guest = GuestModel.load(root / "out-guest" / "model.json")
+    host = HostModel.load(root / "out-host" / "model.json")
+    return joined_trees(guest, [host])
+
+
+def _wait_for_trees(root: Path, trees: int, within: float = 90.0) -> None:
+    """Until the guest's checkpoint holds ``trees`` trees (it is replaced atomically)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        saved = GuestCheckpoint.load(root / "out-guest" / "checkpoints")
+        if saved is not None and len(saved.chain) >= trees:
+            return
+        time.sleep(0.02)
+    pytest.fail(f"the guest's checkpoint never held {trees} trees")
+
+
+def _assert_same(ours: list[Tree], reference: list[Tree]) -> None:
+    assert len(ours) == len(reference) == TRAIN["n_estimators"]
+    for a, b in zip(ours, reference, strict=True):
+        for field in ("feature", "threshold_bin", "left", "right", "value", "default_left"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+def _both(guest: subprocess.Popen[str], host: subprocess.Popen[str]) -> tuple[str, str]:
+    g_code, _, g_err = finish(guest, 120)
+    h_code, _, h_err = finish(host, 120)
+    assert (g_code, h_code) == (0, 0), f"guest:\n{g_err}\nhost:\n{h_err}"
+    return g_err, h_err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", ["host", "guest"])
+def test_a_killed_party_resumes_and_the_model_is_the_uninterrupted_one(
+    tmp_path: Path, cert_root: Path, killed: str
+) -> None:
+    ref_guest, ref_host = _federation(tmp_path / "reference", cert_root)
+    host = start_cli("party", "--config", str(ref_host))
+    _both(start_cli("party", "--config", str(ref_guest)), host)
+
+    root = tmp_path / "crash"
+    guest_toml, host_toml = _federation(root, cert_root)
+    procs = {
+        "host": start_cli("party", "--config", str(host_toml)),
+        "guest": start_cli("party", "--config", str(guest_toml)),
+    }
+    _wait_for_trees(root, 3)
+    procs[killed].send_signal(signal.SIGKILL)
+    procs[killed].communicate(timeout=10)  # reaped, its pipes closed
+    config = guest_toml if killed == "guest" else host_toml
+    procs[killed] = start_cli("party", "--config", str(config), "--resume")
+    g_err, h_err = _both(procs["guest"], procs["host"])
+
+    survivor_log = h_err if killed == "guest" else g_err
+    assert f"'{killed}' restarted: continuing from the checkpoints" in survivor_log
+    _assert_same(_trees(root), _trees(tmp_path / "reference"))
+
+
+def test_resume_is_for_vertical_training_with_checkpoints(tmp_path: Path) -> None:
+    common = {"certs": "certs", "task": "train"}
+    server = write_config(
+        tmp_path / "server.toml",
+        {"id": "server", "role": "server", "listen": "127.0.0.1:9000", **common},
+        peers={"c1": ""},
+    )
+    with pytest.raises(ConfigError, match="horizontal training cannot resume"):
+        load_config(server).with_resume()
+    guest = write_config(
+        tmp_path / "guest.toml",
+        {"id": "guest", "role": "guest", "workdir": "out", **common},
+        peers={"host": "wss://127.0.0.1:9001"},
+        data={"path": "guest.csv", "label_column": "y"},
+        train={"checkpoint_dir": ""},
+    )
+    loaded = load_config(guest)
+    assert loaded.checkpoint_path is None
+    with pytest.raises(ConfigError, match="--resume needs"):
+        loaded.with_resume()
+    default = write_config(
+        tmp_path / "default.toml",
+        {"id": "guest", "role": "guest", "workdir": "out", **common},
+        peers={"host": "wss://127.0.0.1:9001"},
+        data={"path": "guest.csv", "label_column": "y"},
+    )
+    assert load_config(default).checkpoint_path == tmp_path / "out" / "checkpoints"
+    assert load_config(default).with_resume().train.resume
+
+
+def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "hetero-guest.ckpt").write_bytes(b"p2pboost checkpoint v1\n" + b"\0" * 40)
+    with pytest.raises(CheckpointError, match=r"hetero-guest\.ckpt.*corrupted"):
+        GuestCheckpoint.load(tmp_path)
