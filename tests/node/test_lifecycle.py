@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import anyio
@@ -13,7 +15,7 @@ from p2pboost.exceptions import (
     PeerDisconnected,
     SessionClosed,
 )
-from p2pboost.net.node import Node, SessionState
+from p2pboost.net.node import Node, Session, SessionState
 from p2pboost.testing import (
     FAST,
     Fabric,
@@ -68,21 +70,29 @@ async def test_stranger_frames_are_refused_without_disturbing_the_session() -> N
             await s.close()
 
 
-async def test_peer_restart_ends_its_sessions_and_the_link_recovers() -> None:
+def _node_b(transport: Transport) -> Node:
+    return Node("b", listen="mem://b", peers={"a": None}, transport=transport, config=FAST)
+
+
+@contextlib.asynccontextmanager
+async def _b_crashes_in(session_id: str) -> AsyncIterator[tuple[MemoryNetwork, Node, Session]]:
+    """Node ``a`` and its session ``session_id`` with ``b``, whose process has just crashed
+    (its goodbyes never left); ``b`` may start again on the same network."""
     network = MemoryNetwork()
-
-    def node_b(transport: Transport) -> Node:
-        return Node("b", listen="mem://b", peers={"a": None}, transport=transport, config=FAST)
-
     crashing = FaultyTransport(MemoryTransport(network, "b"))
     a_transport = MemoryTransport(network, "a")
     async with Node("a", peers={"b": "mem://b"}, transport=a_transport, config=FAST) as a:
-        async with node_b(crashing) as b:
-            old = a.session("old", peers=["b"])
+        async with _node_b(crashing) as b:
+            old = a.session(session_id, peers=["b"])
             await old.channel("b").send("hi")
-            assert await b.session("old", peers=["a"]).channel("a").recv() == "hi"
-            crashing.silent = True  # b "crashes": its goodbyes never leave
-        async with node_b(MemoryTransport(network, "b")) as b2:
+            assert await b.session(session_id, peers=["a"]).channel("a").recv() == "hi"
+            crashing.silent = True
+        yield network, a, old
+
+
+async def test_peer_restart_ends_its_sessions_and_the_link_recovers() -> None:
+    async with _b_crashes_in("old") as (network, a, old):
+        async with _node_b(MemoryTransport(network, "b")) as b2:
             with pytest.raises(PeerDisconnected, match="restarted") as info:
                 await old.channel("b").recv()
             assert info.value.peer == "b"
@@ -95,20 +105,8 @@ async def test_peer_restart_ends_its_sessions_and_the_link_recovers() -> None:
 async def test_a_restarted_peer_may_reopen_the_sessions_it_was_in() -> None:
     """A party resuming after a crash opens its old process's sessions again, under the same
     ids and maybe before we do: its frames are not taken for late frames of the old ones."""
-    network = MemoryNetwork()
-
-    def node_b(transport: Transport) -> Node:
-        return Node("b", listen="mem://b", peers={"a": None}, transport=transport, config=FAST)
-
-    crashing = FaultyTransport(MemoryTransport(network, "b"))
-    a_transport = MemoryTransport(network, "a")
-    async with Node("a", peers={"b": "mem://b"}, transport=a_transport, config=FAST) as a:
-        async with node_b(crashing) as b:
-            old = a.session("train", peers=["b"])
-            await old.channel("b").send("tree 1")
-            assert await b.session("train", peers=["a"]).channel("a").recv() == "tree 1"
-            crashing.silent = True
-        async with node_b(MemoryTransport(network, "b")) as b2:
+    async with _b_crashes_in("train") as (network, a, old):
+        async with _node_b(MemoryTransport(network, "b")) as b2:
             with pytest.raises(PeerDisconnected, match="restarted") as info:
                 await old.channel("b").recv()
             assert info.value.restarted
