@@ -77,6 +77,7 @@ from p2pboost.hetero._common import (
     HeteroConfig,
     HostPhase,
     Progress,
+    logger,
 )
 from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
 from p2pboost.hetero._host import Host, Shards
@@ -204,6 +205,8 @@ async def guest_train(
         saved, [(li.name, h.run, h.chain) for li, h in zip(links, hellos, strict=True)], per_round
     )
     resumed = saved if saved is not None and start else None
+    if saved is not None:
+        logger.info("resuming at tree %d of %d (every party holds it)", start, len(saved.chain))
     run = resumed.run if resumed is not None else new_run_id()
     secret = resumed.secret if resumed is not None else new_chain_secret()
     setup = Setup(VERSION, public_key, params.max_bin, params.min_samples_leaf, run, start)
@@ -413,6 +416,7 @@ async def host_train(
         if saved is None or setup.run != saved.run or len(saved.chain) < setup.start:
             raise reject(guest, f"resumes at tree {setup.start} of a run this host does not hold")
         kept = [s for s in saved.model.splits if s.tree < setup.start]
+        logger.info("resuming at tree %d of %d, as the guest asks", setup.start, len(saved.chain))
     ledger = _HostLedger(
         checkpoint, guest, setup.run, n_features, digest, chain[: setup.start], kept
     )

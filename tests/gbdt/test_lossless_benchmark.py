@@ -9,31 +9,12 @@ import numpy as np
 import pytest
 
 from benchmarks import lossless
-
-
-def _write(path: Path, header: list[str], rows: np.ndarray) -> None:
-    lines = [",".join(header)] + [",".join(f"{v:.6f}" for v in row) for row in rows]
-    path.write_text("\n".join(lines))
+from tests._tiny_data import write_tiny_vertical
 
 
 @pytest.fixture
 def tiny_breast(tmp_path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    n = 120
-    ids = rng.permutation(n).astype(np.float64)
-    guest = rng.normal(size=(n, 3))
-    host = rng.normal(size=(n, 2))
-    y = (guest[:, 0] + host[:, 0] > 0).astype(np.float64)
-    _write(
-        tmp_path / "breast_hetero_guest.csv",
-        ["id", "y", "x0", "x1", "x2"],
-        np.column_stack([ids, y, guest]),
-    )
-    order = rng.permutation(n)  # host rows in another order: the join must use the ids
-    _write(
-        tmp_path / "breast_hetero_host.csv", ["id", "x0", "x1"], np.column_stack([ids, host])[order]
-    )
-    return tmp_path
+    return write_tiny_vertical(tmp_path, rows=120, guest=3, host=2, host_label_column=0)
 
 
 def test_join_keeps_guest_then_host_columns(tiny_breast: Path) -> None:

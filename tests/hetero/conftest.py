@@ -27,6 +27,7 @@ from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
 from p2pboost.testing import LocalFederation
 from p2pboost.workers import pinned_pool, process_pool
+from tests._tiny_data import write_tiny_vertical
 
 Keys = tuple[AnyPublicKey, AnyPrivateKey]
 
@@ -168,3 +169,9 @@ def federation_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("hetero-federation")
     certs.init(out, ["a", "b", "c"])
     return out
+
+
+@pytest.fixture
+def tiny_vertical(tmp_path: Path) -> Path:
+    """300 rows; the label needs a guest and a host feature, host rows in another order."""
+    return write_tiny_vertical(tmp_path, rows=300, guest=2, host=3, host_label_column=2)

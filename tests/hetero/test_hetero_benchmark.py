@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from benchmarks import hetero
@@ -13,33 +12,6 @@ from p2pboost.hetero._common import GuestPhase
 
 #: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
-
-
-def _write(path: Path, header: list[str], rows: np.ndarray) -> None:
-    lines = [",".join(header)] + [",".join(f"{v:.6f}" for v in row) for row in rows]
-    path.write_text("\n".join(lines))
-
-
-@pytest.fixture
-def tiny_vertical(tmp_path: Path) -> Path:
-    """300 rows; the label needs a guest and a host feature, host rows in another order."""
-    rng = np.random.default_rng(0)
-    n = 300
-    ids = rng.permutation(n).astype(np.float64)
-    guest, host = rng.normal(size=(n, 2)), rng.normal(size=(n, 3))
-    y = (guest[:, 0] + host[:, 0] - host[:, 2] > 0).astype(np.float64)
-    _write(
-        tmp_path / "breast_hetero_guest.csv",
-        ["id", "y", "g0", "g1"],
-        np.column_stack([ids, y, guest]),
-    )
-    order = rng.permutation(n)
-    _write(
-        tmp_path / "breast_hetero_host.csv",
-        ["id", "h0", "h1", "h2"],
-        np.column_stack([ids, host])[order],
-    )
-    return tmp_path
 
 
 def test_phase_clock_charges_the_phase_left() -> None:

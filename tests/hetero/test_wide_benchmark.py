@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import wide
-from tests.hetero.test_benchmark import _write
+from tests._tiny_data import write_csv
 
 #: Whole federations (three runs): seconds (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
@@ -25,12 +25,12 @@ def test_sparse_host_features_cost_fewer_additions_for_the_same_trees(
     host = rng.exponential(size=(n, m))
     host[rng.random((n, m)) < 0.9] = 0.0  # 90 % zeros
     y = (guest[:, 0] + host[:, 0] + host[:, 1] > 0.3).astype(np.float64)
-    _write(
+    write_csv(
         tmp_path / "synth_wide_hetero_guest.csv",
         ["id", "y", "g0", "g1"],
         np.column_stack([ids, y, guest]),
     )
-    _write(
+    write_csv(
         tmp_path / "synth_wide_hetero_host.csv",
         ["id", *(f"x{j}" for j in range(m))],
         np.column_stack([ids, host]),
