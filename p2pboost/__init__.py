@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from p2pboost.app.config import PartyConfig, load_config
 from p2pboost.app.party import PartyResult, run_party
 from p2pboost.certs import TLSConfig
@@ -25,7 +27,6 @@ from p2pboost.exceptions import (
 )
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
-from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
 from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
@@ -46,7 +47,23 @@ from p2pboost.net.node import (
     StreamWriter,
 )
 
+if TYPE_CHECKING:
+    from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
+
 __version__ = "0.1.0.dev0"
+
+#: Loaded on first use (PEP 562): they derive from scikit-learn's classes when it is installed,
+#: and importing scikit-learn takes about a second that a party's processes need not pay.
+_LAZY = {"GBDTClassifier": "p2pboost.gbdt.estimators", "GBDTRegressor": "p2pboost.gbdt.estimators"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'p2pboost' has no attribute {name!r}")
+
 
 __all__ = [
     "ArrayStore",

@@ -9,6 +9,7 @@ families keeps working.
 
     P2PBoostError
     ├── InputError (ValueError)            bad arguments or data handed to p2pboost by the caller
+    │   ├── InputTypeError (TypeError)     a value of a type p2pboost cannot use (a dict in X)
     │   ├── NotFittedError                 predict() before fit()
     │   └── UnknownIdError                 a host holds no features for some requested ids
     ├── ConfigError (ValueError)           bad configuration file, key or certificate path
@@ -44,6 +45,7 @@ __all__ = [
     "FrameTooLarge",
     "HandshakeError",
     "InputError",
+    "InputTypeError",
     "KeyMismatchError",
     "LocalProtocolError",
     "ModelError",
@@ -65,6 +67,10 @@ class P2PBoostError(Exception):
 
 class InputError(P2PBoostError, ValueError):
     """Arguments or data handed to p2pboost by the caller are invalid."""
+
+
+class InputTypeError(InputError, TypeError):
+    """A value of a type p2pboost cannot use (a dict or a complex number among features)."""
 
 
 class NotFittedError(InputError):

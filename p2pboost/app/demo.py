@@ -48,7 +48,6 @@ import numpy.typing as npt
 from p2pboost.app._local import LocalParties, Report
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, P2PBoostError
-from p2pboost.gbdt.estimators import GBDTClassifier
 from p2pboost.gbdt.metrics import auc
 from p2pboost.gbdt.params import BoostParams
 
@@ -173,6 +172,9 @@ def run_demo(
 
 
 def _plain(trees: int, depth: int, seed: int) -> DemoResult:
+    # Here, not at the top: the estimators bring scikit-learn's import time with them.
+    from p2pboost.gbdt.estimators import GBDTClassifier
+
     X, y, train, test = _split(seed)
     model = GBDTClassifier(
         n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError, ModelError
+from p2pboost.exceptions import InputError, InputTypeError, ModelError
 from p2pboost.gbdt.params import MAX_BIN_LIMIT
 
 __all__ = ["BinMapper", "BinnedData", "check_matrix"]
@@ -34,15 +34,35 @@ _COMPARE_EDGES = 64
 
 
 def check_matrix(X: Any, name: str = "X", n_features: int | None = None) -> npt.NDArray[np.float64]:
-    """``X`` as a 2-D float64 array; NaN allowed (missing), anything else non-numeric is not."""
+    """``X`` as a 2-D float64 array; NaN allowed (missing), anything else non-numeric is not.
+
+    A scipy.sparse matrix is made dense here (its implicit entries are zeros, not missing
+    values); complex numbers are refused rather than silently cut to their real part.
+    """
+    if hasattr(X, "toarray") and hasattr(X, "nnz"):  # scipy.sparse, without importing scipy
+        X = X.toarray()
+    raw = X if isinstance(X, np.ndarray) else None
+    if raw is not None and raw.dtype.kind == "c":
+        raise InputTypeError(f"Complex data not supported: {name} holds complex numbers")
     try:
         arr = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except TypeError as exc:
+        raise InputTypeError(f"{name} must be a numeric 2-D array: {exc}") from None
+    except ValueError as exc:
         raise InputError(f"{name} must be a numeric 2-D array: {exc}") from None
+    if arr.ndim == 1:
+        raise InputError(
+            f"{name} must be 2-D (rows, features), got a 1-D array of shape {arr.shape}. "
+            "Reshape your data with X.reshape(-1, 1) for one feature, or X.reshape(1, -1) for "
+            "one row"
+        )
     if arr.ndim != 2:
         raise InputError(f"{name} must be 2-D (rows, features), got shape {arr.shape}")
-    if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise InputError(f"{name} is empty (shape {arr.shape})")
+    for axis, what in ((1, "feature"), (0, "sample")):
+        if arr.shape[axis] == 0:
+            raise InputError(
+                f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
+            )
     if n_features is not None and arr.shape[1] != n_features:
         raise InputError(f"{name} has {arr.shape[1]} features, the model expects {n_features}")
     return arr
