@@ -27,6 +27,7 @@ from p2pboost.gbdt.grower import TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
+from p2pboost.gbdt.names import by_name, check_names, model_names, names_of
 from p2pboost.gbdt.objectives import Objective, canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import (
@@ -76,6 +77,7 @@ class Booster:
         best_iteration: int | None = None,
         history: History | None = None,
         rng_state: dict[str, Any] | None = None,
+        feature_names: Sequence[str] | None = None,
     ) -> None:
         self.params = params
         self.mapper = mapper
@@ -87,6 +89,8 @@ class Booster:
         self.history: History = {} if history is None else history
         #: The random generator's state after the last round (a warm start continues it).
         self.rng_state = rng_state
+        #: The features' names (None: taken by position only; see :mod:`p2pboost.gbdt.names`).
+        self.feature_names = check_names(feature_names, mapper.n_features)
         self.objective: Objective = get_objective(params)
 
     @property
@@ -112,15 +116,19 @@ class Booster:
         eval_metrics: Sequence[str] | None = None,
         callbacks: Sequence[Callback] = (),
         init_model: Booster | None = None,
+        feature_names: Sequence[str] | None = None,
     ) -> Booster:
         """Same as :func:`train`."""
-        return train(params, X, y, eval_sets, eval_names, eval_metrics, callbacks, init_model)
+        return train(
+            params, X, y, eval_sets, eval_names, eval_metrics, callbacks, init_model, feature_names
+        )
 
     # -- prediction ----------------------------------------------------------------------------
 
     def predict_margin(self, X: Any, n_rounds: int | None = None) -> F64:
-        """Raw scores ``(n, K)`` of the first ``n_rounds`` rounds (default: best or all)."""
-        arr = check_matrix(X, n_features=self.n_features)
+        """Raw scores ``(n, K)`` of the first ``n_rounds`` rounds (default: best or all); a
+        DataFrame's columns are matched to the model's by name."""
+        arr = check_matrix(by_name(X, self.feature_names), n_features=self.n_features)
         margin = np.tile(self.base_margin, (arr.shape[0], 1))
         for tree, out in self._used_trees(n_rounds):
             add_tree(margin, tree.predict_raw(arr), out)
@@ -178,6 +186,8 @@ class Booster:
             out["history"] = history_to_json(self.history)
         if self.rng_state is not None:
             out["rng_state"] = self.rng_state
+        if self.feature_names is not None:
+            out["feature_names"] = list(self.feature_names)
         return out
 
     @classmethod
@@ -206,6 +216,7 @@ class Booster:
                 ),
                 rng_state=_rng_state(data.get("rng_state")),
             )
+            booster.feature_names = model_names(data.get("feature_names"), booster.n_features)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
                 raise
@@ -253,8 +264,12 @@ def train(
     eval_metrics: Sequence[str] | None = None,
     callbacks: Sequence[Callback] = (),
     init_model: Booster | None = None,
+    feature_names: Sequence[str] | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
+
+    ``feature_names`` (default: a DataFrame's column names) are kept in the model, which then
+    matches prediction input by name (:mod:`p2pboost.gbdt.names`).
 
     ``eval_sets`` are ``(X, y)`` pairs evaluated after every round with ``eval_metrics``
     (default: the objective's metric); ``callbacks`` see the results and may stop training
@@ -270,6 +285,10 @@ def train(
     params = params.validate()
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
+    names = names_of(X) if feature_names is None else list(feature_names)
+    if init_model is not None and names is not None and init_model.feature_names is not None:
+        X = by_name(X, init_model.feature_names)  # a warm start on the model's columns
+        names = init_model.feature_names
     X_arr = check_matrix(X)
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
@@ -321,6 +340,7 @@ def train(
         loop.best_iteration,
         loop.history,
         loop.rng_state,
+        check_names(names, X_arr.shape[1]),
     )
 
 

@@ -5,9 +5,10 @@ classifier or regressor mixin, :mod:`p2pboost.gbdt._sklearn`): ``clone``, ``cros
 ``GridSearchCV``, ``is_classifier`` and ``check_estimator`` work; without it they keep the same
 methods. Conventions (scikit-learn's): ``__init__`` only stores its arguments, each named in
 its signature; ``fit`` validates them and returns ``self``; fitted attributes end in ``_``
-(``booster_``, ``n_features_in_``, ``feature_importances_``, and ``classes_`` for the
-classifier). Errors are :class:`~p2pboost.exceptions.InputError` (a ``ValueError``) with the
-messages scikit-learn's checks look for.
+(``booster_``, ``n_features_in_``, ``feature_names_in_`` when X had string column names,
+``feature_importances_``, and ``classes_`` for the classifier); prediction input with column
+names is matched to them by name. Errors are :class:`~p2pboost.exceptions.InputError` (a
+``ValueError``) with the messages scikit-learn's checks look for.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from p2pboost.gbdt._sklearn import (
 from p2pboost.gbdt.binning import check_matrix
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
+from p2pboost.gbdt.names import by_name
 from p2pboost.gbdt.objectives import canonical_objective
 from p2pboost.gbdt.params import BoostParams
 
@@ -133,9 +135,10 @@ class _GBDTBase(BaseEstimator):
         return arr
 
     def _X(self, X: Any) -> F64:
-        """``X`` for prediction: a fitted model's number of features, named as scikit-learn."""
-        self._booster()
-        arr = check_matrix(X)
+        """``X`` for prediction: columns matched by name when both X and the model have names
+        (:mod:`p2pboost.gbdt.names`), then the model's number of features."""
+        booster = self._booster()
+        arr = check_matrix(by_name(X, booster.feature_names))
         if arr.shape[1] != self.n_features_in_:
             raise InputError(
                 f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
@@ -165,9 +168,13 @@ class _GBDTBase(BaseEstimator):
             if not sets:
                 raise InputError("early_stopping_rounds needs an eval_set")
             callbacks.append(EarlyStopping(int(self.early_stopping_rounds)))
-        booster = train(params, check_matrix(X), y, eval_sets=sets, callbacks=callbacks)
+        booster = train(params, X, y, eval_sets=sets, callbacks=callbacks)
         self.booster_ = booster
         self.n_features_in_ = booster.n_features
+        if booster.feature_names is not None:
+            self.feature_names_in_ = np.asarray(booster.feature_names, dtype=object)
+        elif hasattr(self, "feature_names_in_"):  # a refit on data without names
+            del self.feature_names_in_
         self.best_iteration_ = booster.best_iteration
         gain = booster.feature_importance("gain")
         total = gain.sum()
