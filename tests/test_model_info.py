@@ -118,3 +118,21 @@ def test_files_that_are_not_models_get_clear_errors(files: ModelFiles, tmp_path:
         load_model(bad)
     with pytest.raises(InputError, match="3 feature names"):
         describe(files.guest, feature_names=["a", "b", "c"])
+
+
+def test_the_names_a_model_was_trained_with_are_shown(tmp_path: Path) -> None:
+    import pandas as pd  # type: ignore[import-untyped]
+
+    from p2pboost.gbdt.booster import train
+    from p2pboost.gbdt.params import BoostParams
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(200, 3)), columns=["age", "income", "debt"])
+    y = (X["income"] > 0).to_numpy(dtype=np.float64)
+    path = tmp_path / "named.json"
+    train(BoostParams(n_estimators=2, max_depth=2), X, y).save(path)
+    d = describe(path)
+    assert [f["name"] for f in d["features"]] == ["age", "income", "debt"]
+    assert "income" in format_description(d)
+    given = describe(path, feature_names=["a", "b", "c"])  # given names still take precedence
+    assert [f["name"] for f in given["features"]] == ["a", "b", "c"]

@@ -231,8 +231,8 @@ def csv_vertical(
     The demo runs every party on this machine, so it matches the ids here, in the open;
     ``p2pboost party`` matches them with private set intersection instead.
     """
+    from p2pboost.app._tables import load_table
     from p2pboost.app.config import DataConfig
-    from p2pboost.app.party import load_table
 
     guest = load_table(DataConfig(Path(guest_csv), id_column, label_column), require_label=True)
     host = load_table(DataConfig(Path(host_csv), id_column), require_label=False)

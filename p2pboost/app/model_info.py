@@ -9,8 +9,9 @@ secrets, and this module says which ones, explicitly, next to the figures users 
 :func:`format_description` turns it into text for people. :func:`load_model` reads any of the
 three file kinds; :mod:`p2pboost.app.report` draws its plots from the same functions.
 
-Model files store no column names, so features are named ``f0, f1, ...`` in the order of the
-party's own columns, unless ``feature_names`` is given.
+Features are named as the model file names them (the CSV header or DataFrame columns it was
+trained on); ``feature_names`` given here take precedence, and files without names show
+``f0, f1, ...`` in the order of the party's own columns.
 """
 
 from __future__ import annotations
@@ -211,10 +212,12 @@ def describe(
 
 
 def feature_names_of(model: AnyModel, given: Sequence[str] | None = None) -> list[str]:
-    """``given`` checked against the model's own feature count, or ``f0, f1, ...``."""
+    """``given`` checked against the model's own feature count, else the names the model
+    file holds, else ``f0, f1, ...``."""
     n = model.n_features
     if given is None:
-        return [f"f{i}" for i in range(n)]
+        stored = model.feature_names
+        return list(stored) if stored is not None else [f"f{i}" for i in range(n)]
     if len(given) != n:
         raise InputError(f"{len(given)} feature names given, the model has {n} own features")
     return [str(name) for name in given]

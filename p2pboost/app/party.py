@@ -25,7 +25,6 @@ Progress goes to a :class:`Reporter` (the CLI draws bars; the default logs), nev
 from __future__ import annotations
 
 import asyncio
-import csv
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,10 +37,10 @@ import numpy.typing as npt
 
 from p2pboost.app._plan import agree
 from p2pboost.app._recovery import explain, resume_on_restart
-from p2pboost.app.config import DataConfig, PartyConfig, Role, Task
+from p2pboost.app._tables import Table, load_table, write_csv, write_scores
+from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
 from p2pboost.gbdt.callbacks import CallbackEnv
-from p2pboost.hetero.feature_store import parse_floats, parse_ids, read_csv_columns
 from p2pboost.net.node import Node
 
 if TYPE_CHECKING:
@@ -120,67 +119,6 @@ class PartyResult:
         }
 
 
-# -- data -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Table:
-    """A party's CSV as arrays: ids, features (in ``features`` order) and labels if any."""
-
-    ids: npt.NDArray[Any]
-    X: F64
-    y: F64 | None
-    features: tuple[str, ...]
-
-
-def load_table(data: DataConfig, path: Path | None = None, *, require_label: bool) -> Table:
-    """Read ``path`` (default ``data.path``) with ``data``'s columns.
-
-    The label column is used when present and required when ``require_label`` (training);
-    a scoring CSV may leave it out. Ids must be unique: alignment and lookups are by id.
-    """
-    source = path or data.path
-    header, columns = read_csv_columns(source)
-    for column in (data.id_column, *data.features):
-        if column not in header:
-            raise ConfigError(f"{source}: no column {column!r} (columns: {', '.join(header)})")
-    label = data.label_column if data.label_column in header else None
-    if require_label and data.label_column is not None and label is None:
-        raise ConfigError(f"{source}: no label column {data.label_column!r}")
-    names = data.features or tuple(c for c in header if c not in (data.id_column, label))
-    if not names:
-        raise ConfigError(f"{source}: no feature columns")
-    ids = parse_ids(columns[data.id_column])
-    if np.unique(ids).size != ids.size:
-        raise ConfigError(f"{source}: the id column {data.id_column!r} has duplicates")
-    X = np.column_stack([parse_floats(columns[c], f"{source}: column {c!r}") for c in names])
-    y = None if label is None else parse_floats(columns[label], f"{source}: column {label!r}")
-    return Table(ids=ids, X=X, y=y, features=tuple(names))
-
-
-def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
-def write_scores(path: Path, id_column: str, ids: npt.NDArray[Any], scores: F64) -> None:
-    """``id,score`` (``score_0..k`` for several outputs); a row no host could score is empty."""
-    s = np.asarray(scores, dtype=np.float64)
-    s2 = s.reshape(len(ids), -1)
-    header = [
-        id_column,
-        *(["score"] if s2.shape[1] == 1 else [f"score_{k}" for k in range(s2.shape[1])]),
-    ]
-    rows = [
-        [i, *("" if np.isnan(v) else repr(float(v)) for v in row)]
-        for i, row in zip(ids.tolist(), s2, strict=True)
-    ]
-    _write_csv(path, header, rows)
-
-
 # -- the node ---------------------------------------------------------------------------------
 
 
@@ -242,10 +180,18 @@ class _Run:
         c = self.config
         return PartyResult(c.id, c.role.value, c.task.value, tuple(map(str, outputs)), summary)
 
-    def table(self, *, require_label: bool, path: Path | None = None) -> Table:
+    def table(
+        self,
+        *,
+        require_label: bool,
+        path: Path | None = None,
+        model_features: Sequence[str] | None = None,
+    ) -> Table:
         if self.config.data is None:  # the config check makes this unreachable for data roles
             raise ConfigError(f"{self.config.source}: a {self.config.role.value} needs [data]")
-        return load_table(self.config.data, path, require_label=require_label)
+        return load_table(
+            self.config.data, path, require_label=require_label, model_features=model_features
+        )
 
     @property
     def hosts(self) -> list[str]:
@@ -286,7 +232,7 @@ async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np
 def _write_intersection(run: _Run, ids: npt.NDArray[Any]) -> Path:
     data = run.config.data
     path = run.config.workdir / INTERSECTION_FILE
-    _write_csv(path, [data.id_column if data else "id"], [[i] for i in ids.tolist()])
+    write_csv(path, [data.id_column if data else "id"], [[i] for i in ids.tolist()])
     return path
 
 
@@ -354,6 +300,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         eval_names=["train"] if train.eval_train else None,
         callbacks=[_tree_callback(run)],
         resume=train.resume,
+        feature_names=list(table.features),
     )
     seconds = time.perf_counter() - t0
     trees = len(guest.model_.trees)
@@ -376,7 +323,14 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
     eval_set = [table.X] if run.config.train.eval_train else []
     host = await HeteroHost(
         session_id=HETERO_SESSION, checkpoint_dir=run.config.checkpoint_path
-    ).afit(node, run.peer, table.X, eval_set=eval_set, resume=run.config.train.resume)
+    ).afit(
+        node,
+        run.peer,
+        table.X,
+        eval_set=eval_set,
+        resume=run.config.train.resume,
+        feature_names=list(table.features),
+    )
     seconds = time.perf_counter() - t0
     run.reporter.info(f"trained in {seconds:.1f} s ({len(host.model_.splits)} splits are ours)")
     host.save(run.config.model_path)
@@ -427,16 +381,17 @@ async def _train_client(run: _Run, node: Node) -> PartyResult:
 
 
 def _guest_predictor(
-    run: _Run, node: Node, guest_store: FeatureStore | None = None
+    run: _Run, node: Node, guest_store: FeatureStore | None = None, model: Any = None
 ) -> GuestPredictor:
-    """The serving layer's predictor for this guest's model, tuned by ``[serve]``."""
+    """The serving layer's predictor for this guest's model (``model``, or the model file),
+    tuned by ``[serve]``."""
     from p2pboost.hetero.model import GuestModel
     from p2pboost.hetero.serving import GuestPredictor
 
     serve = run.config.serve
     return GuestPredictor(
         node,
-        GuestModel.load(run.config.model_path),
+        model if model is not None else GuestModel.load(run.config.model_path),
         guest_store=guest_store,
         max_batch=serve.max_batch,
         max_wait=serve.max_wait_ms / 1000.0,
@@ -446,11 +401,16 @@ def _guest_predictor(
 
 
 async def _predict_guest(run: _Run, node: Node) -> PartyResult:
-    table = run.table(require_label=False, path=run.config.predict.path)
+    from p2pboost.hetero.model import GuestModel
+
+    model = GuestModel.load(run.config.model_path)
+    table = run.table(
+        require_label=False, path=run.config.predict.path, model_features=model.feature_names
+    )
     align = run.config.predict.align
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
     t0 = time.perf_counter()
-    async with _guest_predictor(run, node) as predictor:
+    async with _guest_predictor(run, node, model=model) as predictor:
         scores = np.asarray(
             await predictor.predict_batch(table.ids, table.X, align=align), dtype=np.float64
         )
@@ -476,8 +436,9 @@ def _scored(run: _Run, table: Table, scores: F64, seconds: float) -> PartyResult
     return run.result([run.config.output_path], **summary)
 
 
-def _store(run: _Run) -> ArrayStore:
-    """This party's features by id, from ``predict.path`` (default ``data.path``)."""
+def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
+    """This party's features by id, from ``predict.path`` (default ``data.path``): the
+    model's columns by name when it has names."""
     from p2pboost.hetero.feature_store import ArrayStore
 
     data = run.config.data
@@ -485,7 +446,8 @@ def _store(run: _Run) -> ArrayStore:
         raise ConfigError(f"{run.config.source}: a {run.config.role.value} needs [data]")
     path = run.config.predict.path or data.path
     label = [data.label_column] if data.label_column else []
-    return ArrayStore.from_csv(path, data.id_column, features=data.features or None, exclude=label)
+    features = model_features or data.features or None
+    return ArrayStore.from_csv(path, data.id_column, features=features, exclude=label)
 
 
 async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
@@ -494,7 +456,7 @@ async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
     from p2pboost.hetero.serving import serve_host
 
     model = HostModel.load(run.config.model_path)
-    store = _store(run)
+    store = _store(run, model.feature_names)
     run.reporter.info(
         f"answering {run.peer}'s queries for {store.n_features} features"
         + ("" if sessions is None else f" ({sessions} session)")
@@ -515,9 +477,12 @@ async def _predict_client(run: _Run) -> PartyResult:
     """Homo models are whole at every client: prediction is local, no node is started."""
     from p2pboost.gbdt.booster import Booster
 
-    table = run.table(require_label=False, path=run.config.predict.path)
+    model = Booster.load(run.config.model_path)
+    table = run.table(
+        require_label=False, path=run.config.predict.path, model_features=model.feature_names
+    )
     t0 = time.perf_counter()
-    scores = Booster.load(run.config.model_path).predict(table.X)
+    scores = model.predict(table.X)
     return _scored(run, table, np.asarray(scores, dtype=np.float64), time.perf_counter() - t0)
 
 
@@ -527,11 +492,13 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
     may carry only an id: the guest's own features are then looked up in its CSV."""
     from p2pboost.certs import TLSConfig
     from p2pboost.hetero.endpoint import serve_endpoint
+    from p2pboost.hetero.model import GuestModel
 
     listen = run.config.serve.listen
-    store = _store(run)
+    model = GuestModel.load(run.config.model_path)
+    store = _store(run, model.feature_names)
     run.reporter.info(f"{len(store)} ids of ours loaded; starting the endpoint on {listen}")
-    async with _guest_predictor(run, node, store) as predictor:
+    async with _guest_predictor(run, node, store, model) as predictor:
         await serve_endpoint(predictor, listen, tls=TLSConfig.from_dir(run.config.certs))
     return run.result()
 

@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, NotFittedError
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
+from p2pboost.gbdt.names import names_of
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.feature_store import FeatureStore
 from p2pboost.hetero.model import GuestModel, HostModel
@@ -137,10 +138,13 @@ class HeteroGuest:
         ids: Any = None,
         callbacks: Sequence[Callback] = (),
         resume: bool = False,
+        feature_names: Sequence[str] | None = None,
     ) -> HeteroGuest:
         """Train with ``hosts`` over ``node`` (running); returns ``self``. ``eval_names`` name
         the ``eval_set`` entries in the history (default ``valid_0``, ``valid_1``, ...);
-        ``resume``: continue from ``checkpoint_dir`` where every party's checkpoint is."""
+        ``resume``: continue from ``checkpoint_dir`` where every party's checkpoint is;
+        ``feature_names`` (default: a DataFrame's columns) go into the model."""
+        names = names_of(X) if feature_names is None else list(feature_names)
         X_arr = np.asarray(X, dtype=np.float64)
         y_arr = np.asarray(y)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
@@ -171,6 +175,7 @@ class HeteroGuest:
                 executor=self.executor,
                 checkpoint=self.checkpoint_dir,
                 resume=resume,
+                feature_names=names,
             )
         return self
 
@@ -262,9 +267,12 @@ class HeteroHost:
         eval_set: Sequence[Any] = (),
         ids: Any = None,
         resume: bool = False,
+        feature_names: Sequence[str] | None = None,
     ) -> HeteroHost:
         """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features;
-        ``resume``: offer the checkpoint in ``checkpoint_dir`` to the guest."""
+        ``resume``: offer the checkpoint in ``checkpoint_dir`` to the guest;
+        ``feature_names`` (default: a DataFrame's columns) stay in this host's model part."""
+        names = names_of(X) if feature_names is None else list(feature_names)
         X_arr = np.asarray(X, dtype=np.float64)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
         if ids is not None:
@@ -284,6 +292,7 @@ class HeteroHost:
                 sparse=self.sparse,
                 checkpoint=self.checkpoint_dir,
                 resume=resume,
+                feature_names=names,
             )
         return self
 

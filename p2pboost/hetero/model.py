@@ -32,6 +32,7 @@ from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
+from p2pboost.gbdt.names import by_name, model_names
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import add_tree
@@ -86,6 +87,8 @@ class GuestModel:
     trees_per_round: int
     best_iteration: int | None
     history: History = field(default_factory=dict)
+    #: The guest's feature names (None: by position only; see :mod:`p2pboost.gbdt.names`).
+    feature_names: list[str] | None = None
 
     @property
     def objective(self) -> Objective:
@@ -122,7 +125,7 @@ class GuestModel:
         self, X: Any, decisions: Sequence[HostDecisions], n_rounds: int | None = None
     ) -> F64:
         """Raw scores ``(n, K)`` from the guest's features and every host's decisions."""
-        arr = check_matrix(X, n_features=self.n_features)
+        arr = check_matrix(by_name(X, self.feature_names), n_features=self.n_features)
         if len(decisions) != len(self.hosts):
             raise InputError(f"need decisions from {len(self.hosts)} hosts")
         used = self.used_trees(n_rounds)
@@ -175,6 +178,8 @@ class GuestModel:
         }
         if self.history:  # optional: files without it stay as they were
             out["history"] = history_to_json(self.history)
+        if self.feature_names is not None:
+            out["feature_names"] = list(self.feature_names)
         return out
 
     @classmethod
@@ -199,6 +204,7 @@ class GuestModel:
                 trees_per_round=per_round,
                 best_iteration=None if d["best_iteration"] is None else int(d["best_iteration"]),
                 history=history_from_json(d.get("history"), n_rounds),
+                feature_names=model_names(d.get("feature_names"), mapper.n_features),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
@@ -251,10 +257,13 @@ class HostModel:
     guest: str
     n_features: int
     splits: tuple[HostSplit, ...]
+    #: This host's feature names (None: by position only; see :mod:`p2pboost.gbdt.names`).
+    feature_names: list[str] | None = None
 
     def decisions(self, X: Any) -> HostDecisions:
-        """``go_left`` of every split this host owns for every row of its features ``X``."""
-        arr = check_matrix(X, n_features=self.n_features)
+        """``go_left`` of every split this host owns for every row of its features ``X`` (a
+        DataFrame's columns matched by name)."""
+        arr = check_matrix(by_name(X, self.feature_names), n_features=self.n_features)
         go_left = np.zeros((len(self.splits), arr.shape[0]), dtype=np.bool_)
         for i, s in enumerate(self.splits):
             x = arr[:, s.feature]
@@ -276,6 +285,7 @@ class HostModel:
             "guest": self.guest,
             "n_features": self.n_features,
             "splits": [s.to_dict() for s in self.splits],
+            **({"feature_names": list(self.feature_names)} if self.feature_names else {}),
         }
 
     @classmethod
@@ -294,7 +304,8 @@ class HostModel:
                 )
                 for s in d["splits"]
             )
-            model = cls(str(d["fingerprint"]), str(d["guest"]), n_features, splits)
+            names = model_names(d.get("feature_names"), n_features)
+            model = cls(str(d["fingerprint"]), str(d["guest"]), n_features, splits, names)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"invalid host model: {exc}") from None
         if n_features < 1 or any(not 0 <= s.feature < n_features for s in splits):

@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import check_matrix
+from p2pboost.gbdt.names import by_name
 from p2pboost.hetero._messages import Predict, PredictBits
 from p2pboost.hetero.inference import (
     HostSplits,
@@ -46,7 +47,7 @@ async def guest_predict(
     session: Session, model: GuestModel, X: Any, n_rounds: int | None = None
 ) -> F64:
     """Raw margins ``(n, K)`` for the guest's rows ``X`` (aligned with the hosts' rows)."""
-    arr = check_matrix(X, n_features=model.n_features)
+    arr = check_matrix(by_name(X, model.feature_names), n_features=model.n_features)
     n = arr.shape[0]
     request = Predict(model.fingerprint, n)
 
@@ -73,7 +74,7 @@ def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int
 
 async def host_predict(session: Session, model: HostModel, X: Any) -> None:
     """Answer one prediction request of the guest for this host's rows ``X``."""
-    arr = check_matrix(X, n_features=model.n_features)
+    arr = check_matrix(by_name(X, model.feature_names), n_features=model.n_features)
     ctl = session.channel(model.guest, "ctl")
     msg = await recv(ctl, Predict)
     if msg.fingerprint != model.fingerprint:

@@ -68,6 +68,7 @@ from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import bin_eval_sets, initial_margin
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric
+from p2pboost.gbdt.names import check_names, names_of
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
 from p2pboost.gbdt.rounds import Margins, RoundLoop, RoundStart
@@ -126,6 +127,7 @@ async def guest_train(
     progress: Progress | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    feature_names: Sequence[str] | None = None,
 ) -> GuestModel:
     """Train as the guest (labels ``y``, features ``X``) with ``hosts`` (their party ids).
 
@@ -138,6 +140,8 @@ async def guest_train(
     ``resume``: continue from it (and from the hosts' checkpoints) at the last round every
     party holds, to the model an uninterrupted run grows (see
     :mod:`p2pboost.hetero.checkpoint`); without a checkpoint there a run starts afresh.
+    ``feature_names`` (default: a DataFrame's columns) go into the model, which then matches
+    prediction input by name (:mod:`p2pboost.gbdt.names`).
     """
     config = config or HeteroConfig()
     params = params.validate()
@@ -147,6 +151,7 @@ async def guest_train(
         raise InputError("give at least one host, each once")
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
+    names = check_names(names_of(X) if feature_names is None else feature_names, _width(X))
     X_arr = check_matrix(X)
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
@@ -258,7 +263,7 @@ async def guest_train(
                     )
                     states = [*states[-1:], now]
                     ckpt = GuestCheckpoint(
-                        _model(run, params, hosts, mapper, base, loop),
+                        _model(run, params, hosts, mapper, base, loop, names),
                         chain[1:],
                         states,
                         digest,
@@ -274,7 +279,7 @@ async def guest_train(
         await gather_or_cancel(*(send(link.ctl, done) for link in links))
         await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
     progress.enter(GuestPhase.DONE)
-    return _model(fingerprint, params, hosts, mapper, base, loop)
+    return _model(fingerprint, params, hosts, mapper, base, loop, names)
 
 
 def _model(
@@ -284,6 +289,7 @@ def _model(
     mapper: BinMapper,
     base: Any,
     loop: RoundLoop,
+    names: list[str] | None,
 ) -> GuestModel:
     """The guest's model as the round loop holds it now."""
     return GuestModel(
@@ -297,7 +303,14 @@ def _model(
         trees_per_round=loop.trees_per_round,
         best_iteration=loop.best_iteration,
         history={s: {m: list(v) for m, v in per.items()} for s, per in loop.history.items()},
+        feature_names=names,
     )
+
+
+def _width(X: Any) -> int:
+    """Columns of ``X`` without converting it (names are checked against this)."""
+    shape = getattr(X, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 2 else -1
 
 
 def _round_loop(
@@ -368,6 +381,7 @@ async def host_train(
     sparse: bool | str = "auto",
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    feature_names: Sequence[str] | None = None,
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
@@ -379,6 +393,7 @@ async def host_train(
     Returns this host's model part: its own splits only. ``checkpoint``: a directory where
     the host writes its checkpoint after every tree; ``resume``: offer it to the guest, which
     decides where every party continues (:mod:`p2pboost.hetero.checkpoint`).
+    ``feature_names`` (default: a DataFrame's columns) stay in this host's model part.
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a
@@ -388,6 +403,7 @@ async def host_train(
     shards (shut down when training ends) and uses your executor only for compressing
     split-infos. Without an executor it starts a pinned pool and uses it for everything.
     """
+    names = check_names(names_of(X) if feature_names is None else feature_names, _width(X))
     X_arr = check_matrix(X)
     if sparse not in (True, False, "auto"):
         raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
@@ -445,7 +461,7 @@ async def host_train(
         fingerprint = await host.serve()
     progress.enter(HostPhase.DONE)
     splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))
-    return HostModel(fingerprint, guest, host.data.n_features, splits)
+    return HostModel(fingerprint, guest, host.data.n_features, splits, names)
 
 
 class _HostLedger:

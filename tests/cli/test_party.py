@@ -96,6 +96,24 @@ def test_train_predict_and_serve_over_mtls(
     assert np.isnan(scores[:19]).all()
     assert ((scores[19:] > 0) & (scores[19:] < 1)).all()
 
+    # columns in another order score the same: both parties read their features by name
+    reordered = _reordered_configs(tmp_path, guest_toml, host_toml)
+    out, _, _ = _run_pair(
+        ["--quiet", "predict", "--config", str(reordered[0])],
+        ["--quiet", "predict", "--config", str(reordered[1])],
+    )
+    rows = _read_csv(tmp_path / "out-guest" / "predictions.csv")
+    again = np.array([float(r["score"]) if r["score"] else np.nan for r in rows])
+    np.testing.assert_array_equal(again, scores)
+    missing = tmp_path / "guest-missing.toml"
+    _write_columns(tmp_path / "guest.csv", tmp_path / "guest-missing.csv", drop="g3")
+    missing.write_text(
+        guest_toml.read_text().replace('align = "psi"', 'align = "psi"\npath = "guest-missing.csv"')
+    )
+    code, _, err = finish(start_cli("--quiet", "predict", "--config", str(missing)))
+    assert code == 1
+    assert "the model's features g3 are missing" in err
+
     # align = "ids": the host lacks 19 of the guest's ids; the guest says which, in one line
     strict = tmp_path / "guest-ids.toml"
     strict.write_text(guest_toml.read_text().replace('align = "psi"', 'align = "ids"'))
@@ -113,6 +131,30 @@ def test_train_predict_and_serve_over_mtls(
     assert served["p0"]["error"]["type"] == "UnknownIdError"  # the host has no p0
     for i in (19, 20, 300, 549):
         assert served[f"p{i}"] == {"id": f"p{i}", "score": scores[i]}
+
+
+def _write_columns(source: Path, target: Path, *, drop: str | None = None) -> None:
+    """``source`` with its columns reversed (and ``drop`` left out)."""
+    with source.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    keep = [j for j, name in enumerate(rows[0]) if name != drop][::-1]
+    with target.open("w", newline="") as fh:
+        csv.writer(fh).writerows([[row[j] for j in keep] for row in rows])
+
+
+def _reordered_configs(tmp_path: Path, guest_toml: Path, host_toml: Path) -> tuple[Path, Path]:
+    """Both parties' configs scoring copies of their CSVs whose columns are reversed."""
+    _write_columns(tmp_path / "guest.csv", tmp_path / "guest-reordered.csv")
+    _write_columns(tmp_path / "host.csv", tmp_path / "host-reordered.csv")
+    guest = tmp_path / "guest-reordered.toml"
+    guest.write_text(
+        guest_toml.read_text().replace(
+            'align = "psi"', 'align = "psi"\npath = "guest-reordered.csv"'
+        )
+    )
+    host = tmp_path / "host-reordered.toml"
+    host.write_text(host_toml.read_text() + '\n[predict]\npath = "host-reordered.csv"\n')
+    return guest, host
 
 
 def _serve_and_ask(

@@ -106,7 +106,8 @@ async def test_prepare_builds_the_table_in_every_worker(
 
 
 async def test_event_loop_keeps_ticking_during_a_large_batch(engine: CryptoEngine) -> None:
-    """A 10 ms ticker must never be more than 50 ms late while 3000 values are encrypted."""
+    """A 10 ms ticker must never be more than 50 ms late while batches of 3000 values are
+    encrypted (for at least 0.3 s: warm workers on a quiet machine finish one in 0.1 s)."""
     lateness: list[float] = []
     done = asyncio.Event()
 
@@ -120,13 +121,15 @@ async def test_event_loop_keeps_ticking_during_a_large_batch(engine: CryptoEngin
 
     task = asyncio.create_task(ticker())
     start = time.perf_counter()
-    cts = await engine.encrypt_batch(list(range(3000)))
-    plain = await engine.decrypt_batch(cts[:500])
-    elapsed = time.perf_counter() - start
+    while True:
+        cts = await engine.encrypt_batch(list(range(3000)))
+        plain = await engine.decrypt_batch(cts[:500])
+        elapsed = time.perf_counter() - start
+        if elapsed > 0.3:
+            break
     done.set()
     await task
     assert plain == list(range(500))
-    assert elapsed > 0.2, "batch too small to show anything"
     assert len(lateness) >= 10
     assert max(lateness) < 0.050 * time_factor(), f"loop blocked for {max(lateness) * 1000:.1f} ms"
 
