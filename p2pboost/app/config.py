@@ -32,6 +32,7 @@ directory (so the same file works whatever directory the command is started from
     key_bits = 2048                 # < 2048 needs insecure_key_bits = true
     scheme = "paillier"             # or "ou" (Okamoto-Uchiyama; hetero guest only)
     checkpoint_dir = "checkpoints"  # in workdir; "" for none (party --resume continues)
+    init_model = "old-model.json"   # hetero warm start: this party's file, in workdir
 
     [predict]                       # path (default: data.path), output, align
     [serve]                         # listen, max_batch, max_wait_ms, host_timeout
@@ -115,7 +116,8 @@ class TrainConfig:
     must agree on it (the guest checks that the hosts' evaluation sets match its own).
     ``checkpoint_dir`` (relative to ``workdir``; ``""`` turns checkpoints off) is where a
     vertical party saves its progress after every tree; ``p2pboost party --resume`` continues
-    from there.
+    from there. ``init_model`` (in ``workdir``) is this party's file of a model that vertical
+    training continues with ``n_estimators`` more trees (every party gives its own).
     """
 
     params: BoostParams = field(default_factory=BoostParams)
@@ -129,6 +131,8 @@ class TrainConfig:
     checkpoint_dir: Path | None = Path("checkpoints")
     #: Continue from the checkpoints (the CLI's ``--resume``; not a file key).
     resume: bool = False
+    #: This party's file of a model to continue with more trees (hetero warm start).
+    init_model: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +198,11 @@ class PartyConfig:
         return self.workdir / self.train.model
 
     @property
+    def init_model_path(self) -> Path | None:
+        """This party's file of the model a warm start continues (None: a fresh model)."""
+        return None if self.train.init_model is None else self.workdir / self.train.init_model
+
+    @property
     def checkpoint_path(self) -> Path | None:
         """Where this party's training checkpoints go (None: nowhere)."""
         ckpt = self.train.checkpoint_dir
@@ -236,6 +245,7 @@ _TRAIN_EXTRA = (
     "model",
     "eval_train",
     "checkpoint_dir",
+    "init_model",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -432,6 +442,7 @@ def _train(reader: _Reader) -> TrainConfig:
         model=Path(reader.get_str("model", "model.json") or "model.json"),
         eval_train=reader.get_bool("eval_train", True),
         checkpoint_dir=Path(ckpt) if ckpt else None,
+        init_model=Path(init) if (init := reader.get_str("init_model")) else None,
     )
 
 
@@ -513,6 +524,11 @@ def _check_roles(config: PartyConfig) -> None:
         raise ConfigError(f"{where}: a {config.role.value} needs a [data] table (path, id_column)")
     if config.role is Role.SERVER and config.data is not None:
         raise ConfigError(f"{where}: the homo server holds no data; remove the [data] table")
+    if config.role in (Role.SERVER, Role.CLIENT) and config.train.init_model is not None:
+        raise ConfigError(
+            f"{where}: train.init_model continues vertical (hetero) training; horizontal "
+            "training cannot continue a model yet"
+        )
     _check_dialing(config)
 
 

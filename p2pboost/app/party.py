@@ -301,6 +301,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         callbacks=[_tree_callback(run)],
         resume=train.resume,
         feature_names=list(table.features),
+        init_model=run.config.init_model_path,
     )
     seconds = time.perf_counter() - t0
     trees = len(guest.model_.trees)
@@ -330,6 +331,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
         eval_set=eval_set,
         resume=run.config.train.resume,
         feature_names=list(table.features),
+        init_model=run.config.init_model_path,
     )
     seconds = time.perf_counter() - t0
     run.reporter.info(f"trained in {seconds:.1f} s ({len(host.model_.splits)} splits are ours)")

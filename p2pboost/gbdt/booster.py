@@ -47,8 +47,10 @@ __all__ = [
     "Booster",
     "EvalData",
     "bin_eval_sets",
+    "check_warm_start",
     "initial_margin",
     "refit_leaves",
+    "rng_state_from",
     "train",
 ]
 
@@ -214,7 +216,7 @@ class Booster:
                 history=history_from_json(
                     data.get("history"), len(trees) // per_round if per_round > 0 else 0
                 ),
-                rng_state=_rng_state(data.get("rng_state")),
+                rng_state=rng_state_from(data.get("rng_state")),
             )
             booster.feature_names = model_names(data.get("feature_names"), booster.n_features)
         except (KeyError, TypeError, ValueError) as exc:
@@ -299,7 +301,7 @@ def train(
         mapper = BinMapper(params.max_bin).fit(X_arr)
         base = initial_margin(objective, params, y_arr)
     else:
-        _check_warm_start(init_model, params, X_arr.shape[1])
+        check_warm_start(init_model.params, params, init_model.n_features, X_arr.shape[1])
         mapper, base = init_model.mapper, init_model.base_margin
         start = RoundStart(
             init_model.trees, init_model.tree_output, init_model.history, init_model.rng_state
@@ -344,9 +346,11 @@ def train(
     )
 
 
-def _check_warm_start(model: Booster, params: BoostParams, n_features: int) -> None:
-    """A warm start continues ``model``: what shapes its trees must not change."""
-    old = model.params
+def check_warm_start(
+    old: BoostParams, params: BoostParams, model_features: int, n_features: int
+) -> None:
+    """A warm start continues a model trained with ``old`` on ``model_features`` features:
+    what shapes its trees must not change (InputError naming it)."""
     for key in ("num_class", "multi_strategy", "max_bin"):
         if getattr(old, key) != getattr(params, key):
             raise InputError(
@@ -357,11 +361,11 @@ def _check_warm_start(model: Booster, params: BoostParams, n_features: int) -> N
         raise InputError(
             f"init_model was trained with objective {old.objective!r}, not {params.objective!r}"
         )
-    if model.n_features != n_features:
-        raise InputError(f"init_model has {model.n_features} features, X has {n_features}")
+    if model_features != n_features:
+        raise InputError(f"init_model has {model_features} features, X has {n_features}")
 
 
-def _rng_state(value: object) -> dict[str, Any] | None:
+def rng_state_from(value: object) -> dict[str, Any] | None:
     """A stored random generator state (a JSON map), or None; checked when the model is read."""
     if value is None:
         return None

@@ -106,7 +106,8 @@ class TrainMessage(Message):
 @dataclass(frozen=True)
 class Hello(TrainMessage, tag="hello"):
     """Host -> guest: what the host holds; a resuming host also its checkpoint's run id and
-    fingerprint chain (empty otherwise: see :mod:`p2pboost.hetero.checkpoint`)."""
+    fingerprint chain (empty otherwise: see :mod:`p2pboost.hetero.checkpoint`); a host
+    continuing a model (warm start) that model's fingerprint."""
 
     version: Annotated[int, _VERSION]
     n_rows: Annotated[int, Int(1, MAX_ROWS)]
@@ -114,12 +115,15 @@ class Hello(TrainMessage, tag="hello"):
     n_eval: Annotated[list[int], ListOf(Int(0, MAX_ROWS), MAX_EVAL_SETS)]
     run: Annotated[str, _RUN] = ""
     chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
+    init: Annotated[str, Str(0, 128)] = ""
 
 
 @dataclass(frozen=True)
 class Setup(TrainMessage, tag="setup"):
     """Guest -> host: the public key (Paillier or OU: the guest's choice), the binning
-    settings, the run id and how many trees of it every party keeps (0: a fresh run)."""
+    settings, the run id and how many trees of it every party keeps (0: a fresh run). A
+    warm start also names the model it continues (``init``, its fingerprint) and the
+    fingerprint chain over that model's trees (the first ``start`` of this run)."""
 
     version: Annotated[int, _VERSION]
     key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
@@ -127,6 +131,13 @@ class Setup(TrainMessage, tag="setup"):
     min_samples_leaf: Annotated[int, Int(1, MAX_ROWS)]
     run: Annotated[str, Str(1, 64)]
     start: Annotated[int, Int(0, MAX_TREES)]
+    init: Annotated[str, Str(0, 128)] = ""
+    chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
+
+    def check(self) -> str | None:
+        if self.chain and (not self.init or len(self.chain) != self.start):
+            return "a chain is sent only with the model a warm start continues, one per tree"
+        return None
 
 
 @dataclass(frozen=True)

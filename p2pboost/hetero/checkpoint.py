@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.codec import Limits, decode, encode
-from p2pboost.exceptions import CheckpointError, CodecError, ModelError
+from p2pboost.exceptions import CheckpointError, CodecError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.model import GuestModel, HostModel
@@ -221,7 +221,7 @@ class GuestCheckpoint:
             guest_checkpoint_path(directory),
             {
                 "format": _GUEST,
-                "model": self.model.to_dict(),
+                "model": json.dumps(self.model.to_dict()),  # JSON: the generator's 128-bit state
                 "chain": self.chain,
                 "states": [s.to_dict() for s in self.states],
                 "digest": self.digest,
@@ -237,12 +237,12 @@ class GuestCheckpoint:
             return None
         body = _read(path, _GUEST)
         try:
-            model = GuestModel.from_dict(body["model"])
+            model = GuestModel.from_dict(json.loads(body["model"]))
             states = [RoundState.from_dict(s) for s in body["states"]]
             ckpt = cls(
                 model, _chain(body["chain"]), states, str(body["digest"]), str(body["secret"])
             )
-        except (KeyError, TypeError, ModelError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"invalid guest checkpoint {str(path)!r}: {exc}") from None
         if len(ckpt.chain) != len(model.trees) or not states:
             raise CheckpointError(f"invalid guest checkpoint {str(path)!r}: inconsistent trees")
@@ -284,7 +284,7 @@ class HostCheckpoint:
             host_checkpoint_path(directory, self.model.guest),
             {
                 "format": _HOST,
-                "model": self.model.to_dict(),
+                "model": json.dumps(self.model.to_dict()),
                 "chain": self.chain,
                 "digest": self.digest,
             },
@@ -298,9 +298,11 @@ class HostCheckpoint:
         body = _read(path, _HOST)
         try:
             ckpt = cls(
-                HostModel.from_dict(body["model"]), _chain(body["chain"]), str(body["digest"])
+                HostModel.from_dict(json.loads(body["model"])),
+                _chain(body["chain"]),
+                str(body["digest"]),
             )
-        except (KeyError, TypeError, ModelError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"invalid host checkpoint {str(path)!r}: {exc}") from None
         if any(s.tree >= len(ckpt.chain) for s in ckpt.model.splits):
             raise CheckpointError(f"invalid host checkpoint {str(path)!r}: splits beyond its trees")

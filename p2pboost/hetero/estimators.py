@@ -139,12 +139,16 @@ class HeteroGuest:
         callbacks: Sequence[Callback] = (),
         resume: bool = False,
         feature_names: Sequence[str] | None = None,
+        init_model: GuestModel | str | os.PathLike[str] | None = None,
     ) -> HeteroGuest:
         """Train with ``hosts`` over ``node`` (running); returns ``self``. ``eval_names`` name
         the ``eval_set`` entries in the history (default ``valid_0``, ``valid_1``, ...);
         ``resume``: continue from ``checkpoint_dir`` where every party's checkpoint is;
-        ``feature_names`` (default: a DataFrame's columns) go into the model."""
+        ``feature_names`` (default: a DataFrame's columns) go into the model; ``init_model``
+        (a model or its file) is continued with more rounds (every host passes its part)."""
         names = names_of(X) if feature_names is None else list(feature_names)
+        if init_model is not None and not isinstance(init_model, GuestModel):
+            init_model = GuestModel.load(init_model)
         X_arr = np.asarray(X, dtype=np.float64)
         y_arr = np.asarray(y)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
@@ -176,6 +180,7 @@ class HeteroGuest:
                 checkpoint=self.checkpoint_dir,
                 resume=resume,
                 feature_names=names,
+                init_model=init_model,
             )
         return self
 
@@ -268,11 +273,15 @@ class HeteroHost:
         ids: Any = None,
         resume: bool = False,
         feature_names: Sequence[str] | None = None,
+        init_model: HostModel | str | os.PathLike[str] | None = None,
     ) -> HeteroHost:
         """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features;
         ``resume``: offer the checkpoint in ``checkpoint_dir`` to the guest;
-        ``feature_names`` (default: a DataFrame's columns) stay in this host's model part."""
+        ``feature_names`` (default: a DataFrame's columns) stay in this host's model part;
+        ``init_model``: this host's part (or file) of the model the guest continues."""
         names = names_of(X) if feature_names is None else list(feature_names)
+        if init_model is not None and not isinstance(init_model, HostModel):
+            init_model = HostModel.load(init_model)
         X_arr = np.asarray(X, dtype=np.float64)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
         if ids is not None:
@@ -293,6 +302,7 @@ class HeteroHost:
                 checkpoint=self.checkpoint_dir,
                 resume=resume,
                 feature_names=names,
+                init_model=init_model,
             )
         return self
 

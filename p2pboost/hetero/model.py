@@ -31,6 +31,7 @@ import numpy.typing as npt
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, check_matrix
+from p2pboost.gbdt.booster import rng_state_from
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.names import by_name, model_names
 from p2pboost.gbdt.objectives import Objective, get_objective
@@ -89,6 +90,8 @@ class GuestModel:
     history: History = field(default_factory=dict)
     #: The guest's feature names (None: by position only; see :mod:`p2pboost.gbdt.names`).
     feature_names: list[str] | None = None
+    #: The round loop's random generator after the last round (a warm start continues it).
+    rng_state: dict[str, Any] | None = None
 
     @property
     def objective(self) -> Objective:
@@ -180,6 +183,8 @@ class GuestModel:
             out["history"] = history_to_json(self.history)
         if self.feature_names is not None:
             out["feature_names"] = list(self.feature_names)
+        if self.rng_state is not None:
+            out["rng_state"] = self.rng_state
         return out
 
     @classmethod
@@ -205,6 +210,7 @@ class GuestModel:
                 best_iteration=None if d["best_iteration"] is None else int(d["best_iteration"]),
                 history=history_from_json(d.get("history"), n_rounds),
                 feature_names=model_names(d.get("feature_names"), mapper.n_features),
+                rng_state=rng_state_from(d.get("rng_state")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):

@@ -44,15 +44,23 @@ F64 = npt.NDArray[np.float64]
 
 
 async def guest_predict(
-    session: Session, model: GuestModel, X: Any, n_rounds: int | None = None
+    session: Session,
+    model: GuestModel,
+    X: Any,
+    n_rounds: int | None = None,
+    *,
+    channel: str = "ctl",
 ) -> F64:
-    """Raw margins ``(n, K)`` for the guest's rows ``X`` (aligned with the hosts' rows)."""
+    """Raw margins ``(n, K)`` for the guest's rows ``X`` (aligned with the hosts' rows).
+
+    ``channel``: the session's channel for it (a warm start asks inside its training
+    session, beside the training's own channels)."""
     arr = check_matrix(by_name(X, model.feature_names), n_features=model.n_features)
     n = arr.shape[0]
     request = Predict(model.fingerprint, n)
 
     async def ask(k: int, host: str) -> HostDecisions:
-        ctl = session.channel(host, "ctl")
+        ctl = session.channel(host, channel)
         await send(ctl, request)
         return _check_bits(await recv(ctl, PredictBits), host, model, k, n)
 
@@ -72,10 +80,11 @@ def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int
     return HostDecisions(t, nd, unpack_bits(bits, t.size, n))
 
 
-async def host_predict(session: Session, model: HostModel, X: Any) -> None:
-    """Answer one prediction request of the guest for this host's rows ``X``."""
+async def host_predict(session: Session, model: HostModel, X: Any, *, channel: str = "ctl") -> None:
+    """Answer one prediction request of the guest for this host's rows ``X`` (on
+    ``channel``, as the guest asks)."""
     arr = check_matrix(by_name(X, model.feature_names), n_features=model.n_features)
-    ctl = session.channel(model.guest, "ctl")
+    ctl = session.channel(model.guest, channel)
     msg = await recv(ctl, Predict)
     if msg.fingerprint != model.fingerprint:
         raise ModelError("the guest's model is from another training (fingerprints differ)")

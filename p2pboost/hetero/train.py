@@ -65,13 +65,13 @@ from p2pboost.exceptions import (
     InputError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import bin_eval_sets, initial_margin
+from p2pboost.gbdt.booster import bin_eval_sets, check_warm_start, initial_margin
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric
-from p2pboost.gbdt.names import check_names, names_of
+from p2pboost.gbdt.names import by_name, check_names, names_of
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
-from p2pboost.gbdt.rounds import Margins, RoundLoop, RoundStart
+from p2pboost.gbdt.rounds import Margins, RoundLoop
 from p2pboost.hetero._common import (
     VERSION,
     GuestPhase,
@@ -83,16 +83,19 @@ from p2pboost.hetero._common import (
 from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
 from p2pboost.hetero._host import Host, Shards
 from p2pboost.hetero._messages import Bye, Done, Hello, Setup
+from p2pboost.hetero._start import (
+    HostLedger,
+    guest_start,
+    host_warm,
+    round_loop,
+    warm_margins,
+)
 from p2pboost.hetero.checkpoint import (
     GuestCheckpoint,
     HostCheckpoint,
     RoundState,
     chain_next,
-    chain_start,
     data_digest,
-    new_chain_secret,
-    new_run_id,
-    resume_point,
 )
 from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
 from p2pboost.net.node import Session
@@ -128,6 +131,7 @@ async def guest_train(
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     feature_names: Sequence[str] | None = None,
+    init_model: GuestModel | None = None,
 ) -> GuestModel:
     """Train as the guest (labels ``y``, features ``X``) with ``hosts`` (their party ids).
 
@@ -141,7 +145,9 @@ async def guest_train(
     party holds, to the model an uninterrupted run grows (see
     :mod:`p2pboost.hetero.checkpoint`); without a checkpoint there a run starts afresh.
     ``feature_names`` (default: a DataFrame's columns) go into the model, which then matches
-    prediction input by name (:mod:`p2pboost.gbdt.names`).
+    prediction input by name (:mod:`p2pboost.gbdt.names`). ``init_model`` (warm start)
+    continues that model with ``params.n_estimators`` more rounds, as the core's ``train``
+    does; every host passes its part of it (:mod:`p2pboost.hetero._start`).
     """
     config = config or HeteroConfig()
     params = params.validate()
@@ -152,12 +158,21 @@ async def guest_train(
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
     names = check_names(names_of(X) if feature_names is None else feature_names, _width(X))
+    if init_model is not None:
+        if list(init_model.hosts) != list(hosts):
+            raise InputError(f"init_model was trained with hosts {list(init_model.hosts)}")
+        if init_model.feature_names is not None and names is not None:
+            X, names = by_name(X, init_model.feature_names), init_model.feature_names
     X_arr = check_matrix(X)
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     progress = progress or Progress(GuestPhase.SETUP)
     progress.enter(GuestPhase.SETUP)
-    mapper = BinMapper(params.max_bin).fit(X_arr)
+    if init_model is None:
+        mapper = BinMapper(params.max_bin).fit(X_arr)
+    else:  # the core's warm start: the model's bins carry on
+        check_warm_start(init_model.params, params, init_model.n_features, X_arr.shape[1])
+        mapper = init_model.mapper
     data = mapper.transform(X_arr)
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
@@ -205,23 +220,39 @@ async def guest_train(
     elif keys[0].scheme != config.scheme:
         raise InputError(f"keys are {keys[0].scheme} keys but config.scheme is {config.scheme!r}")
     public_key, private_key = keys
-    per_round = objective.n_outputs
-    start = resume_point(
-        saved, [(li.name, h.run, h.chain) for li, h in zip(links, hellos, strict=True)], per_round
+    named = [(link.name, hello) for link, hello in zip(links, hellos, strict=True)]
+    begin = guest_start(saved, init_model, named, objective.n_outputs)
+    if begin.resumed is not None:
+        logger.info(
+            "resuming at tree %d of %d (every party holds it)",
+            begin.start,
+            len(begin.resumed.chain),
+        )
+    elif saved is not None:
+        logger.info("starting afresh: a host holds no checkpoint of this run")
+    run, secret = begin.run, begin.secret
+    setup = Setup(
+        VERSION,
+        public_key,
+        params.max_bin,
+        params.min_samples_leaf,
+        run,
+        begin.start,
+        "" if begin.warm is None else begin.warm.fingerprint,
+        begin.prefix if begin.warm is not None else [],
     )
-    resumed = saved if saved is not None and start else None
-    if saved is not None:
-        logger.info("resuming at tree %d of %d (every party holds it)", start, len(saved.chain))
-    run = resumed.run if resumed is not None else new_run_id()
-    secret = resumed.secret if resumed is not None else new_chain_secret()
-    setup = Setup(VERSION, public_key, params.max_bin, params.min_samples_leaf, run, start)
     await gather_or_cancel(*(send(link.ctl, setup) for link in links))
+    warm = None
+    if begin.warm is not None:  # still setup: the continued model's margins
+        warm = await warm_margins(session, begin.warm, X_arr, [e[0] for e in eval_sets])
 
-    base = initial_margin(objective, params, y_arr)
+    base = (
+        initial_margin(objective, params, y_arr) if init_model is None else init_model.base_margin
+    )
     n_total = data.n_features + sum(link.n_features for link in links)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
-    loop, chain, states = _round_loop(
-        params, n_total, objective.n_outputs, callbacks, margins, run, resumed, start
+    loop, chain, states = round_loop(
+        params, n_total, objective.n_outputs, callbacks, margins, begin, warm
     )
     n_trees = params.n_estimators * objective.n_outputs
     async with owned_executor(executor, config.workers) as (pool, n_workers):
@@ -304,6 +335,7 @@ def _model(
         best_iteration=loop.best_iteration,
         history={s: {m: list(v) for m, v in per.items()} for s, per in loop.history.items()},
         feature_names=names,
+        rng_state=loop.rng_state,
     )
 
 
@@ -311,35 +343,6 @@ def _width(X: Any) -> int:
     """Columns of ``X`` without converting it (names are checked against this)."""
     shape = getattr(X, "shape", None)
     return int(shape[1]) if shape is not None and len(shape) == 2 else -1
-
-
-def _round_loop(
-    params: BoostParams,
-    n_features: int,
-    n_outputs: int,
-    callbacks: Sequence[Callback],
-    margins: Margins,
-    run: str,
-    resumed: GuestCheckpoint | None,
-    start: int,
-) -> tuple[RoundLoop, list[str], list[RoundState]]:
-    """The core's round loop (the same draws, refits, margins, callbacks and early stop), the
-    fingerprint chain (from the run's start) and the round states a checkpoint keeps: fresh,
-    or continued after the first ``start`` trees of ``resumed`` (with ``margins`` restored)."""
-    if resumed is None:
-        return RoundLoop(params, n_features, n_outputs, callbacks), [chain_start(run)], []
-    model = resumed.model
-    rounds = start // model.trees_per_round
-    state = resumed.state_at(rounds)
-    assert state is not None  # resume_point checked it
-    history = {s: {m: v[:rounds] for m, v in per.items()} for s, per in model.history.items()}
-    at = RoundStart(
-        model.trees[:start], model.tree_output[:start], history, state.rng_state, extend=False
-    )
-    loop = RoundLoop(params, n_features, n_outputs, callbacks, start=at)
-    loop.replay_callbacks()
-    margins.restore(state.margin, state.eval_margins)
-    return loop, [chain_start(run), *resumed.chain[:start]], [state]
 
 
 # -- host --------------------------------------------------------------------------------------
@@ -382,6 +385,7 @@ async def host_train(
     checkpoint: str | os.PathLike[str] | None = None,
     resume: bool = False,
     feature_names: Sequence[str] | None = None,
+    init_model: HostModel | None = None,
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
@@ -394,6 +398,7 @@ async def host_train(
     the host writes its checkpoint after every tree; ``resume``: offer it to the guest, which
     decides where every party continues (:mod:`p2pboost.hetero.checkpoint`).
     ``feature_names`` (default: a DataFrame's columns) stay in this host's model part.
+    ``init_model``: this host's part of the model the guest continues (warm start).
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a
@@ -404,6 +409,11 @@ async def host_train(
     split-infos. Without an executor it starts a pinned pool and uses it for everything.
     """
     names = check_names(names_of(X) if feature_names is None else feature_names, _width(X))
+    if init_model is not None:
+        if init_model.guest != guest:
+            raise InputError(f"init_model was trained with guest {init_model.guest!r}")
+        if init_model.feature_names is not None and names is not None:
+            X, names = by_name(X, init_model.feature_names), init_model.feature_names
     X_arr = check_matrix(X)
     if sparse not in (True, False, "auto"):
         raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
@@ -423,19 +433,25 @@ async def host_train(
         )
     run, chain = (saved.run, saved.chain) if saved is not None else ("", [])
     evals_rows = [int(e.shape[0]) for e in evals]
-    await send(ctl, Hello(VERSION, n_rows, n_features, evals_rows, run, chain))
+    init = "" if init_model is None else init_model.fingerprint
+    await send(ctl, Hello(VERSION, n_rows, n_features, evals_rows, run, chain, init))
     setup = await recv(ctl, Setup)
     if setup.version != VERSION:
         raise reject(guest, "unsupported protocol version")
     kept: list[HostSplit] = []
-    if setup.start:
+    if setup.init:  # a warm start: the model's trees, and the chain over them
+        if init_model is None or setup.init != init_model.fingerprint:
+            raise reject(guest, "continues a model this host was not given")
+        if any(s.tree >= setup.start for s in init_model.splits):
+            raise reject(guest, "continues a model with fewer trees than this host's part")
+        kept, chain = list(init_model.splits), setup.chain
+        await host_warm(session, init_model, X_arr, evals)
+    elif setup.start:
         if saved is None or setup.run != saved.run or len(saved.chain) < setup.start:
             raise reject(guest, f"resumes at tree {setup.start} of a run this host does not hold")
         kept = [s for s in saved.model.splits if s.tree < setup.start]
         logger.info("resuming at tree %d of %d, as the guest asks", setup.start, len(saved.chain))
-    ledger = _HostLedger(
-        checkpoint, guest, setup.run, n_features, digest, chain[: setup.start], kept
-    )
+    ledger = HostLedger(checkpoint, guest, setup.run, n_features, digest, chain[: setup.start])
     mapper = BinMapper(setup.max_bin).fit(X_arr)
     host = Host(
         guest=guest,
@@ -462,44 +478,3 @@ async def host_train(
     progress.enter(HostPhase.DONE)
     splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))
     return HostModel(fingerprint, guest, host.data.n_features, splits, names)
-
-
-class _HostLedger:
-    """A host's fingerprint chain, checked and extended tree by tree, and its checkpoint."""
-
-    def __init__(
-        self,
-        directory: str | os.PathLike[str] | None,
-        guest: str,
-        run: str,
-        n_features: int,
-        digest: str,
-        chain: list[str],
-        splits: list[HostSplit],
-    ) -> None:
-        self.directory, self.guest, self.run = directory, guest, run
-        self.n_features, self.digest = n_features, digest
-        self.chain = list(chain)
-        self.first = chain_start(run)
-
-    async def tree_done(self, trees: int, chain: str, splits: Sequence[HostSplit]) -> None:
-        """The guest says ``chain`` follows the first ``trees`` trees: keep it and save."""
-        if trees == len(self.chain):
-            if chain != (self.chain[-1] if self.chain else self.first):
-                raise reject(self.guest, "the fingerprint chain does not continue this run")
-            return
-        if trees != len(self.chain) + 1:
-            raise reject(self.guest, "the fingerprint chain skips a tree")
-        self.chain.append(chain)
-        if self.directory is not None:
-            model = HostModel(
-                self.run,
-                self.guest,
-                self.n_features,
-                tuple(
-                    sorted((s for s in splits if s.tree < trees), key=lambda s: (s.tree, s.node))
-                ),
-            )
-            await asyncio.to_thread(
-                HostCheckpoint(model, list(self.chain), self.digest).save, self.directory
-            )

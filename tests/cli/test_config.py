@@ -174,3 +174,17 @@ def test_cli_errors_as_json_records_with_json_logs(
     record = json.loads(line)
     assert (record["level"], record["logger"]) == ("error", "p2pboost")
     assert "unknown key 'train.n_estimator'; did you mean 'n_estimators'?" in record["message"]
+
+
+def test_init_model_is_this_partys_file_for_vertical_training(tmp_path: Path) -> None:
+    config = load_config(_guest(tmp_path, train={"init_model": "old.json"}))
+    assert config.init_model_path == config.workdir / "old.json"
+    assert load_config(_guest(tmp_path)).init_model_path is None
+    server = write_config(
+        tmp_path / "server.toml",
+        {"id": "server", "role": "server", "certs": "certs", "listen": "127.0.0.1:9000"},
+        peers={"c1": ""},
+        train={"init_model": "old.json"},
+    )
+    with pytest.raises(ConfigError, match="horizontal training cannot continue a model"):
+        load_config(server)

@@ -46,6 +46,7 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
                         "n_eval": [],
                         "run": "",
                         "chain": [],
+                        "init": "",
                     }
                 )
                 await ctl.recv()  # setup
@@ -138,6 +139,8 @@ async def test_host_refuses_a_malformed_layer(
                         "min_samples_leaf": 1,
                         "run": RUN,
                         "start": 0,
+                        "init": "",
+                        "chain": [],
                     }
                 )
                 await ctl.send(
