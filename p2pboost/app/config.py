@@ -32,7 +32,7 @@ directory (so the same file works whatever directory the command is started from
     key_bits = 2048                 # < 2048 needs insecure_key_bits = true
     scheme = "paillier"             # or "ou" (Okamoto-Uchiyama; hetero guest only)
     checkpoint_dir = "checkpoints"  # in workdir; "" for none (party --resume continues)
-    init_model = "old-model.json"   # hetero warm start: this party's file, in workdir
+    init_model = "old-model.json"   # warm start: this party's model file, in workdir
 
     [predict]                       # path (default: data.path), output, align
     [serve]                         # listen, max_batch, max_wait_ms, host_timeout
@@ -116,8 +116,9 @@ class TrainConfig:
     must agree on it (the guest checks that the hosts' evaluation sets match its own).
     ``checkpoint_dir`` (relative to ``workdir``; ``""`` turns checkpoints off) is where a
     vertical party saves its progress after every tree; ``p2pboost party --resume`` continues
-    from there. ``init_model`` (in ``workdir``) is this party's file of a model that vertical
-    training continues with ``n_estimators`` more trees (every party gives its own).
+    from there. ``init_model`` (in ``workdir``) is this party's file of a model that training
+    continues with ``n_estimators`` more trees (hetero: every party gives its own file; homo:
+    the server's file, the clients receive its trees).
     """
 
     params: BoostParams = field(default_factory=BoostParams)
@@ -131,7 +132,7 @@ class TrainConfig:
     checkpoint_dir: Path | None = Path("checkpoints")
     #: Continue from the checkpoints (the CLI's ``--resume``; not a file key).
     resume: bool = False
-    #: This party's file of a model to continue with more trees (hetero warm start).
+    #: This party's file of a model to continue with more trees (warm start).
     init_model: Path | None = None
 
 
@@ -524,10 +525,10 @@ def _check_roles(config: PartyConfig) -> None:
         raise ConfigError(f"{where}: a {config.role.value} needs a [data] table (path, id_column)")
     if config.role is Role.SERVER and config.data is not None:
         raise ConfigError(f"{where}: the homo server holds no data; remove the [data] table")
-    if config.role in (Role.SERVER, Role.CLIENT) and config.train.init_model is not None:
+    if config.role is Role.CLIENT and config.train.init_model is not None:
         raise ConfigError(
-            f"{where}: train.init_model continues vertical (hetero) training; horizontal "
-            "training cannot continue a model yet"
+            f"{where}: a homo client needs no train.init_model: the server continues its "
+            "model file and sends the clients its trees"
         )
     _check_dialing(config)
 

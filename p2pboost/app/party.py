@@ -350,7 +350,9 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
     run.reporter.info(f"coordinating {n} trees with {', '.join(clients)}...")
     await agree(node, run.config, clients)
     t0 = time.perf_counter()
-    server = await HomoServer(run.config.train.params, session=HOMO_SESSION).afit(node, clients)
+    server = await HomoServer(run.config.train.params, session=HOMO_SESSION).afit(
+        node, clients, init_model=run.config.init_model_path
+    )
     seconds = time.perf_counter() - t0
     server.model_.save(run.config.model_path)
     run.reporter.info(f"trained {n} trees in {seconds:.1f} s")

@@ -368,15 +368,17 @@ class FinishedTree(Command, tag="tree"):
 
 @dataclass(frozen=True)
 class Done(Command, tag="done"):
-    """Server -> client: training ended; the best round found by early stopping (or nil), and
-    the training history (the aggregated metric per round, by evaluation set and metric) that
-    every party's model file keeps."""
+    """Server -> client: training ended; the best round found by early stopping (or nil), the
+    training history (the aggregated metric per round, by evaluation set and metric) and the
+    round loop's random generator state (JSON: it holds 128-bit integers), which every
+    party's model file keeps (the same file everywhere; a warm start continues the draws)."""
 
     best_iteration: Annotated[int | None, Optional(Int(0, MAX_ROUNDS))]
     history: Annotated[
         dict[str, dict[str, list[float]]],
         MapOf(Str(1, 64), MapOf(Str(1, 64), ListOf(Float(), MAX_ROUNDS), 16), 16),
     ]
+    rng_state: Annotated[str, Str(0, 4096)] = ""
 
 
 _COMMANDS: dict[str, type[Command]] = {

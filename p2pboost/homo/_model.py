@@ -15,6 +15,7 @@ it into a :class:`~p2pboost.exceptions.RemoteProtocolError` naming the server.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -130,7 +131,12 @@ class LocalModel:
             v = self.validation
             add_tree(v.margin, tree.predict_binned(v.data), out)
 
-    def booster(self, best_iteration: int | None, history: History | None = None) -> Booster:
+    def booster(
+        self,
+        best_iteration: int | None,
+        history: History | None = None,
+        rng_state: dict[str, Any] | None = None,
+    ) -> Booster:
         return Booster(
             self.params,
             self.mapper,
@@ -140,6 +146,7 @@ class LocalModel:
             self.trees_per_round,
             best_iteration,
             history,
+            rng_state,
         )
 
     # -- the vectors --------------------------------------------------------------------------

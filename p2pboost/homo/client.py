@@ -24,6 +24,7 @@ and never gives both shares of one client.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +56,7 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.booster import Booster, rng_state_from
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
 from p2pboost.gbdt.tree import Tree
@@ -193,6 +194,7 @@ class Client:
         self.model: LocalModel | None = None
         self.best_iteration: int | None = None  # told at done
         self.history: dict[str, dict[str, list[float]]] = {}  # told at done
+        self.rng_state: dict[str, Any] | None = None  # told at done
 
     def bad(self, what: str) -> RemoteProtocolError:
         return reject(self.server, f"{what} (phase {self.phase.value})")
@@ -453,6 +455,10 @@ class Client:
         if any(len(v) > rounds for per_set in msg.history.values() for v in per_set.values()):
             raise self.bad("a training history longer than the rounds trained")
         self.history = msg.history
+        try:
+            self.rng_state = rng_state_from(json.loads(msg.rng_state)) if msg.rng_state else None
+        except (ValueError, ModelError) as exc:
+            raise self.bad(f"bad random generator state: {exc}") from None
         self.phase = HomoPhase.DONE
 
     def booster(self) -> Booster:
@@ -464,7 +470,7 @@ class Client:
         best = self.best_iteration
         if best is not None and not 0 <= best < max(1, n_rounds):
             raise self.bad("best_iteration out of range")
-        return model.booster(best, self.history)
+        return model.booster(best, self.history, self.rng_state)
 
     # -- the vectors (layouts in p2pboost.homo._vectors) --------------------------------------
 

@@ -38,8 +38,8 @@ __all__ = [
 
 #: The one channel between the server and each client.
 CHANNEL = "homo"
-#: Protocol version, compared at hello.
-VERSION = 1
+#: Protocol version, compared at hello (2: ``done`` carries the random generator state).
+VERSION = 2
 #: Objectives whose base margin and leaves follow from sums (no per-row refits).
 SUPPORTED_OBJECTIVES = ("binary:logistic", "multi:softmax", "reg:squarederror")
 #: Metrics that are means of per-row values, so they aggregate as sums.

@@ -117,9 +117,18 @@ class HomoServer(_Settings):
         )
         self.tap = tap
 
-    async def afit(self, node: Node, clients: Sequence[str]) -> HomoServer:
-        """Coordinate one training run with ``clients`` (their party ids)."""
+    async def afit(
+        self,
+        node: Node,
+        clients: Sequence[str],
+        *,
+        init_model: Booster | str | os.PathLike[str] | None = None,
+    ) -> HomoServer:
+        """Coordinate one training run with ``clients`` (their party ids); ``init_model`` (a
+        model or its file) is continued with more rounds (warm start)."""
         config = self._make_config()
+        if init_model is not None and not isinstance(init_model, Booster):
+            init_model = Booster.load(os.fspath(init_model))
         async with contextlib.AsyncExitStack() as stack:
             sessions = {
                 c: await stack.enter_async_context(
@@ -127,7 +136,7 @@ class HomoServer(_Settings):
                 )
                 for c in clients
             }
-            result = await server_train(sessions, config, tap=self.tap)
+            result = await server_train(sessions, config, tap=self.tap, init_model=init_model)
         self.result_: HomoResult = result
         self.model_: Booster = result.booster
         return self

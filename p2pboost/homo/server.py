@@ -24,6 +24,7 @@ tree, or one evaluation) starts again with the survivors.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Mapping
 from functools import partial
@@ -34,12 +35,12 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ProtocolError, RemoteProtocolError
 from p2pboost.gbdt.binning import BinMapper
-from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.booster import Booster, check_warm_start
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.grower import ChooseSplits, GrowStep, HistogramGrower, Partition, drive_async
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.rounds import RoundLoop
+from p2pboost.gbdt.rounds import RoundLoop, RoundStart
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import EdgeSearch
@@ -80,8 +81,14 @@ async def server_train(
     n_features: int | None = None,
     run_id: str | None = None,
     tap: Tap | None = None,
+    init_model: Booster | None = None,
 ) -> HomoResult:
     """Coordinate training among the clients of ``sessions`` (one session per client).
+
+    ``init_model`` (warm start) continues that model with ``params.n_estimators`` more rounds,
+    as the core's ``train(init_model=...)``: its bins, base margin, trees, history and random
+    generator carry on (no statistics or binning round), and every client receives its trees
+    and adds them to its margins, in order, before the first new tree.
 
     ``n_features``, if given, is checked against every client's. ``run_id`` (default:
     random) names this run in every signature and key derivation, so nothing from another
@@ -108,27 +115,20 @@ async def server_train(
     if n_features is None:
         raise ProtocolError("no client answered hello")
 
-    # -- statistics and binning (restarted whenever a client drops) ---------------------------
-    while True:
-        try:
-            fed.phase = HomoPhase.STATS
-            stats = read_stats(await fed.aggregate(CollectStats, stats_length(k_out)))
-            fed.phase = HomoPhase.BINNING
-            search = EdgeSearch(n_features, params.max_bin)
-            while not search.done:
-                q = search.query()
-                ask = partial(CollectBins, level=q.level, feature=q.feature, prefix=q.prefix)
-                search.feed(await fed.aggregate(ask, q.length))
-            break
-        except Restart:
-            continue
-    if stats.n_rows < 1:
-        raise ProtocolError("the clients hold no rows")
-    base = _base_margin(objective, params, stats)
-    mapper = BinMapper.from_dict(
-        {"max_bin": params.max_bin, "edges": [e.tolist() for e in search.edges()]}
-    )
+    if init_model is None:
+        mapper, base = await _bins_and_base(fed, params, objective, n_features)
+    else:  # the core's warm start: the model's bins and base margin carry on
+        check_warm_start(init_model.params, params, init_model.n_features, n_features)
+        mapper, base = init_model.mapper, [float(v) for v in init_model.base_margin]
     await fed.broadcast(ModelHeader(edges=mapper.edges, base=base))
+    warm = None
+    if init_model is not None:
+        per_round = init_model.trees_per_round
+        for t, (tree, out) in enumerate(zip(init_model.trees, init_model.tree_output, strict=True)):
+            await fed.broadcast(FinishedTree(t // per_round, out, tree.to_dict()))
+        warm = RoundStart(
+            init_model.trees, init_model.tree_output, init_model.history, init_model.rng_state
+        )
     setup_done = loop.time()
 
     # -- trees --------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ async def server_train(
         else []
     )
     # The core's round loop: the same column draws, trees per round and early stop.
-    rounds = RoundLoop(params, n_features, k_out, stopper)
+    rounds = RoundLoop(params, n_features, k_out, stopper, start=warm)
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
     evaluation: list[float] = []
     for it in rounds:
@@ -169,9 +169,10 @@ async def server_train(
         rounds.trees_per_round,
         rounds.best_iteration,
         rounds.history,  # the aggregated metric per round: report draws the learning curve
+        rounds.rng_state,  # a warm start continues the draws
     )
     fed.phase = HomoPhase.DONE
-    await fed.broadcast(Done(booster.best_iteration, booster.history))
+    await fed.broadcast(Done(booster.best_iteration, booster.history, json.dumps(rounds.rng_state)))
     end = loop.time()
     return HomoResult(
         booster=booster,
@@ -184,6 +185,32 @@ async def server_train(
         evaluation=evaluation,
         dropped=dict(fed.dropped),
     )
+
+
+async def _bins_and_base(
+    fed: Federation, params: BoostParams, objective: Objective, n_features: int
+) -> tuple[BinMapper, list[float]]:
+    """The union's bin edges and base margin from aggregated statistics and binning sketches
+    (restarted whenever a client drops)."""
+    while True:
+        try:
+            fed.phase = HomoPhase.STATS
+            stats = read_stats(await fed.aggregate(CollectStats, stats_length(objective.n_outputs)))
+            fed.phase = HomoPhase.BINNING
+            search = EdgeSearch(n_features, params.max_bin)
+            while not search.done:
+                q = search.query()
+                ask = partial(CollectBins, level=q.level, feature=q.feature, prefix=q.prefix)
+                search.feed(await fed.aggregate(ask, q.length))
+            break
+        except Restart:
+            continue
+    if stats.n_rows < 1:
+        raise ProtocolError("the clients hold no rows")
+    mapper = BinMapper.from_dict(
+        {"max_bin": params.max_bin, "edges": [e.tolist() for e in search.edges()]}
+    )
+    return mapper, _base_margin(objective, params, stats)
 
 
 def _base_margin(objective: Objective, params: BoostParams, stats: Stats) -> list[float]:

@@ -186,5 +186,13 @@ def test_init_model_is_this_partys_file_for_vertical_training(tmp_path: Path) ->
         peers={"c1": ""},
         train={"init_model": "old.json"},
     )
-    with pytest.raises(ConfigError, match="horizontal training cannot continue a model"):
-        load_config(server)
+    assert load_config(server).init_model_path is not None  # the homo server continues it
+    client = write_config(
+        tmp_path / "client.toml",
+        {"id": "c1", "role": "client", "certs": "certs"},
+        peers={"server": "wss://127.0.0.1:9000"},
+        data={"path": "c1.csv", "label_column": "y"},
+        train={"init_model": "old.json"},
+    )
+    with pytest.raises(ConfigError, match=r"a homo client needs no train\.init_model"):
+        load_config(client)

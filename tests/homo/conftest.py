@@ -16,7 +16,7 @@ from p2pboost import certs
 from p2pboost.gbdt.booster import Booster
 from p2pboost.homo._messages import Reply
 from p2pboost.homo.client import client_train
-from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoPhase, HomoResult
+from p2pboost.homo.config import VERSION, ClientIdentity, HomoConfig, HomoPhase, HomoResult
 from p2pboost.homo.server import server_train
 from p2pboost.net.node import Node
 from p2pboost.testing import FAST, wait_until
@@ -121,6 +121,7 @@ async def run_homo(
     hooks: dict[str, Callable[[Reply, HomoPhase], Reply]] | None = None,
     identities: dict[str, ClientIdentity] | None = None,
     n_features: int | None = None,
+    init_model: Booster | None = None,
 ) -> Run:
     """Train with one client per entry of ``parts``. ``hooks[c](reply, phase)`` returns what
     ``c`` sends instead of ``reply``; raising :class:`Crash` kills ``c`` there (its task ends
@@ -142,6 +143,7 @@ async def run_homo(
                     config,
                     n_features=features,
                     tap=lambda kind, who, obj: received.append((kind, who, obj)),
+                    init_model=init_model,
                 )
 
         async def client(c: str) -> Booster:
@@ -232,7 +234,7 @@ def hello(config: HomoConfig) -> dict[str, Any]:
     """The server's ``hello`` for ``config``, as a wire map (for tests of the client's rules)."""
     return {
         "t": "hello",
-        "version": 1,
+        "version": VERSION,
         "digest": config.digest(),
         "run": "run-0123456789",
         "settings": config.shared(),

@@ -32,6 +32,29 @@ async def test_binary_trees_identical_to_core_on_union(
         np.testing.assert_array_equal(model.predict(X), core.predict(X))
 
 
+async def test_warm_start_three_and_three_rounds_are_six_in_one_go(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    """The server continues its model file: bins, base margin, trees and column draws carry
+    on, and the clients add its trees to their margins before the first new one."""
+    params = BoostParams(n_estimators=3, max_depth=3, max_bin=16, colsample_bytree=0.7, seed=4)
+    parts = {"c1": breast[0], "c2": breast[1]}
+    config = HomoConfig(params=params, round_timeout=20)
+    first = await run_homo(parts, config, federation)
+    assert isinstance(first.result, HomoResult), first.result
+    assert first.result.booster.rng_state is not None
+    more = await run_homo(parts, config, federation, init_model=first.result.booster)
+    assert isinstance(more.result, HomoResult), more.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    core = train(BoostParams(**{**params.to_dict(), "n_estimators": 6}), X, y)
+    assert len(more.result.booster.trees) == 6
+    assert same_trees(more.result.booster, core)
+    for model in more.models.values():
+        assert isinstance(model, Booster), model
+        assert same_trees(model, core)
+
+
 @pytest.mark.parametrize(
     ("files", "params"),
     [
