@@ -314,6 +314,33 @@ def serve(config_path: Path) -> int:
     return _run_party(config_path, "serve")
 
 
+# -- p2pboost config check ---------------------------------------------------------------------
+
+
+@cli.group("config")
+def config_group() -> None:
+    """Party config files."""
+
+
+@config_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def config_check(file: Path, as_json: bool) -> int:
+    """Check a party's file and what it points to, without running it (exit 1 on a problem)."""
+    from p2pboost.app.check import check_config
+
+    report = check_config(file)
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+    else:
+        for line in report.checked:
+            click.echo(f"ok       {line}")
+        for line in report.problems:
+            click.echo(f"PROBLEM  {line}")
+        click.echo(f"{file}: " + ("ready" if report.ok else f"{len(report.problems)} problem(s)"))
+    return 0 if report.ok else 1
+
+
 # -- p2pboost inspect / report ----------------------------------------------------------------
 
 
