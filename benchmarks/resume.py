@@ -43,6 +43,7 @@ import numpy as np
 
 from benchmarks._common import data_dir, emit_json, print_table
 from p2pboost import certs
+from p2pboost.app.scaffold import write_toml
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.checkpoint import GuestCheckpoint, guest_checkpoint_path
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
@@ -51,22 +52,6 @@ DATASETS = ("breast", "default_credit", "give_credit30k", "student", "synth150k"
 CASES = ("guest", "host")
 PARTY_TIMEOUT = 900.0
 _RESUMED = re.compile(r"resuming at tree (\d+) of")
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _write(path: Path, top: dict[str, Any], **tables: dict[str, Any]) -> Path:
-    lines = [f"{k} = {_toml(v)}" for k, v in top.items()]
-    for name, table in tables.items():
-        lines += ["", f"[{name}]", *(f"{k} = {_toml(v)}" for k, v in table.items())]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _free_port() -> int:
@@ -90,22 +75,26 @@ def _configs(root: Path, data: Path, args: argparse.Namespace) -> tuple[Path, Pa
         "insecure_key_bits": args.key_bits < 2048,
     }
     node = {"reconnect_timeout": 60.0}
-    guest = _write(
+    guest = write_toml(
         root / "guest.toml",
         {"id": "guest", "role": "guest", "task": "train", "certs": "certs/guest"}
         | {"workdir": "guest"},
-        peers={"host": f"wss://127.0.0.1:{port}"},
-        data={"path": str(data / f"{args.dataset}_hetero_guest.csv"), "label_column": "y"},
-        train=train,
-        node=node,
+        {
+            "peers": {"host": f"wss://127.0.0.1:{port}"},
+            "data": {"path": str(data / f"{args.dataset}_hetero_guest.csv"), "label_column": "y"},
+            "train": train,
+            "node": node,
+        },
     )
-    host = _write(
+    host = write_toml(
         root / "host.toml",
         {"id": "host", "role": "host", "task": "train", "certs": "certs/host"}
         | {"workdir": "host", "listen": f"127.0.0.1:{port}"},
-        peers={"guest": ""},
-        data={"path": str(data / f"{args.dataset}_hetero_host.csv")},
-        node=node,
+        {
+            "peers": {"guest": ""},
+            "data": {"path": str(data / f"{args.dataset}_hetero_host.csv")},
+            "node": node,
+        },
     )
     return guest, host
 

@@ -314,6 +314,51 @@ def serve(config_path: Path) -> int:
     return _run_party(config_path, "serve")
 
 
+# -- p2pboost init ----------------------------------------------------------------------------
+
+
+@cli.command("init")
+@click.argument("directory", type=_DIR)
+@click.option("--guest", default=None, help="Vertical: the label holder's party id.")
+@click.option("--hosts", default="", help="Vertical: comma-separated host ids.")
+@click.option("--server", default=None, help="Horizontal: the server's party id.")
+@click.option("--clients", default="", help="Horizontal: comma-separated client ids.")
+@click.option("--trees", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--key-bits", type=click.IntRange(min=1024), default=2048, show_default=True)
+@click.option("--port", type=click.IntRange(1024, 65000), default=8443, show_default=True)
+@click.option("--force", is_flag=True, help="Write into a directory that is not empty.")
+def init(
+    directory: Path,
+    guest: str | None,
+    hosts: str,
+    server: str | None,
+    clients: str,
+    trees: int,
+    key_bits: int,
+    port: int,
+    force: bool,
+) -> int:
+    """A ready federation on this machine: certificates, one config per party, data, commands."""
+    from p2pboost.app.scaffold import init_federation
+
+    fed = init_federation(
+        directory,
+        guest=guest,
+        hosts=[h for h in hosts.split(",") if h],
+        server=server,
+        clients=[c for c in clients.split(",") if c],
+        trees=trees,
+        key_bits=key_bits,
+        port=port,
+        force=force,
+    )
+    click.echo(f"wrote {fed.directory}: {', '.join(p.name for p in fed.configs.values())}")
+    click.echo(f"run, in {fed.directory}, one terminal each (see {fed.readme.name}):")
+    for command in fed.commands():
+        click.echo(f"  {command}")
+    return 0
+
+
 # -- p2pboost config check ---------------------------------------------------------------------
 
 
