@@ -36,6 +36,7 @@ from p2pboost.gbdt.rounds import (
     RoundLoop,
     RoundStart,
     add_tree,
+    check_weights,
     refit_leaves,
 )
 from p2pboost.gbdt.split import candidate_mask
@@ -119,10 +120,20 @@ class Booster:
         callbacks: Sequence[Callback] = (),
         init_model: Booster | None = None,
         feature_names: Sequence[str] | None = None,
+        sample_weight: Any = None,
     ) -> Booster:
         """Same as :func:`train`."""
         return train(
-            params, X, y, eval_sets, eval_names, eval_metrics, callbacks, init_model, feature_names
+            params,
+            X,
+            y,
+            eval_sets,
+            eval_names,
+            eval_metrics,
+            callbacks,
+            init_model,
+            feature_names,
+            sample_weight,
         )
 
     # -- prediction ----------------------------------------------------------------------------
@@ -267,8 +278,14 @@ def train(
     callbacks: Sequence[Callback] = (),
     init_model: Booster | None = None,
     feature_names: Sequence[str] | None = None,
+    sample_weight: Any = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
+
+    ``sample_weight`` (one value >= 0 per row) multiplies each row's gradient and hessian, so
+    ``min_child_weight`` counts weighted hessians (as XGBoost); the base margin is still
+    estimated from the unweighted labels (give ``base_score`` to set it), and L1's leaf
+    refit and the evaluation metrics ignore the weights.
 
     ``feature_names`` (default: a DataFrame's column names) are kept in the model, which then
     matches prediction input by name (:mod:`p2pboost.gbdt.names`).
@@ -309,7 +326,8 @@ def train(
     data = mapper.transform(X_arr)
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
     loop = RoundLoop(params, data.n_features, objective.n_outputs, callbacks, start=start)
-    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
+    weight = check_weights(sample_weight, y_arr.size)
+    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)
     if init_model is not None:  # the same sums, in the same order, as training them here
         margins.margin = init_model.predict_margin_binned(data)
         for ev in evals:

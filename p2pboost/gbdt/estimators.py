@@ -161,6 +161,7 @@ class _GBDTBase(BaseEstimator):
         y: F64,
         eval_set: Sequence[tuple[Any, Any]] | None,
         transform_y: Any,
+        sample_weight: Any = None,
     ) -> None:
         callbacks: list[Callback] = []
         sets = [(Xv, transform_y(yv)) for Xv, yv in (eval_set or [])]
@@ -168,7 +169,9 @@ class _GBDTBase(BaseEstimator):
             if not sets:
                 raise InputError("early_stopping_rounds needs an eval_set")
             callbacks.append(EarlyStopping(int(self.early_stopping_rounds)))
-        booster = train(params, X, y, eval_sets=sets, callbacks=callbacks)
+        booster = train(
+            params, X, y, eval_sets=sets, callbacks=callbacks, sample_weight=sample_weight
+        )
         self.booster_ = booster
         self.n_features_in_ = booster.n_features
         if booster.feature_names is not None:
@@ -224,8 +227,14 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
         _store(self, locals())
 
     def fit(
-        self, X: Any, y: Any, eval_set: Sequence[tuple[Any, Any]] | None = None
+        self,
+        X: Any,
+        y: Any,
+        eval_set: Sequence[tuple[Any, Any]] | None = None,
+        sample_weight: Any = None,
     ) -> GBDTClassifier:
+        """Fit on ``X`` and class labels ``y``; ``sample_weight`` (>= 0 per row) multiplies
+        each row's gradient and hessian (see :func:`~p2pboost.gbdt.booster.train`)."""
         y_arr = self._y(y)
         if y_arr.dtype.kind == "f":
             if not np.all(np.isfinite(y_arr)):
@@ -257,7 +266,7 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
                 num_class=int(classes.size),
                 multi_strategy=self.multi_strategy,
             )
-        self._fit_booster(params, X, encoded.astype(np.float64), eval_set, encode)
+        self._fit_booster(params, X, encoded.astype(np.float64), eval_set, encode, sample_weight)
         return self
 
     def predict_proba(self, X: Any) -> F64:
@@ -310,8 +319,13 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         _store(self, locals())
 
     def fit(
-        self, X: Any, y: Any, eval_set: Sequence[tuple[Any, Any]] | None = None
+        self,
+        X: Any,
+        y: Any,
+        eval_set: Sequence[tuple[Any, Any]] | None = None,
+        sample_weight: Any = None,
     ) -> GBDTRegressor:
+        """Fit on ``X`` and targets ``y``; ``sample_weight`` as in the classifier."""
         params = self._boost_params(
             objective=self.objective,
             huber_delta=self.huber_delta,
@@ -320,7 +334,7 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         )
         if canonical_objective(params.objective) in {"binary:logistic", "multi:softmax"}:
             raise InputError("GBDTRegressor needs a regression objective")
-        self._fit_booster(params, X, self._y(y), eval_set, lambda v: v)
+        self._fit_booster(params, X, self._y(y), eval_set, lambda v: v, sample_weight)
         return self
 
     def predict(self, X: Any) -> F64:

@@ -269,11 +269,30 @@ class RoundLoop:
             self._stopped = True
 
 
+def check_weights(weight: Any, n_rows: int) -> F64 | None:
+    """Sample weights as a float64 array of ``n_rows`` finite values >= 0, not all 0 (None:
+    every row counts once)."""
+    if weight is None:
+        return None
+    try:
+        w = np.asarray(weight, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"sample_weight must be numeric: {exc}") from None
+    if w.shape != (n_rows,):
+        raise InputError(f"sample_weight needs one value per row ({n_rows}), got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InputError("sample_weight values must be finite and >= 0")
+    if not np.any(w > 0):
+        raise InputError("sample_weight is zero for every row: nothing to learn from")
+    return w
+
+
 class Margins:
     """Training and evaluation margins of a party that holds the labels.
 
     ``base`` ``(K,)`` starts every margin; ``evals`` are the binned evaluation sets (their
-    margins are set here).
+    margins are set here). ``weight`` (one per training row, see :func:`check_weights`)
+    multiplies each row's gradient and hessian, as XGBoost's ``sample_weight`` does.
     """
 
     def __init__(
@@ -284,9 +303,11 @@ class Margins:
         evals: Sequence[EvalData],
         metrics: Sequence[Metric],
         learning_rate: float,
+        weight: F64 | None = None,
     ) -> None:
         self.objective = objective
         self.y = y
+        self.weight = None if weight is None else weight[:, None]
         self.margin = np.tile(base, (y.size, 1))
         self.evals = list(evals)
         for ev in self.evals:
@@ -305,8 +326,11 @@ class Margins:
             ev.margin = np.array(m, dtype=np.float64)
 
     def gradients(self) -> tuple[F64, F64]:
-        """The objective's gradients and hessians at the current margins."""
-        return self.objective.grad_hess(self.y, self.margin)
+        """The objective's gradients and hessians at the current margins (weighted)."""
+        grad, hess = self.objective.grad_hess(self.y, self.margin)
+        if self.weight is not None:
+            grad, hess = grad * self.weight, hess * self.weight
+        return grad, hess
 
     def update(
         self, task: TreeTask, tree: Tree, positions: I64, eval_leaves: Sequence[I64]

@@ -39,6 +39,7 @@ from p2pboost.exceptions import InputError, NotFittedError
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
 from p2pboost.gbdt.names import names_of
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.rounds import check_weights
 from p2pboost.hetero.feature_store import FeatureStore
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.hetero.predict import guest_predict, host_predict
@@ -140,12 +141,14 @@ class HeteroGuest:
         resume: bool = False,
         feature_names: Sequence[str] | None = None,
         init_model: GuestModel | str | os.PathLike[str] | None = None,
+        sample_weight: Any = None,
     ) -> HeteroGuest:
         """Train with ``hosts`` over ``node`` (running); returns ``self``. ``eval_names`` name
         the ``eval_set`` entries in the history (default ``valid_0``, ``valid_1``, ...);
         ``resume``: continue from ``checkpoint_dir`` where every party's checkpoint is;
         ``feature_names`` (default: a DataFrame's columns) go into the model; ``init_model``
-        (a model or its file) is continued with more rounds (every host passes its part)."""
+        (a model or its file) is continued with more rounds (every host passes its part);
+        ``sample_weight`` (per row of ``X``) stays with the guest."""
         names = names_of(X) if feature_names is None else list(feature_names)
         if init_model is not None and not isinstance(init_model, GuestModel):
             init_model = GuestModel.load(init_model)
@@ -158,6 +161,8 @@ class HeteroGuest:
             keep = await _aligned_positions(
                 node, self.session_id, "guest", hosts, ids, self.executor
             )
+            if sample_weight is not None:  # one per row given, then the rows kept
+                sample_weight = check_weights(sample_weight, X_arr.shape[0])[keep]  # type: ignore[index]
             X_arr, y_arr = X_arr[keep], y_arr[keep]
             self.aligned_ids_ = np.asarray(ids)[keep]
         cbs = list(callbacks)
@@ -181,6 +186,7 @@ class HeteroGuest:
                 resume=resume,
                 feature_names=names,
                 init_model=init_model,
+                sample_weight=sample_weight,
             )
         return self
 

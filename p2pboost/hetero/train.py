@@ -71,7 +71,7 @@ from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.names import by_name, check_names, names_of
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
-from p2pboost.gbdt.rounds import Margins, RoundLoop
+from p2pboost.gbdt.rounds import Margins, RoundLoop, check_weights
 from p2pboost.hetero._common import (
     VERSION,
     GuestPhase,
@@ -132,6 +132,7 @@ async def guest_train(
     resume: bool = False,
     feature_names: Sequence[str] | None = None,
     init_model: GuestModel | None = None,
+    sample_weight: Any = None,
 ) -> GuestModel:
     """Train as the guest (labels ``y``, features ``X``) with ``hosts`` (their party ids).
 
@@ -148,6 +149,8 @@ async def guest_train(
     prediction input by name (:mod:`p2pboost.gbdt.names`). ``init_model`` (warm start)
     continues that model with ``params.n_estimators`` more rounds, as the core's ``train``
     does; every host passes its part of it (:mod:`p2pboost.hetero._start`).
+    ``sample_weight`` (one value >= 0 per row) stays with the guest: it multiplies the
+    gradients and hessians before they are encrypted, so hosts never see it.
     """
     config = config or HeteroConfig()
     params = params.validate()
@@ -176,6 +179,7 @@ async def guest_train(
     data = mapper.transform(X_arr)
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
+    weight = check_weights(sample_weight, y_arr.size)
     if resume and checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
     digest = data_digest(
@@ -184,6 +188,7 @@ async def guest_train(
         *[a for e in evals for a in (e.data.codes, e.y)],
         list(hosts),
         params.to_dict(),
+        *([] if weight is None else [weight]),
     )
     saved = GuestCheckpoint.load(checkpoint) if resume and checkpoint is not None else None
     if saved is not None:
@@ -250,7 +255,7 @@ async def guest_train(
         initial_margin(objective, params, y_arr) if init_model is None else init_model.base_margin
     )
     n_total = data.n_features + sum(link.n_features for link in links)
-    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate)
+    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)
     loop, chain, states = round_loop(
         params, n_total, objective.n_outputs, callbacks, margins, begin, warm
     )

@@ -74,3 +74,19 @@ def test_estimator_errors(breast: Data) -> None:
         GBDTRegressor(early_stopping_rounds=2).fit(X, y)
     with pytest.raises(InputError, match="not seen"):
         GBDTClassifier(n_estimators=1).fit(X, y, eval_set=[(X, y + 5)])
+
+
+def test_sample_weight(breast: Data) -> None:
+    X, y = breast
+    ones = GBDTClassifier(n_estimators=3).fit(X, y, sample_weight=np.ones(len(y)))
+    plain = GBDTClassifier(n_estimators=3).fit(X, y)
+    np.testing.assert_array_equal(ones.predict_proba(X), plain.predict_proba(X))
+    w = np.where(y == 1, 5.0, 1.0)
+    weighted = GBDTClassifier(n_estimators=3).fit(X, y, sample_weight=w)
+    assert weighted.predict_proba(X)[:, 1].mean() > plain.predict_proba(X)[:, 1].mean()
+    with pytest.raises(InputError, match="one value per row"):
+        GBDTClassifier().fit(X, y, sample_weight=np.ones(3))
+    with pytest.raises(InputError, match="finite and >= 0"):
+        GBDTRegressor().fit(X, y, sample_weight=-np.ones(len(y)))
+    with pytest.raises(InputError, match="zero for every row"):
+        GBDTRegressor().fit(X, y, sample_weight=np.zeros(len(y)))

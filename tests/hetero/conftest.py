@@ -95,6 +95,7 @@ async def federate(
     progress: Progress | None = None,
     session: str = "train",
     config: HeteroConfig = CONFIG,
+    sample_weight: np.ndarray | None = None,
 ) -> Federated:
     """Train guest ``a`` with hosts ``b`` (and ``c``) of cluster ``c``."""
     hosts = ["b", "c"][: len(X_hosts)]
@@ -113,6 +114,7 @@ async def federate(
                 executor=pool,
                 keys=keys,
                 progress=progress,
+                sample_weight=sample_weight,
             )
 
     async def host(h: str, X: np.ndarray, ev: Sequence[np.ndarray]) -> HostModel:

@@ -150,3 +150,21 @@ async def test_validation_set_and_early_stopping(
     assert core.best_iteration is not None  # the setting does stop early
     assert fed.guest.best_iteration == core.best_iteration
     assert_same_trees(fed.joined(), core)
+
+
+async def test_sample_weights_stay_with_the_guest_and_give_the_cores_trees(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    X, y = breast
+    weight = np.random.default_rng(3).uniform(0.0, 3.0, size=y.size)
+    weight[:40] = 0.0  # rows that do not count at all
+    params = BoostParams(n_estimators=3, max_depth=3, max_bin=16, min_child_weight=2.0)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        fed = await federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys, sample_weight=weight)
+    core = train(params, X, y, sample_weight=weight)
+    assert_same_trees(fed.joined(), core)
+    unweighted = train(params, X, y)
+    assert any(  # the weights changed the trees: the comparison above can fail
+        not np.array_equal(a.value, b.value)
+        for a, b in zip(core.trees, unweighted.trees, strict=True)
+    )
