@@ -54,14 +54,19 @@ __version__ = "0.1.0.dev0"
 
 #: Loaded on first use (PEP 562): they derive from scikit-learn's classes when it is installed,
 #: and importing scikit-learn takes about a second that a party's processes need not pay.
-_LAZY = {"GBDTClassifier": "p2pboost.gbdt.estimators", "GBDTRegressor": "p2pboost.gbdt.estimators"}
+_LAZY = {
+    "GBDTClassifier": "p2pboost.gbdt.estimators",
+    "GBDTRegressor": "p2pboost.gbdt.estimators",
+    "simulate": "p2pboost.simulate",  # the module: ``from p2pboost import simulate``
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module = importlib.import_module(_LAZY[name])
+        return module if module.__name__ == f"p2pboost.{name}" else getattr(module, name)
     raise AttributeError(f"module 'p2pboost' has no attribute {name!r}")
 
 
