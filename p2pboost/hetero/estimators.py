@@ -161,8 +161,9 @@ class HeteroGuest:
             keep = await _aligned_positions(
                 node, self.session_id, "guest", hosts, ids, self.executor
             )
-            if sample_weight is not None:  # one per row given, then the rows kept
-                sample_weight = check_weights(sample_weight, X_arr.shape[0])[keep]  # type: ignore[index]
+            weight = check_weights(sample_weight, X_arr.shape[0])  # one per row given
+            if weight is not None:
+                sample_weight = weight[keep]  # the rows kept
             X_arr, y_arr = X_arr[keep], y_arr[keep]
             self.aligned_ids_ = np.asarray(ids)[keep]
         cbs = list(callbacks)

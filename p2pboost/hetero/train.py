@@ -160,13 +160,14 @@ async def guest_train(
         raise InputError("give at least one host, each once")
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
-    names = check_names(names_of(X) if feature_names is None else feature_names, _width(X))
+    given = names_of(X) if feature_names is None else list(feature_names)
     if init_model is not None:
         if list(init_model.hosts) != list(hosts):
             raise InputError(f"init_model was trained with hosts {list(init_model.hosts)}")
-        if init_model.feature_names is not None and names is not None:
-            X, names = by_name(X, init_model.feature_names), init_model.feature_names
+        if init_model.feature_names is not None and given is not None:
+            X, given = by_name(X, init_model.feature_names), init_model.feature_names
     X_arr = check_matrix(X)
+    names = check_names(given, X_arr.shape[1])
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     progress = progress or Progress(GuestPhase.SETUP)
@@ -344,12 +345,6 @@ def _model(
     )
 
 
-def _width(X: Any) -> int:
-    """Columns of ``X`` without converting it (names are checked against this)."""
-    shape = getattr(X, "shape", None)
-    return int(shape[1]) if shape is not None and len(shape) == 2 else -1
-
-
 # -- host --------------------------------------------------------------------------------------
 
 
@@ -413,13 +408,14 @@ async def host_train(
     shards (shut down when training ends) and uses your executor only for compressing
     split-infos. Without an executor it starts a pinned pool and uses it for everything.
     """
-    names = check_names(names_of(X) if feature_names is None else feature_names, _width(X))
+    given = names_of(X) if feature_names is None else list(feature_names)
     if init_model is not None:
         if init_model.guest != guest:
             raise InputError(f"init_model was trained with guest {init_model.guest!r}")
-        if init_model.feature_names is not None and names is not None:
-            X, names = by_name(X, init_model.feature_names), init_model.feature_names
+        if init_model.feature_names is not None and given is not None:
+            X, given = by_name(X, init_model.feature_names), init_model.feature_names
     X_arr = check_matrix(X)
+    names = check_names(given, X_arr.shape[1])
     if sparse not in (True, False, "auto"):
         raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
     evals = [check_matrix(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]

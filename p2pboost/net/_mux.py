@@ -77,10 +77,9 @@ class Session:
         self._mux = mux
         self._peers = set(peers)
         self.claimed = claimed
-        #: The peer whose frame opened this session here (``None``: opened locally).
-        self.opener = opener
-        # Claimed with declared peers (Node.session): the name is theirs, others are refused.
-        # Accepted (a peer opened it): it is that peer's, and the name stays free for others.
+        self.opener = opener  # the peer whose frame opened it here (None: opened locally)
+        # Declared peers (Node.session): the id is theirs, others are refused; accepted (a
+        # peer opened it): it is that peer's, and the id stays free for others.
         self._declared = False
         self.state = SessionState.OPEN
         self.error: P2PBoostError | None = None
@@ -504,12 +503,14 @@ class Mux:
 
     def peer_reset(self, peer: str, reason: str) -> None:
         """``peer`` restarted and lost its state: end every session it is in; keep no id as
-        ended for it (its new process may reopen them to resume its work)."""
+        ended for it, nor its old ABORTs (its new process may reopen them to resume its work)."""
         for session in self._all():
             if peer in session._peers:
                 session._reset.add(peer)
                 session._fail(PeerDisconnected(peer, reason, restarted=True), notify_except=peer)
-        self._ended = OrderedDict((k, None) for k in self._ended if k[1] != peer)
+        for table in (self._ended, self._early_aborts):
+            for key in [k for k in table if k[1] == peer]:
+                del table[key]
 
     def wake(self, peer: str) -> None:
         """The link to ``peer`` came up or went down: let its channels look again."""
@@ -589,8 +590,7 @@ class Mux:
 
     def peer_counters(self) -> dict[str, tuple[int, int, int]]:
         """Per peer: bytes buffered on its channels, messages sent and received (all sessions)."""
-        buffered = dict.fromkeys(self._known, 0)
-        sent = dict(self._ended_sent)
+        buffered, sent = dict.fromkeys(self._known, 0), dict(self._ended_sent)
         received = dict(self._ended_received)
         for session in self._all():
             for (peer, _), ch in session._channels.items():

@@ -106,6 +106,8 @@ async def test_a_restarted_peer_may_reopen_the_sessions_it_was_in() -> None:
     """A party resuming after a crash opens its old process's sessions again, under the same
     ids and maybe before we do: its frames are not taken for late frames of the old ones."""
     async with _b_crashes_in("train") as (network, a, old):
+        # The old process gave up on a session we had not opened yet: an ABORT kept here.
+        a._mux._remember_abort("predict", "b", "peer code raised")
         async with _node_b(MemoryTransport(network, "b")) as b2:
             with pytest.raises(PeerDisconnected, match="restarted") as info:
                 await old.channel("b").recv()
@@ -117,6 +119,12 @@ async def test_a_restarted_peer_may_reopen_the_sessions_it_was_in() -> None:
             async with asyncio.timeout(5), a.session("train", peers=["b"]) as again:
                 assert await again.channel("b").recv() == "resume"
             await resumed.close()
+            # ... and that ABORT is the old process's: the new one's session is not failed.
+            predict_b = b2.session("predict", peers=["a"])
+            await predict_b.channel("a").send("scores?")
+            async with asyncio.timeout(5), a.session("predict", peers=["b"]) as predict_a:
+                assert await predict_a.channel("b").recv() == "scores?"
+            await predict_b.close()
 
 
 def test_works_under_anyio() -> None:
