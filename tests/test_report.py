@@ -167,3 +167,24 @@ def test_broken_history_is_a_model_error(
         bad.write_text(json.dumps(doc))
         with pytest.raises(ModelError, match=problem):
             cls.load(bad)
+
+
+def test_importance_shows_the_stored_names_and_gain_shares(tmp_path: Path) -> None:
+    import pandas as pd  # type: ignore[import-untyped]
+    from matplotlib.figure import Figure
+
+    from p2pboost.app.model_info import load_model
+    from p2pboost.app.report import _importance_figure
+    from p2pboost.gbdt.booster import train
+    from p2pboost.gbdt.params import BoostParams
+
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(300, 3)), columns=["age", "income", "debt"])
+    y = (X["income"] + 0.3 * X["debt"] > 0).to_numpy(dtype=np.float64)
+    train(BoostParams(n_estimators=3, max_depth=2), X, y).save(tmp_path / "m.json")
+    figure = _importance_figure(Figure, load_model(tmp_path / "m.json"), ["age", "income", "debt"])
+    gain_axes = figure.axes[0]
+    assert gain_axes.get_xlabel() == "share of the total gain (%)"
+    assert gain_axes.get_yticklabels()[0].get_text() == "income"  # the strongest on top
+    shares = [float(t.get_text().rstrip("%")) for t in gain_axes.texts]
+    assert sum(shares) == pytest.approx(100.0, abs=0.2)

@@ -114,19 +114,26 @@ def _best(model: AnyModel) -> int | None:
 def _importance_figure(figure_cls: type[Figure], model: AnyModel, names: list[str]) -> Figure:
     """Horizontal bars of the ``TOP_FEATURES`` most important own features.
 
-    One panel for split counts, and one for total gain when the party knows gains.
+    One panel for split counts, and one for each feature's share of the total gain (in %)
+    when the party knows gains; every bar carries its value, so that features far behind the
+    first stay readable on a linear axis.
     """
     imp = importance_of(model)
     order = _top(imp)
     panels: list[tuple[str, np.ndarray]] = [("number of splits", imp.split)]
     if imp.gain is not None:
-        panels.insert(0, ("total gain", imp.gain))
+        total = float(imp.gain.sum())
+        share = 100.0 * imp.gain / total if total > 0 else imp.gain
+        panels.insert(0, ("share of the total gain (%)", share))
     height = 1.8 + 0.28 * max(len(order), 1)
     figure = figure_cls(figsize=(6.0 * len(panels), height), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     labels = [names[i] for i in order]
     for ax, (title, values) in zip(axes, panels, strict=True):
-        ax.barh(range(len(order)), values[order], color="tab:blue")
+        bars = ax.barh(range(len(order)), values[order], color="tab:blue")
+        fmt = "%.1f%%" if title.endswith("(%)") else "%d"
+        ax.bar_label(bars, fmt=fmt, padding=2, fontsize="small")
+        ax.margins(x=0.15)  # room for the labels
         ax.set_yticks(range(len(order)), labels)
         ax.invert_yaxis()  # most important on top
         ax.set_xlabel(title)
