@@ -41,7 +41,17 @@ CHANNEL = "homo"
 #: Protocol version, compared at hello (2: ``done`` carries the random generator state).
 VERSION = 2
 #: Objectives whose base margin and leaves follow from sums (no per-row refits).
-SUPPORTED_OBJECTIVES = ("binary:logistic", "multi:softmax", "reg:squarederror")
+SUPPORTED_OBJECTIVES = (
+    "binary:logistic",
+    "multi:softmax",
+    "reg:squarederror",
+    "reg:tweedie",
+    "reg:pseudohubererror",
+    "reg:fair",
+    "reg:logcosh",
+)
+#: Objectives whose base margin is the labels' median (not a sum): they need ``base_score``.
+MEDIAN_START = ("reg:pseudohubererror", "reg:fair", "reg:logcosh")
 #: Metrics that are means of per-row values, so they aggregate as sums.
 SUM_METRICS = ("logloss", "mlogloss", "rmse", "mae", "accuracy")
 #: A tap sees every message the server receives and every aggregate it computes:
@@ -87,9 +97,15 @@ class HomoConfig:
     def validate(self) -> HomoConfig:
         self.params.validate()
         p = self.params
-        if canonical_objective(p.objective) not in SUPPORTED_OBJECTIVES:  # aliases too: "l2"
+        objective = canonical_objective(p.objective)  # aliases too: "l2"
+        if objective not in SUPPORTED_OBJECTIVES:
             raise InputError(
                 f"homo training supports {', '.join(SUPPORTED_OBJECTIVES)}, not {p.objective!r}"
+            )
+        if objective in MEDIAN_START and p.base_score is None:
+            raise InputError(
+                f"{objective} starts from the labels' median, which horizontal training does "
+                "not compute (it aggregates sums): give base_score"
             )
         if p.subsample < 1.0 or p.goss:
             raise InputError("homo training does not sample rows (subsample=1, goss=False)")

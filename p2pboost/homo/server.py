@@ -227,6 +227,10 @@ def _base_margin(objective: Objective, params: BoostParams, stats: Stats) -> lis
         if y.size != n:
             raise ProtocolError("class counts do not add up to the rows")
         return [float(v) for v in objective.init_margin(y)]
+    if objective.name == "reg:tweedie":
+        if not stats.label_sum > 0:
+            raise ProtocolError("tweedie needs labels whose sum is positive")
+        return [float(np.log(stats.label_sum / n))]
     return [stats.label_sum / n]
 
 

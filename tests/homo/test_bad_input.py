@@ -98,6 +98,9 @@ def test_config_rejects_unsupported_and_insecure_settings() -> None:
     with pytest.raises(InputError, match="supports"):
         HomoConfig(params=BoostParams(objective="l1")).validate()  # an alias of the same
     HomoConfig(params=BoostParams(objective="l2")).validate()  # the core's alias is accepted
+    with pytest.raises(InputError, match=r"labels' median.*give base_score"):
+        HomoConfig(params=BoostParams(objective="reg:logcosh")).validate()
+    HomoConfig(params=BoostParams(objective="reg:logcosh", base_score=0.0)).validate()
     with pytest.raises(InputError, match="'ks' is not"):  # ranks, not sums of rows
         HomoConfig(eval_metric="ks").validate()
     with pytest.raises(InputError, match="min_clients"):

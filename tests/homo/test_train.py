@@ -74,8 +74,38 @@ async def test_warm_start_three_and_three_rounds_are_six_in_one_go(
         ),
         ("diabetes", BoostParams(objective="reg:squarederror", n_estimators=3, max_depth=3)),
         ("diabetes", BoostParams(objective="l2", n_estimators=2, max_depth=3)),  # an alias
+        ("diabetes", BoostParams(objective="reg:tweedie", n_estimators=3, max_depth=3)),
+        (
+            "diabetes",
+            BoostParams(
+                objective="reg:pseudohubererror",
+                huber_delta=20.0,
+                base_score=150.0,
+                n_estimators=3,
+                max_depth=3,
+            ),
+        ),
+        (
+            "diabetes",
+            BoostParams(objective="reg:logcosh", base_score=150.0, n_estimators=3, max_depth=3),
+        ),
+        (
+            "diabetes",
+            BoostParams(
+                objective="reg:fair", fair_c=10.0, base_score=150.0, n_estimators=3, max_depth=3
+            ),
+        ),
     ],
-    ids=["softmax", "softmax-vector-leaves", "regression", "regression-alias"],
+    ids=[
+        "softmax",
+        "softmax-vector-leaves",
+        "regression",
+        "regression-alias",
+        "tweedie",
+        "pseudo-huber",
+        "log-cosh",
+        "fair",
+    ],
 )
 async def test_multiclass_and_regression_identical_to_core(
     files: str, params: BoostParams, federation: Path
