@@ -134,6 +134,8 @@ class TrainConfig:
     resume: bool = False
     #: This party's file of a model to continue with more trees (warm start).
     init_model: Path | None = None
+    #: Hetero guest: the first rounds on the guest's features only (HeteroConfig).
+    complete_secure: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +249,7 @@ _TRAIN_EXTRA = (
     "eval_train",
     "checkpoint_dir",
     "init_model",
+    "complete_secure",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -431,6 +434,9 @@ def _train(reader: _Reader) -> TrainConfig:
             "in explicitly with insecure_key_bits = true",
         )
     ckpt = reader.get_str("checkpoint_dir", "checkpoints", empty=True)
+    complete = reader.get_int("complete_secure", 0)
+    if complete < 0:
+        raise reader.fail("complete_secure", "counts the first rounds on guest features: >= 0")
     scheme = reader.get_str("scheme", "paillier") or "paillier"
     if scheme not in SCHEMES:
         raise reader.fail("scheme", f"unknown encryption scheme {scheme!r}; one of {SCHEMES}")
@@ -444,6 +450,7 @@ def _train(reader: _Reader) -> TrainConfig:
         eval_train=reader.get_bool("eval_train", True),
         checkpoint_dir=Path(ckpt) if ckpt else None,
         init_model=Path(init) if (init := reader.get_str("init_model")) else None,
+        complete_secure=complete,
     )
 
 

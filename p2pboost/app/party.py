@@ -279,7 +279,10 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     assert table.y is not None  # require_label
     train = run.config.train
     hetero = HeteroConfig(
-        key_bits=train.key_bits, allow_insecure_key=train.insecure_key_bits, scheme=train.scheme
+        key_bits=train.key_bits,
+        allow_insecure_key=train.insecure_key_bits,
+        scheme=train.scheme,
+        complete_secure=train.complete_secure,
     )
     guest = HeteroGuest(
         train.params,

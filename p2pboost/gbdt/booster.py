@@ -12,7 +12,7 @@ their per-round results (``history``, optional in the file) for learning curves.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -279,8 +279,13 @@ def train(
     init_model: Booster | None = None,
     feature_names: Sequence[str] | None = None,
     sample_weight: Any = None,
+    features_by_round: Callable[[int], npt.NDArray[np.bool_] | None] | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
+
+    ``features_by_round(round)``: a mask of the features that round's trees may split on (on
+    top of column sampling), or None for all; the core's reference for vertical modes that
+    keep some trees to the guest's features (``HeteroConfig.complete_secure``).
 
     ``sample_weight`` (one value >= 0 per row) multiplies each row's gradient and hessian, so
     ``min_child_weight`` counts weighted hessians (as XGBoost); the base margin is still
@@ -325,7 +330,14 @@ def train(
         )
     data = mapper.transform(X_arr)
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
-    loop = RoundLoop(params, data.n_features, objective.n_outputs, callbacks, start=start)
+    loop = RoundLoop(
+        params,
+        data.n_features,
+        objective.n_outputs,
+        callbacks,
+        start=start,
+        features_by_round=features_by_round,
+    )
     weight = check_weights(sample_weight, y_arr.size)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)
     if init_model is not None:  # the same sums, in the same order, as training them here

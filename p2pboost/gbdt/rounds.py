@@ -29,7 +29,7 @@ loop in each booster, synchronous or not:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -147,7 +147,9 @@ class RoundLoop:
     ``n_features`` counts every feature a tree may split on (all parties' in a vertical
     federation); ``n_outputs`` the objective's outputs. Iterating yields the round numbers
     until ``n_estimators`` or an early stop. ``start`` continues a model (warm start): its
-    rounds keep their numbers and ``n_estimators`` more follow.
+    rounds keep their numbers and ``n_estimators`` more follow. ``features_by_round(round)``
+    (a mask over the features, or None) restricts what a round's trees may split on, on top
+    of the column sample (vertical training's ``complete_secure``: guest features only).
     """
 
     def __init__(
@@ -158,9 +160,11 @@ class RoundLoop:
         callbacks: Sequence[Callback] = (),
         *,
         start: RoundStart | None = None,
+        features_by_round: Callable[[int], B8 | None] | None = None,
     ) -> None:
         self.params = params
         self.n_features = n_features
+        self.features_by_round = features_by_round
         vector = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
         self.trees_per_round = 1 if vector or n_outputs == 1 else n_outputs
         self.outputs = [-1] if self.trees_per_round == 1 else list(range(n_outputs))
@@ -233,6 +237,11 @@ class RoundLoop:
         grad, hess = margins.gradients()
         grad, hess, sample = self.sample_rows(grad, hess)
         features = self.sample_columns()
+        allowed = (
+            None if self.features_by_round is None else self.features_by_round(self._iteration)
+        )
+        if allowed is not None:  # after the draw: the generator moves as without a restriction
+            features = features & allowed
         for out in self.outputs:
             g = grad if out < 0 else grad[:, out : out + 1]
             h = hess if out < 0 else hess[:, out : out + 1]

@@ -94,6 +94,10 @@ class HeteroConfig:
     ``hello_timeout``: seconds the guest waits for every host to start (its first message);
     a host that is connected but runs something else (another task, other settings) is then
     named instead of being waited for until the node gives up on the session.
+    ``complete_secure``: the first that many rounds use the guest's features only (the
+    SecureBoost paper's RL-SecureBoost, FATE's ``complete_secure``): the hosts receive no
+    gradients and no partitions for them, so the first tree's instance spaces, which the paper
+    shows reveal much of the labels, stay with the guest (docs/explanation/modes.md).
     """
 
     key_bits: int = 2048
@@ -104,8 +108,11 @@ class HeteroConfig:
     precompute: bool = True
     stash_bytes: int = 64 * 1024 * 1024
     hello_timeout: float = 120.0
+    complete_secure: int = 0
 
     def __post_init__(self) -> None:
+        if self.complete_secure < 0:
+            raise InputError("complete_secure counts rounds: it must be >= 0")
         check_scheme(self.scheme)
         if not self.hello_timeout > 0:
             raise InputError("hello_timeout must be > 0")

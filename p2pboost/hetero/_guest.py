@@ -195,6 +195,13 @@ class GuestTrainer:
             bits = np.zeros(self.data.n_rows, dtype=np.bool_)
             bits[sample] = True
             mask = np.packbits(bits)
+        # A host none of whose features the tree may use takes no part in it: no gradients,
+        # no packages, no partitions (it learns only that; complete_secure trees are so).
+        active = [
+            link
+            for link, sl in zip(self.links, self.host_slices, strict=True)
+            if task.features[sl].any()
+        ]
         for link, sl in zip(self.links, self.host_slices, strict=True):
             start = TreeStart(
                 tree_id,
@@ -216,7 +223,7 @@ class GuestTrainer:
         )
         self.progress.enter(GuestPhase.ENCRYPT, 0)
         stream = asyncio.ensure_future(
-            self._stream_gradients(spec, task.grad, task.hess, rows, g_grid, h_grid)
+            self._stream_gradients(spec, task.grad, task.hess, rows, g_grid, h_grid, active)
         )
         try:
             root = await asyncio.to_thread(grower.root)
@@ -227,7 +234,7 @@ class GuestTrainer:
                 await asyncio.gather(stream, return_exceptions=True)
         if more:
             self._start_filling(int(rows.size))
-        layers = _TreeRound(self, tree_id, grower, spec, task.grids)
+        layers = _TreeRound(self, tree_id, grower, spec, task.grids, active)
         tree = await drive_async(grower.schedule(root), layers.answer)
         eval_leaves = []
         for i, ev in enumerate(self.evals):
@@ -238,10 +245,20 @@ class GuestTrainer:
         return GrownTree(tree, grower.positions, eval_leaves)
 
     async def _stream_gradients(
-        self, spec: PackingSpec, gq: F64, hq: F64, rows: I64, g_grid: Grid, h_grid: Grid
+        self,
+        spec: PackingSpec,
+        gq: F64,
+        hq: F64,
+        rows: I64,
+        g_grid: Grid,
+        h_grid: Grid,
+        active: Sequence[HostLink],
     ) -> None:
         """Pack and encrypt each chunk in one pool task (ciphertext bytes back), and send it to
-        every host; the loop only slices arrays and wraps bytes."""
+        every ``active`` host (none: nothing to encrypt); the loop only slices arrays and
+        wraps bytes."""
+        if not active:
+            return
         gi = to_fixed(gq[rows, 0], g_grid)
         hi = to_fixed(hq[rows, 0], h_grid)
         step = self.config.chunk_rows
@@ -262,7 +279,7 @@ class GuestTrainer:
                 if i + ahead < len(starts):
                     pending.append(encrypt(starts[i + ahead]))
                 msg = Chunk(start, CiphertextBatch.of(pk, data))
-                await gather_or_cancel(*(send(link.grad, msg) for link in self.links))
+                await gather_or_cancel(*(send(link.grad, msg) for link in active))
         finally:
             for fut in pending:
                 fut.cancel()
@@ -279,9 +296,12 @@ class _TreeRound:
         grower: TreeGrower,
         spec: PackingSpec,
         grids: tuple[Grid, Grid],
+        active: Sequence[HostLink],
     ) -> None:
         self.t = trainer
         self.tree_id = tree_id
+        #: The hosts this tree uses (those with a feature it may split on).
+        self.links = list(active)
         self.grower = grower
         self.spec = spec
         self.grids = grids
@@ -337,9 +357,7 @@ class _TreeRound:
 
     async def _receive_layer(self, frontier: Frontier) -> dict[tuple[int, int], _Package]:
         """Every host's package for every frontier node, decrypted as each arrives."""
-        parts = await gather_or_cancel(
-            *(self._receive_host(link, frontier) for link in self.t.links)
-        )
+        parts = await gather_or_cancel(*(self._receive_host(link, frontier) for link in self.links))
         return {k: v for part in parts for k, v in part.items()}
 
     async def _receive_host(
@@ -408,7 +426,7 @@ class _TreeRound:
         for i, node in enumerate(frontier.nodes.tolist()):
             best = _Winner(GUEST, float(own.gain[i]))
             G, H = frontier.grad[i : i + 1], frontier.hess[i : i + 1]
-            for link in self.t.links:
+            for link in self.links:
                 pkg = packages[(link.index, node)]
                 if len(pkg.ids) == 0:
                     continue
@@ -495,4 +513,4 @@ class _TreeRound:
             bitmaps,
             grow,
         )
-        await gather_or_cancel(*(send(link.ctl, msg) for link in self.t.links))
+        await gather_or_cancel(*(send(link.ctl, msg) for link in self.links))

@@ -195,6 +195,9 @@ class Host:
                 return msg.fingerprint
             if msg.tree != n_trees:
                 raise reject(self.guest, "trees out of order")
+            if msg.features.shape == (self.data.n_features,) and not msg.features.any():
+                n_trees += 1  # none of our features may split it: the guest grows it without us
+                continue
             self.progress.tree = n_trees
             tree = _HostTree(self, n_trees, msg)
             try:

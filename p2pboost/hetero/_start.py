@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,10 +131,12 @@ def round_loop(
     margins: Margins,
     start: GuestStart,
     warm: tuple[Any, list[Any]] | None = None,
+    features_by_round: Callable[[int], Any] | None = None,
 ) -> tuple[RoundLoop, list[str], list[RoundState]]:
     """The core's round loop (the same draws, refits, margins, callbacks and early stop), the
     fingerprint chain (from the run's start) and the round states a checkpoint keeps: fresh,
-    resumed (``margins`` restored from the checkpoint) or warm (``margins`` set to ``warm``)."""
+    resumed (``margins`` restored from the checkpoint) or warm (``margins`` set to ``warm``).
+    ``features_by_round``: the loop's restriction of each round's features (complete_secure)."""
     chain = [chain_start(start.run), *start.prefix]
     if start.resumed is not None:
         model = start.resumed.model
@@ -149,16 +151,26 @@ def round_loop(
             state.rng_state,
             extend=False,
         )
-        loop = RoundLoop(params, n_features, n_outputs, callbacks, start=at)
+        loop = RoundLoop(
+            params, n_features, n_outputs, callbacks, start=at, features_by_round=features_by_round
+        )
         loop.replay_callbacks()
         margins.restore(state.margin, state.eval_margins)
         return loop, chain, [state]
     if start.warm is None:
-        return RoundLoop(params, n_features, n_outputs, callbacks), chain, []
+        return (
+            RoundLoop(
+                params, n_features, n_outputs, callbacks, features_by_round=features_by_round
+            ),
+            chain,
+            [],
+        )
     assert warm is not None
     init = start.warm
     at = RoundStart(init.trees, init.tree_output, init.history, init.rng_state)
-    loop = RoundLoop(params, n_features, n_outputs, callbacks, start=at)
+    loop = RoundLoop(
+        params, n_features, n_outputs, callbacks, start=at, features_by_round=features_by_round
+    )
     margins.restore(*warm)
     state = RoundState(
         init.n_rounds,

@@ -51,11 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
@@ -108,6 +109,7 @@ __all__ = [
     "HeteroConfig",
     "HostPhase",
     "Progress",
+    "guest_only_rounds",
     "guest_train",
     "host_train",
 ]
@@ -258,7 +260,14 @@ async def guest_train(
     n_total = data.n_features + sum(link.n_features for link in links)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)
     loop, chain, states = round_loop(
-        params, n_total, objective.n_outputs, callbacks, margins, begin, warm
+        params,
+        n_total,
+        objective.n_outputs,
+        callbacks,
+        margins,
+        begin,
+        warm,
+        guest_only_rounds(config.complete_secure, data.n_features, n_total),
     )
     n_trees = params.n_estimators * objective.n_outputs
     async with owned_executor(executor, config.workers) as (pool, n_workers):
@@ -317,6 +326,20 @@ async def guest_train(
         await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
     progress.enter(GuestPhase.DONE)
     return _model(fingerprint, params, hosts, mapper, base, loop, names)
+
+
+def guest_only_rounds(
+    rounds: int, n_guest: int, n_features: int
+) -> Callable[[int], npt.NDArray[np.bool_] | None] | None:
+    """``complete_secure``: the first ``rounds`` rounds may split on the guest's features
+    only (the first ``n_guest`` of ``n_features``, guest first), later ones on all; the
+    same function, given to the core's ``train(features_by_round=...)``, grows the same
+    trees on the joined data."""
+    if rounds <= 0:
+        return None
+    guest = np.zeros(n_features, dtype=np.bool_)
+    guest[:n_guest] = True
+    return lambda it: guest if it < rounds else None
 
 
 def _model(

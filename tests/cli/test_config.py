@@ -196,3 +196,10 @@ def test_init_model_is_this_partys_file_for_vertical_training(tmp_path: Path) ->
     )
     with pytest.raises(ConfigError, match=r"a homo client needs no train\.init_model"):
         load_config(client)
+
+
+def test_complete_secure_is_a_count_of_rounds(tmp_path: Path) -> None:
+    assert load_config(_guest(tmp_path, train={"complete_secure": 1})).train.complete_secure == 1
+    assert load_config(_guest(tmp_path)).train.complete_secure == 0
+    with pytest.raises(ConfigError, match="complete_secure"):
+        load_config(_guest(tmp_path, train={"complete_secure": -1}))

@@ -168,3 +168,30 @@ async def test_sample_weights_stay_with_the_guest_and_give_the_cores_trees(
         not np.array_equal(a.value, b.value)
         for a, b in zip(core.trees, unweighted.trees, strict=True)
     )
+
+
+@pytest.mark.slow
+async def test_complete_secure_first_rounds_are_the_guests_alone(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    """The first rounds split on guest features only and the hosts take no part in them (a
+    host that expected gradients for them would wait for ever: the run would not end), and
+    the trees are the core's under the same restriction."""
+    from dataclasses import replace
+
+    from p2pboost.hetero.train import guest_only_rounds
+    from tests.hetero.conftest import CONFIG
+
+    X, y = breast
+    params = BoostParams(n_estimators=4, max_depth=3, max_bin=16, colsample_bytree=0.9)
+    config = replace(CONFIG, complete_secure=2)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        fed = await federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys, config=config)
+    core = train(params, X, y, features_by_round=guest_only_rounds(2, 10, X.shape[1]))
+    assert_same_trees(fed.joined(), core)
+    assert all((t.owner <= 0).all() for t in fed.guest.trees[:2])  # the guest's alone
+    assert any((t.owner == 1).any() for t in fed.guest.trees[2:])  # then the host's too
+    assert not any(s.tree < 2 for s in fed.hosts[0].splits)
+    # Without complete_secure the first trees use the host (the comparison can fail).
+    plain = train(params, X, y)
+    assert any(t.feature[t.feature >= 0].max() >= 10 for t in plain.trees[:2])
