@@ -172,21 +172,41 @@ async def test_sample_weights_stay_with_the_guest_and_give_the_cores_trees(
 
 @pytest.mark.slow
 async def test_complete_secure_first_rounds_are_the_guests_alone(
-    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+    breast: tuple[np.ndarray, np.ndarray],
+    pool: Executor,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The first rounds split on guest features only and the hosts take no part in them (a
     host that expected gradients for them would wait for ever: the run would not end), and
     the trees are the core's under the same restriction."""
     from dataclasses import replace
 
+    from p2pboost.hetero import _host
+    from p2pboost.hetero._messages import TreeStart
     from p2pboost.hetero.train import guest_only_rounds
     from tests.hetero.conftest import CONFIG
 
+    received: list[object] = []  # every message the host's protocol takes in, in order
+    real_recv = _host.recv  # type: ignore[attr-defined]
+
+    async def recording_recv(channel: Any, expected: Any) -> Any:
+        msg = await real_recv(channel, expected)
+        received.append(msg)
+        return msg
+
+    monkeypatch.setattr(_host, "recv", recording_recv)
     X, y = breast
     params = BoostParams(n_estimators=4, max_depth=3, max_bin=16, colsample_bytree=0.9)
     config = replace(CONFIG, complete_secure=2)
     async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         fed = await federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys, config=config)
+    starts = [i for i, m in enumerate(received) if isinstance(m, TreeStart)]
+    assert [received[i].tree for i in starts] == [0, 1, 2, 3]  # type: ignore[attr-defined]
+    # Trees 0 and 1: their start (no feature of the host's) and nothing else.
+    assert starts[:3] == [starts[0], starts[0] + 1, starts[0] + 2]
+    assert not received[starts[0]].features.any()  # type: ignore[attr-defined]
+    assert len(received) > starts[2] + 1  # tree 2 brings the host gradients and layers
     core = train(params, X, y, features_by_round=guest_only_rounds(2, 10, X.shape[1]))
     assert_same_trees(fed.joined(), core)
     assert all((t.owner <= 0).all() for t in fed.guest.trees[:2])  # the guest's alone
