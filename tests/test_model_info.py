@@ -32,6 +32,8 @@ def test_guest_file_is_described_from_the_guests_view(files: ModelFiles) -> None
     assert d["params"]["max_depth"] == HETERO_PARAMS.max_depth
     assert (d["n_trees"], d["n_rounds"]) == (HETERO_PARAMS.n_estimators,) * 2
     assert d["best_iteration"] is None
+    assert set(d["diagnostics"]) == {"leaf_purity_first_tree", "leaf_purity_first_shared_tree"}
+    assert "diagnostics   leaf_purity_first_tree 0." in format_description(d)
     assert d["n_features"] == GUEST_COLUMNS == len(d["features"])
     gains = [f["gain"] for f in d["features"]]
     np.testing.assert_allclose(gains, guest.feature_importance("gain"))

@@ -186,8 +186,9 @@ def describe(
     Keys: ``path``, ``kind``, ``title``, ``format``, ``version``, ``fingerprint``,
     ``parties``, ``objective``, ``params``, ``n_trees``, ``n_rounds``, ``trees_per_round``,
     ``best_iteration``, ``n_features``, ``features`` (name, splits, gain), ``splits``
-    (per party), ``history``, ``holds``, ``does_not_hold``. Values a file cannot know are
-    ``None``.
+    (per party), ``history``, ``diagnostics`` (the guest's: the leaf purity of the first tree
+    and of the first the hosts saw), ``holds``, ``does_not_hold``. Values a file cannot know
+    are ``None``.
     """
     data = _read_json(path)
     model = _parse(data, path)
@@ -205,6 +206,7 @@ def describe(
         "features": _features(importance_of(model), names),
         "splits": _splits(model),
         "history": history_to_json(history_of(model)),
+        "diagnostics": dict(getattr(model, "diagnostics", {})),
         "holds": list(_HOLDS[kind]),
         "does_not_hold": list(_NOT_HELD[kind]),
     }
@@ -321,6 +323,8 @@ def _summary(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("evaluation", "none (the guest evaluates: it holds the labels)"))
     else:
         rows += [("evaluation", text) for text in _history_lines(d["history"], d["best_iteration"])]
+    for name, value in d.get("diagnostics", {}).items():
+        rows.append(("diagnostics", f"{name} {value:.4f}"))
     return rows
 
 

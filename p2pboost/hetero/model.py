@@ -92,6 +92,9 @@ class GuestModel:
     feature_names: list[str] | None = None
     #: The round loop's random generator after the last round (a warm start continues it).
     rng_state: dict[str, Any] | None = None
+    #: Figures about the training only the guest can compute (name -> value), e.g.
+    #: ``leaf_purity_first_shared_tree`` (see :func:`p2pboost.gbdt.metrics.leaf_purity`).
+    diagnostics: dict[str, float] = field(default_factory=dict)
 
     @property
     def objective(self) -> Objective:
@@ -185,6 +188,8 @@ class GuestModel:
             out["feature_names"] = list(self.feature_names)
         if self.rng_state is not None:
             out["rng_state"] = self.rng_state
+        if self.diagnostics:
+            out["diagnostics"] = dict(self.diagnostics)
         return out
 
     @classmethod
@@ -211,6 +216,7 @@ class GuestModel:
                 history=history_from_json(d.get("history"), n_rounds),
                 feature_names=model_names(d.get("feature_names"), mapper.n_features),
                 rng_state=rng_state_from(d.get("rng_state")),
+                diagnostics={str(k): float(v) for k, v in dict(d.get("diagnostics", {})).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):

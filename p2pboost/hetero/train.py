@@ -68,7 +68,7 @@ from p2pboost.exceptions import (
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import bin_eval_sets, check_warm_start, initial_margin
 from p2pboost.gbdt.callbacks import Callback
-from p2pboost.gbdt.metrics import get_metric
+from p2pboost.gbdt.metrics import get_metric, leaf_purity
 from p2pboost.gbdt.names import by_name, check_names, names_of
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
@@ -270,6 +270,9 @@ async def guest_train(
         guest_only_rounds(config.complete_secure, data.n_features, n_total),
     )
     n_trees = params.n_estimators * objective.n_outputs
+    kept = begin.resumed.model if begin.resumed is not None else begin.warm
+    diagnostics = dict(kept.diagnostics) if kept is not None else {}
+    classification = objective.name in ("binary:logistic", "multi:softmax")
     async with owned_executor(executor, config.workers) as (pool, n_workers):
         engine = CryptoEngine(
             public_key,
@@ -297,6 +300,7 @@ async def guest_train(
                     grown = await trainer.grow(tree_id, task, chain[-1], more=more)
                     tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
                     loop.add_tree(tree, task.out)
+                    _diagnose(diagnostics, it, config, y_arr, grown.positions, classification)
                     chain.append(chain_next(chain[-1], tree, secret))
                 progress.enter(GuestPhase.EVALUATE)
                 loop.end_round(margins.evaluation())
@@ -309,7 +313,7 @@ async def guest_train(
                     )
                     states = [*states[-1:], now]
                     ckpt = GuestCheckpoint(
-                        _model(run, params, hosts, mapper, base, loop, names),
+                        _model(run, params, hosts, mapper, base, loop, names, diagnostics),
                         chain[1:],
                         states,
                         digest,
@@ -325,7 +329,7 @@ async def guest_train(
         await gather_or_cancel(*(send(link.ctl, done) for link in links))
         await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
     progress.enter(GuestPhase.DONE)
-    return _model(fingerprint, params, hosts, mapper, base, loop, names)
+    return _model(fingerprint, params, hosts, mapper, base, loop, names, diagnostics)
 
 
 def guest_only_rounds(
@@ -350,6 +354,7 @@ def _model(
     base: Any,
     loop: RoundLoop,
     names: list[str] | None,
+    diagnostics: dict[str, float],
 ) -> GuestModel:
     """The guest's model as the round loop holds it now."""
     return GuestModel(
@@ -365,7 +370,30 @@ def _model(
         history={s: {m: list(v) for m, v in per.items()} for s, per in loop.history.items()},
         feature_names=names,
         rng_state=loop.rng_state,
+        diagnostics=dict(diagnostics),
     )
+
+
+def _diagnose(
+    diagnostics: dict[str, float],
+    round_: int,
+    config: HeteroConfig,
+    y: Any,
+    positions: Any,
+    classification: bool,
+) -> None:
+    """The leaf purity of the first tree, and of the first tree the hosts take part in (after
+    ``complete_secure``): what a host could infer of the labels from the first instance
+    spaces it sees (:func:`~p2pboost.gbdt.metrics.leaf_purity`)."""
+    purity = None
+    for key, first in (
+        ("leaf_purity_first_tree", 0),
+        ("leaf_purity_first_shared_tree", config.complete_secure),
+    ):
+        if key not in diagnostics and round_ == first:
+            if purity is None:
+                purity = leaf_purity(y, positions, classification)
+            diagnostics[key] = round(purity, 6)
 
 
 # -- host --------------------------------------------------------------------------------------

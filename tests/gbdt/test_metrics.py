@@ -71,3 +71,15 @@ def test_metric_errors() -> None:
         get_metric("auc")(np.ones(3), np.ones(3))
     with pytest.raises(InputError, match="labels"):
         get_metric("rmse")(np.ones(3), np.ones(4))
+
+
+def test_leaf_purity() -> None:
+    from p2pboost.gbdt.metrics import leaf_purity
+
+    y = np.array([0, 0, 1, 1, 1, 0], dtype=np.float64)
+    assert leaf_purity(y, np.array([1, 1, 2, 2, 2, 1]), classification=True) == 1.0
+    assert leaf_purity(y, np.zeros(6, dtype=np.int64), classification=True) == 0.5
+    assert leaf_purity(y, np.array([1, 1, 2, 2, 1, 1]), classification=True) == pytest.approx(5 / 6)
+    values = np.array([1.0, 1.0, 5.0, 5.0])
+    assert leaf_purity(values, np.array([3, 3, 4, 4]), classification=False) == 1.0
+    assert leaf_purity(values, np.zeros(4, dtype=np.int64), classification=False) == 0.0

@@ -212,6 +212,11 @@ async def test_complete_secure_first_rounds_are_the_guests_alone(
     assert all((t.owner <= 0).all() for t in fed.guest.trees[:2])  # the guest's alone
     assert any((t.owner == 1).any() for t in fed.guest.trees[2:])  # then the host's too
     assert not any(s.tree < 2 for s in fed.hosts[0].splits)
+    # What a host could infer from the first instance spaces: the guest's diagnostics.
+    d = fed.guest.diagnostics
+    assert 0.5 < d["leaf_purity_first_shared_tree"] <= 1.0
+    assert 0.5 < d["leaf_purity_first_tree"] <= 1.0
+    assert d["leaf_purity_first_tree"] != d["leaf_purity_first_shared_tree"]
     # Without complete_secure the first trees use the host (the comparison can fail).
     plain = train(params, X, y)
     assert any(t.feature[t.feature >= 0].max() >= 10 for t in plain.trees[:2])
