@@ -131,6 +131,8 @@ def _parse(data: dict[str, Any], path: str | os.PathLike[str]) -> AnyModel:
         return HostModel.from_dict(data)
     if fmt == gbdt_booster.FORMAT:
         return Booster.from_dict(data)
+    if fmt == gbdt_booster.ESTIMATOR_FORMAT and isinstance(data.get("booster"), dict):
+        return Booster.from_dict(data["booster"])  # an estimator's file: its booster
     raise ModelError(f"{os.fspath(path)} is not a p2pboost model file (format {fmt!r})")
 
 

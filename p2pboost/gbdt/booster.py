@@ -43,6 +43,7 @@ from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 
 __all__ = [
+    "ESTIMATOR_FORMAT",
     "FORMAT",
     "FORMAT_VERSION",
     "Booster",
@@ -58,6 +59,8 @@ __all__ = [
 F64 = npt.NDArray[np.float64]
 EvalSet = tuple[Any, Any]
 FORMAT = "p2pboost.gbdt.booster"
+#: The ``format`` of an estimator's file (``GBDTClassifier.save_model``): a booster inside.
+ESTIMATOR_FORMAT = "p2pboost.gbdt.estimator"
 FORMAT_VERSION = 1
 
 

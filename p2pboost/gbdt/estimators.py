@@ -14,14 +14,18 @@ names is matched to them by name. Errors are :class:`~p2pboost.exceptions.InputE
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError, InputTypeError
+from p2pboost.exceptions import InputError, InputTypeError, ModelError
+from p2pboost.files import atomic_write
 from p2pboost.gbdt._sklearn import (
     BaseEstimator,
     ClassifierMixin,
@@ -30,13 +34,13 @@ from p2pboost.gbdt._sklearn import (
     RegressorMixin,
 )
 from p2pboost.gbdt.binning import check_matrix
-from p2pboost.gbdt.booster import Booster, train
-from p2pboost.gbdt.callbacks import Callback, EarlyStopping
+from p2pboost.gbdt.booster import ESTIMATOR_FORMAT, Booster, train
+from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStopping
 from p2pboost.gbdt.names import by_name
 from p2pboost.gbdt.objectives import canonical_objective
 from p2pboost.gbdt.params import BoostParams
 
-__all__ = ["GBDTClassifier", "GBDTRegressor"]
+__all__ = ["ESTIMATOR_FORMAT", "GBDTClassifier", "GBDTRegressor"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -82,6 +86,8 @@ class _GBDTBase(BaseEstimator):
     sparse_aware: bool | str
     early_stopping_rounds: int | None
     random_state: int
+    eval_metric: str | Sequence[str] | None
+    verbose: bool | int
 
     # -- scikit-learn protocol -------------------------------------------------------------------
 
@@ -165,23 +171,74 @@ class _GBDTBase(BaseEstimator):
     ) -> None:
         callbacks: list[Callback] = []
         sets = [(Xv, transform_y(yv)) for Xv, yv in (eval_set or [])]
+        if self.verbose:
+            callbacks.append(_Printer(int(self.verbose)))
         if self.early_stopping_rounds is not None:
             if not sets:
                 raise InputError("early_stopping_rounds needs an eval_set")
             callbacks.append(EarlyStopping(int(self.early_stopping_rounds)))
+        metrics = [self.eval_metric] if isinstance(self.eval_metric, str) else self.eval_metric
         booster = train(
-            params, X, y, eval_sets=sets, callbacks=callbacks, sample_weight=sample_weight
+            params,
+            X,
+            y,
+            eval_sets=sets,
+            eval_metrics=None if metrics is None else list(metrics),
+            callbacks=callbacks,
+            sample_weight=sample_weight,
         )
+        if booster.feature_names is None and hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_  # a refit on data without names
+        self._fitted_from(booster)
+
+    def _fitted_from(self, booster: Booster) -> None:
+        """The fitted attributes that follow from a booster (after fit, or a model file)."""
         self.booster_ = booster
         self.n_features_in_ = booster.n_features
         if booster.feature_names is not None:
             self.feature_names_in_ = np.asarray(booster.feature_names, dtype=object)
-        elif hasattr(self, "feature_names_in_"):  # a refit on data without names
-            del self.feature_names_in_
         self.best_iteration_ = booster.best_iteration
+        self.evals_result_ = {
+            s: {m: list(v) for m, v in per.items()} for s, per in booster.history.items()
+        }
         gain = booster.feature_importance("gain")
         total = gain.sum()
         self.feature_importances_ = gain / total if total > 0 else gain
+
+    # -- model files ----------------------------------------------------------------------------
+
+    def save_model(self, path: str | os.PathLike[str]) -> None:
+        """Write the fitted estimator as JSON (atomically): its parameters, ``classes_`` and the
+        booster with its feature names and history; :meth:`load_model` reads it back."""
+        classes = getattr(self, "classes_", None)
+        body = {
+            "format": ESTIMATOR_FORMAT,
+            "version": 1,
+            "estimator": type(self).__name__,
+            "params": self.get_params(),
+            "classes": None if classes is None else np.asarray(classes).tolist(),
+            "booster": self._booster().to_dict(),
+        }
+        atomic_write(path, json.dumps(body).encode("utf-8"))
+
+    @classmethod
+    def load_model(cls, path: str | os.PathLike[str]) -> Any:
+        """An estimator fitted from a file of :meth:`save_model` (the same class only)."""
+        try:
+            body = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read model file {os.fspath(path)!r}: {exc}") from None
+        if not isinstance(body, dict) or body.get("format") != ESTIMATOR_FORMAT:
+            raise ModelError(f"{os.fspath(path)!r} is not a p2pboost estimator file")
+        if body.get("estimator") != cls.__name__:
+            raise ModelError(
+                f"{os.fspath(path)!r} holds a {body.get('estimator')}, not a {cls.__name__}"
+            )
+        estimator = cls(**dict(body["params"]))
+        estimator._fitted_from(Booster.from_dict(body["booster"]))
+        if body.get("classes") is not None:
+            estimator.classes_ = np.asarray(body["classes"])  # type: ignore[attr-defined]
+        return estimator
 
     def _booster(self) -> Booster:
         booster: Booster | None = getattr(self, "booster_", None)
@@ -222,6 +279,8 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
         sparse_aware: bool | str = "auto",
         early_stopping_rounds: int | None = None,
         random_state: int = 0,
+        eval_metric: str | Sequence[str] | None = None,
+        verbose: bool | int = False,
         multi_strategy: str = "one_output_per_tree",
     ) -> None:
         _store(self, locals())
@@ -311,6 +370,8 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         sparse_aware: bool | str = "auto",
         early_stopping_rounds: int | None = None,
         random_state: int = 0,
+        eval_metric: str | Sequence[str] | None = None,
+        verbose: bool | int = False,
         objective: str = "reg:squarederror",
         huber_delta: float = 1.0,
         fair_c: float = 1.0,
@@ -340,6 +401,23 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
     def predict(self, X: Any) -> F64:
         """Predicted values."""
         return self._booster().predict(self._X(X))
+
+
+class _Printer:
+    """``verbose``: print the evaluation every ``every`` rounds (and the first), as XGBoost."""
+
+    def __init__(self, every: int) -> None:
+        self.every = max(1, every)
+
+    def __call__(self, env: CallbackEnv) -> None:
+        if env.iteration % self.every and env.iteration + 1 != env.n_estimators:
+            return
+        scores = "  ".join(
+            f"{name}-{metric}:{value:.5f}"
+            for name, per in env.evaluation.items()
+            for metric, value in per.items()
+        )
+        print(f"[{env.iteration}]  {scores}", flush=True)
 
 
 def _store(estimator: _GBDTBase, arguments: dict[str, Any]) -> None:

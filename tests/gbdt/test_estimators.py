@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -90,3 +92,47 @@ def test_sample_weight(breast: Data) -> None:
         GBDTRegressor().fit(X, y, sample_weight=-np.ones(len(y)))
     with pytest.raises(InputError, match="zero for every row"):
         GBDTRegressor().fit(X, y, sample_weight=np.zeros(len(y)))
+
+
+def test_eval_metric_verbose_and_evals_result(
+    breast: Data, capsys: pytest.CaptureFixture[str]
+) -> None:
+    X, y = breast
+    clf = GBDTClassifier(n_estimators=4, eval_metric=["auc", "ks"], verbose=2)
+    clf.fit(X[:400], y[:400], eval_set=[(X[400:], y[400:])])
+    assert set(clf.evals_result_) == {"valid_0"}
+    assert set(clf.evals_result_["valid_0"]) == {"auc", "ks"}
+    assert len(clf.evals_result_["valid_0"]["auc"]) == 4
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split("]")[0] for line in printed] == ["[0", "[2", "[3"]  # every 2nd, and last
+    assert "valid_0-auc:" in printed[0]
+    assert GBDTClassifier(n_estimators=2, eval_metric="auc").fit(X, y).evals_result_ == {}
+
+
+def test_save_and_load_model_keep_classes_names_and_predictions(
+    breast: Data, tmp_path: Path
+) -> None:
+    import pandas as pd  # type: ignore[import-untyped]
+
+    from p2pboost.exceptions import ModelError
+
+    X, y = breast
+    frame = pd.DataFrame(X[:, :5], columns=[f"c{j}" for j in range(5)])
+    labels = np.where(y == 1, "benign", "malignant")
+    clf = GBDTClassifier(n_estimators=3, max_depth=3).fit(frame, labels)
+    clf.save_model(tmp_path / "clf.json")
+    again = GBDTClassifier.load_model(tmp_path / "clf.json")
+    assert again.classes_.tolist() == ["benign", "malignant"]
+    assert again.feature_names_in_.tolist() == list(frame.columns)
+    assert again.get_params() == clf.get_params()
+    np.testing.assert_array_equal(again.predict_proba(frame), clf.predict_proba(frame))
+    assert (again.predict(frame) == clf.predict(frame)).all()
+    with pytest.raises(ModelError, match="holds a GBDTClassifier, not a GBDTRegressor"):
+        GBDTRegressor.load_model(tmp_path / "clf.json")
+    from p2pboost.app.model_info import describe
+
+    assert [f["name"] for f in describe(tmp_path / "clf.json")["features"]][:2] == ["c0", "c1"]
+    reg = GBDTRegressor(n_estimators=2).fit(X, y)
+    reg.save_model(tmp_path / "reg.json")
+    loaded = GBDTRegressor.load_model(tmp_path / "reg.json")
+    np.testing.assert_array_equal(loaded.predict(X), reg.predict(X))
