@@ -89,6 +89,8 @@ class LocalModel:
     gradients: tuple[int, F64, F64] | None = None
     tree: _Tree | None = None
     rows: _TreeRows | None = None
+    #: Sample weights (one per row; None: every row once): they scale gradients and hessians.
+    weight: F64 | None = None
 
     @classmethod
     def start(
@@ -101,9 +103,10 @@ class LocalModel:
         X: F64,
         y: F64,
         eval_set: tuple[F64, F64] | None,
+        weight: F64 | None = None,
     ) -> LocalModel:
         """Bin the rows (and validation rows) with the federation's edges; margins at
-        ``base``."""
+        ``base``; ``weight`` scales each row's gradient and hessian, as in the core."""
         data = mapper.transform(X)
         validation = None
         if eval_set is not None:
@@ -120,6 +123,7 @@ class LocalModel:
             builder=make_builder(data, params.sparse_aware, with_counts=True),
             margin=np.tile(base, (X.shape[0], 1)),
             validation=validation,
+            weight=None if weight is None else weight[:, None],
         )
 
     def add_tree(self, tree: Tree, out: int) -> None:
@@ -216,6 +220,8 @@ class LocalModel:
             if it < len(self.trees) // max(1, self.trees_per_round):
                 raise ValueError(f"boosting round {it} is over")
             g, h = self.objective.grad_hess(self.y, self.margin)
+            if self.weight is not None:
+                g, h = g * self.weight, h * self.weight
             cached = self.gradients = (it, g, h)
         _, g, h = cached
         if not -1 <= out < g.shape[1]:

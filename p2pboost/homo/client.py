@@ -59,6 +59,7 @@ from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import Booster, rng_state_from
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
+from p2pboost.gbdt.rounds import check_weights
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import Query, child_counts, float_keys
 from p2pboost.homo._messages import (
@@ -175,9 +176,11 @@ class Client:
         identity: ClientIdentity | None,
         eval_set: tuple[F64, F64] | None = None,
         on_vector: OnVector | None = None,
+        weight: F64 | None = None,
     ) -> None:
         self.me, self.server = me, server
         self.X, self.y = X, y
+        self.weight = weight
         self.identity = identity
         self.config = config
         self.params = config.params
@@ -429,6 +432,7 @@ class Client:
             self.X,
             self.y,
             self.eval_set,
+            self.weight,
         )
         self.phase = HomoPhase.TREES
 
@@ -514,8 +518,12 @@ async def client_train(
     eval_set: tuple[Any, Any] | None = None,
     on_vector: OnVector | None = None,
     before_send: BeforeSend | None = None,
+    sample_weight: Any = None,
 ) -> Booster:
     """Train as a client with ``server``; returns the federation's model (same at every client).
+
+    ``sample_weight`` (one value >= 0 per row of ``X``) stays with this client: it scales its
+    rows' gradients and hessians before they are aggregated, as the core does.
 
     ``identity`` signs this client's key adverts (required unless ``config.masking`` is off).
     ``on_vector(round, tag, vector)`` sees each plaintext vector before it is masked (tests);
@@ -536,7 +544,15 @@ async def client_train(
             raise InputError("eval set: rows and labels differ in number")
         ev = (Xv, yv)
     client = Client(
-        me, server, X_arr, y_arr, config, identity=identity, eval_set=ev, on_vector=on_vector
+        me,
+        server,
+        X_arr,
+        y_arr,
+        config,
+        identity=identity,
+        eval_set=ev,
+        on_vector=on_vector,
+        weight=check_weights(sample_weight, y_arr.size),
     )
     ch = session.channel(server, CHANNEL)
     while client.phase is not HomoPhase.DONE:

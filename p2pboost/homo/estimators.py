@@ -185,15 +185,25 @@ class HomoClient(_Settings):
         X: Any,
         y: Any,
         eval_set: tuple[Any, Any] | None = None,
+        sample_weight: Any = None,
     ) -> HomoClient:
-        """Train on local rows ``X``, ``y`` (optionally validated on local ``eval_set``)."""
+        """Train on local rows ``X``, ``y`` (optionally validated on local ``eval_set``;
+        ``sample_weight`` per local row stays here)."""
         config = self._make_config()
         identity = self.identity
         if identity is not None and not isinstance(identity, ClientIdentity):
             identity = ClientIdentity.from_dir(identity)
         async with node.session(_session_id(self.session, node.party_id), peers=[server]) as s:
             self.model_: Booster = await client_train(
-                s, server, X, y, config, identity=identity, me=node.party_id, eval_set=eval_set
+                s,
+                server,
+                X,
+                y,
+                config,
+                identity=identity,
+                me=node.party_id,
+                eval_set=eval_set,
+                sample_weight=sample_weight,
             )
         return self
 

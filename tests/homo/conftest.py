@@ -122,6 +122,7 @@ async def run_homo(
     identities: dict[str, ClientIdentity] | None = None,
     n_features: int | None = None,
     init_model: Booster | None = None,
+    weights: dict[str, np.ndarray] | None = None,
 ) -> Run:
     """Train with one client per entry of ``parts``. ``hooks[c](reply, phase)`` returns what
     ``c`` sends instead of ``reply``; raising :class:`Crash` kills ``c`` there (its task ends
@@ -165,6 +166,7 @@ async def run_homo(
                     eval_set=(eval_sets or {}).get(c),
                     on_vector=record,
                     before_send=(hooks or {}).get(c),
+                    sample_weight=(weights or {}).get(c),
                 )
 
         async def client_or_crash(c: str) -> Booster | BaseException:

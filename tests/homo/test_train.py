@@ -55,6 +55,25 @@ async def test_warm_start_three_and_three_rounds_are_six_in_one_go(
         assert same_trees(model, core)
 
 
+async def test_sample_weights_stay_with_each_client_and_give_the_cores_trees(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    params = BoostParams(n_estimators=3, max_depth=3, max_bin=16, min_child_weight=2.0)
+    parts = {"c1": breast[0], "c2": breast[1]}
+    rng = np.random.default_rng(7)
+    weights = {c: rng.uniform(0.0, 3.0, size=len(p[1])) for c, p in parts.items()}
+    run = await run_homo(
+        parts, HomoConfig(params=params, round_timeout=20), federation, weights=weights
+    )
+    assert isinstance(run.result, HomoResult), run.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    w = np.concatenate([weights[c] for c in parts])
+    core = train(params, X, y, sample_weight=w)
+    assert same_trees(run.result.booster, core)
+    assert not same_trees(run.result.booster, train(params, X, y))  # the weights counted
+
+
 @pytest.mark.parametrize(
     ("files", "params"),
     [
