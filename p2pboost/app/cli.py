@@ -188,6 +188,7 @@ trees, s_per_tree, metric and its value.
 @click.option("--host", "host_csv", type=_FILE, help="The host's CSV (id, features).")
 @click.option("--id-column", default="id", show_default=True, help="Id column of both CSVs.")
 @click.option("--label-column", default="y", show_default=True, help="Label column (guest).")
+@click.option("--out", "out", type=_DIR, default=None, help="Save every party's model file here.")
 def demo(
     mode: str,
     trees: int,
@@ -199,6 +200,7 @@ def demo(
     host_csv: Path | None,
     id_column: str,
     label_column: str,
+    out: Path | None,
 ) -> int:
     from p2pboost.app.demo import csv_vertical, run_demo
 
@@ -225,6 +227,7 @@ def demo(
         progress=None if console.quiet else log.info,
         data=data,
         on_tree=console.tree_progress("demo"),
+        out=out,
     )
     if not console.quiet:
         click.echo(

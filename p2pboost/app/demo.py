@@ -140,8 +140,13 @@ def run_demo(
     progress: Progress | None = None,
     data: VerticalData | None = None,
     on_tree: TreeProgress | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> DemoResult:
     """Train and evaluate one demo model; see the module docstring.
+
+    ``out``: a directory where every party writes its own model file (``<party>.json``: the
+    guest's and the host's parts, or the homo model at the server and each client, or the
+    plaintext model), to look at with ``p2pboost inspect``.
 
     ``key_bits`` (hetero only) below 2048 is an explicit opt-in to an insecure key size, made
     here on the user's behalf because the demo's data is public; ``scheme`` (hetero only) is
@@ -161,17 +166,20 @@ def run_demo(
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown encryption scheme {scheme!r}; choose one of {SCHEMES}")
     say = progress or (lambda _line: None)
+    out_dir = "" if out is None else os.fspath(Path(out).resolve())
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
     if mode == "plain":
-        return _plain(trees, depth, seed)
+        return _plain(trees, depth, seed, out_dir)
     params = BoostParams(
         n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN, seed=seed
     ).validate()
     if mode == "hetero":
-        return _hetero(params, seed, (key_bits, scheme), timeout, say, data, on_tree)
-    return _homo(params, seed, timeout, say)
+        return _hetero(params, seed, (key_bits, scheme), timeout, say, data, on_tree, out_dir)
+    return _homo(params, seed, timeout, say, out_dir)
 
 
-def _plain(trees: int, depth: int, seed: int) -> DemoResult:
+def _plain(trees: int, depth: int, seed: int, out: str = "") -> DemoResult:
     # Here, not at the top: the estimators bring scikit-learn's import time with them.
     from p2pboost.gbdt.estimators import GBDTClassifier
 
@@ -182,6 +190,8 @@ def _plain(trees: int, depth: int, seed: int) -> DemoResult:
     t0 = time.perf_counter()
     model.fit(X[train], y[train])
     elapsed = time.perf_counter() - t0
+    if out:
+        model.save_model(Path(out) / "plain.json")
     value = auc(y[test], model.predict_proba(X[test])[:, 1])
     return DemoResult("plain", trees, elapsed / trees, "auc", float(value))
 
@@ -270,6 +280,7 @@ def _hetero(
     say: Progress,
     data: VerticalData | None = None,
     on_tree: TreeProgress | None = None,
+    out: str = "",
 ) -> DemoResult:
     data = data or _bundled_vertical()
     train, test = data.split(seed)
@@ -292,6 +303,7 @@ def _hetero(
         listen=True,
         X=data.X_host[train],
         X_test=data.X_host[test],
+        out=out,
     )
     guest = _Job(
         "guest",
@@ -304,6 +316,7 @@ def _hetero(
         y_test=data.y[test],
         key_bits=key_bits,
         scheme=scheme,
+        out=out,
     )
     results = _run_federation(host, [guest], ("guest", "host"), timeout, say, on_tree)
     return DemoResult(
@@ -315,14 +328,16 @@ def _hetero(
     )
 
 
-def _homo(params: BoostParams, seed: int, timeout: float, say: Progress) -> DemoResult:
+def _homo(
+    params: BoostParams, seed: int, timeout: float, say: Progress, out: str = ""
+) -> DemoResult:
     X, y, train, test = _split(seed)
     halves = {"c1": train[: len(train) // 2], "c2": train[len(train) // 2 :]}
     say(
         f"homo: clients c1 ({len(halves['c1'])} rows) and c2 ({len(halves['c2'])} rows) and a "
         "server with no data, as separate processes over mutual-TLS WebSockets on 127.0.0.1"
     )
-    server = _Job("server", "server", params, peers=dict.fromkeys(halves), listen=True)
+    server = _Job("server", "server", params, peers=dict.fromkeys(halves), listen=True, out=out)
     clients = [
         _Job(
             c,
@@ -333,6 +348,7 @@ def _homo(params: BoostParams, seed: int, timeout: float, say: Progress) -> Demo
             y=y[r],
             X_test=X[test],
             y_test=y[test],
+            out=out,
         )
         for c, r in halves.items()
     ]
@@ -374,6 +390,12 @@ class _Job:
     key_bits: int = DEFAULT_KEY_BITS
     scheme: str = "paillier"
     cert_dir: str = ""
+    #: Where the party writes its model file (``<party>.json``); empty: nowhere.
+    out: str = ""
+
+    def save(self, model: Any) -> None:
+        if self.out:
+            model.save(Path(self.out) / f"{self.party}.json")
 
 
 def _run_federation(
@@ -459,6 +481,7 @@ async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
     test = [(job.X_test, job.y_test)]
     await guest.afit(node, ["host"], job.X, job.y, eval_set=test, callbacks=[tree_done])
     seconds = time.perf_counter() - t0
+    job.save(guest)
     proba = await guest.apredict(node, job.X_test)
     value = _auc(job.y_test, proba)
     send("progress", f"test AUC {value:.4f} on {len(job.y_test)} rows")
@@ -469,6 +492,7 @@ async def _host(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.hetero.estimators import HeteroHost
 
     host = await HeteroHost().afit(node, "guest", job.X, eval_set=[job.X_test])
+    job.save(host)
     send("progress", "trained; serving the guest's test predictions")
     await host.aserve_predict(node, job.X_test)
     return {}
@@ -480,7 +504,8 @@ async def _server(node: Any, job: _Job, send: Report) -> dict[str, float]:
     clients = sorted(job.peers)
     send("progress", f"training {job.params.n_estimators} trees with {', '.join(clients)}...")
     t0 = time.perf_counter()
-    await HomoServer(job.params).afit(node, clients)
+    server = await HomoServer(job.params).afit(node, clients)
+    job.save(server.model_)
     return {"seconds": time.perf_counter() - t0}
 
 
@@ -488,6 +513,7 @@ async def _client(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.homo.estimators import HomoClient
 
     client = await HomoClient(job.params, identity=job.cert_dir).afit(node, "server", job.X, job.y)
+    job.save(client.model_)
     value = _auc(job.y_test, client.predict_proba(job.X_test))
     send("progress", f"test AUC {value:.4f} on {len(job.y_test)} rows (local prediction)")
     return {"auc": value}

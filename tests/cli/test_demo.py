@@ -44,10 +44,12 @@ def test_demo_prints_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_default_demo_is_hetero_over_tls_processes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--mode", "plain", *SMALL]) == 0
+def test_default_demo_is_hetero_over_tls_processes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["demo", "--mode", "plain", *SMALL, "--out", str(tmp_path / "plain")]) == 0
     plain = _last_json(capsys.readouterr().out)
-    assert main(["demo", *SMALL]) == 0  # no --mode: hetero
+    assert main(["demo", *SMALL, "--out", str(tmp_path / "fed")]) == 0  # no --mode: hetero
     captured = capsys.readouterr()
     result = _last_json(captured.out)
     assert set(result) == {"mode", "trees", "s_per_tree", "metric", "auc"}
@@ -59,6 +61,16 @@ def test_default_demo_is_hetero_over_tls_processes(capsys: pytest.CaptureFixture
     assert "1024-bit Paillier keys for speed" in captured.err
     assert "guest: tree 2/2" in captured.err
     assert not _demo_processes()
+    # --out: each party's own file; joined, they are the plaintext model's trees.
+    from p2pboost.gbdt.estimators import GBDTClassifier
+    from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+
+    trees = joined_trees(
+        GuestModel.load(tmp_path / "fed" / "guest.json"),
+        [HostModel.load(tmp_path / "fed" / "host.json")],
+    )
+    core = GBDTClassifier.load_model(tmp_path / "plain" / "plain.json").booster_.trees
+    assert [t.feature.tolist() for t in trees] == [t.feature.tolist() for t in core]
 
 
 @pytest.mark.slow
@@ -73,10 +85,12 @@ def test_hetero_demo_under_okamoto_uchiyama(capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.slow
-def test_homo_demo_runs_a_server_and_two_clients(capsys: pytest.CaptureFixture[str]) -> None:
+def test_homo_demo_runs_a_server_and_two_clients(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert main(["demo", "--mode", "plain", *SMALL]) == 0
     plain = _last_json(capsys.readouterr().out)
-    assert main(["demo", "--mode", "homo", *SMALL]) == 0
+    assert main(["demo", "--mode", "homo", *SMALL, "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     result = _last_json(captured.out)
     assert (result["mode"], result["trees"], result["metric"]) == ("homo", 2, "auc")
@@ -87,6 +101,8 @@ def test_homo_demo_runs_a_server_and_two_clients(capsys: pytest.CaptureFixture[s
     assert "c1: test AUC" in captured.err
     assert "c2: test AUC" in captured.err
     assert not _demo_processes()
+    files = {p: (tmp_path / f"{p}.json").read_text() for p in ("server", "c1", "c2")}
+    assert len(set(files.values())) == 1  # every party holds the same model
 
 
 @pytest.mark.slow
