@@ -23,6 +23,7 @@ from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.callbacks import Callback
+from p2pboost.gbdt.categories import apply_categories, fit_categories, model_categories
 from p2pboost.gbdt.grower import TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
@@ -84,6 +85,7 @@ class Booster:
         history: History | None = None,
         rng_state: dict[str, Any] | None = None,
         feature_names: Sequence[str] | None = None,
+        categories: dict[str, list[Any]] | None = None,
     ) -> None:
         self.params = params
         self.mapper = mapper
@@ -97,6 +99,8 @@ class Booster:
         self.rng_state = rng_state
         #: The features' names (None: taken by position only; see :mod:`p2pboost.gbdt.names`).
         self.feature_names = check_names(feature_names, mapper.n_features)
+        #: Category lists of the categorical columns (see :mod:`p2pboost.gbdt.categories`).
+        self.categories = categories
         self.objective: Objective = get_objective(params)
 
     @property
@@ -144,7 +148,8 @@ class Booster:
     def predict_margin(self, X: Any, n_rounds: int | None = None) -> F64:
         """Raw scores ``(n, K)`` of the first ``n_rounds`` rounds (default: best or all); a
         DataFrame's columns are matched to the model's by name."""
-        arr = check_matrix(by_name(X, self.feature_names), n_features=self.n_features)
+        coded = apply_categories(X, self.categories)
+        arr = check_matrix(by_name(coded, self.feature_names), n_features=self.n_features)
         margin = np.tile(self.base_margin, (arr.shape[0], 1))
         for tree, out in self._used_trees(n_rounds):
             add_tree(margin, tree.predict_raw(arr), out)
@@ -204,6 +209,8 @@ class Booster:
             out["rng_state"] = self.rng_state
         if self.feature_names is not None:
             out["feature_names"] = list(self.feature_names)
+        if self.categories:
+            out["categories"] = {k: list(v) for k, v in self.categories.items()}
         return out
 
     @classmethod
@@ -233,6 +240,7 @@ class Booster:
                 rng_state=rng_state_from(data.get("rng_state")),
             )
             booster.feature_names = model_names(data.get("feature_names"), booster.n_features)
+            booster.categories = model_categories(data.get("categories"))
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
                 raise
@@ -312,6 +320,8 @@ def train(
     params = params.validate()
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
+    categories = init_model.categories if init_model is not None else fit_categories(X)
+    X = apply_categories(X, categories)  # categorical columns as their codes
     names = names_of(X) if feature_names is None else list(feature_names)
     if init_model is not None and names is not None and init_model.feature_names is not None:
         X = by_name(X, init_model.feature_names)  # a warm start on the model's columns
@@ -332,6 +342,8 @@ def train(
             init_model.trees, init_model.tree_output, init_model.history, init_model.rng_state
         )
     data = mapper.transform(X_arr)
+    # Evaluation frames get the training columns' encoding and order.
+    eval_sets = [(by_name(apply_categories(Xe, categories), names), ye) for Xe, ye in eval_sets]
     evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
     loop = RoundLoop(
         params,
@@ -376,6 +388,7 @@ def train(
         loop.history,
         loop.rng_state,
         check_names(names, X_arr.shape[1]),
+        categories,
     )
 
 
