@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -222,7 +222,7 @@ class _GBDTBase(BaseEstimator):
         atomic_write(path, json.dumps(body).encode("utf-8"))
 
     @classmethod
-    def load_model(cls, path: str | os.PathLike[str]) -> Any:
+    def load_model(cls, path: str | os.PathLike[str]) -> Self:
         """An estimator fitted from a file of :meth:`save_model` (the same class only)."""
         try:
             body = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -236,9 +236,11 @@ class _GBDTBase(BaseEstimator):
             )
         estimator = cls(**dict(body["params"]))
         estimator._fitted_from(Booster.from_dict(body["booster"]))
-        if body.get("classes") is not None:
-            estimator.classes_ = np.asarray(body["classes"])  # type: ignore[attr-defined]
+        estimator._restore_task(body.get("classes"))
         return estimator
+
+    def _restore_task(self, classes: Any) -> None:
+        """What a model file keeps of the task beyond the booster (the classifier's classes)."""
 
     def _booster(self) -> Booster:
         booster: Booster | None = getattr(self, "booster_", None)
@@ -327,6 +329,11 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
             )
         self._fit_booster(params, X, encoded.astype(np.float64), eval_set, encode, sample_weight)
         return self
+
+    def _restore_task(self, classes: Any) -> None:
+        if classes is None:
+            raise ModelError("a classifier's file must hold its classes")
+        self.classes_ = np.asarray(classes)
 
     def predict_proba(self, X: Any) -> F64:
         """Class probabilities ``(n, n_classes)`` in the order of ``classes_``."""
