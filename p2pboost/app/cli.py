@@ -416,6 +416,35 @@ def report(model: Path, out: Path) -> int:
     return 0
 
 
+@cli.command("export")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["xgboost"]),
+    default="xgboost",
+    show_default=True,
+    help="The file format to write.",
+)
+@click.option("--out", required=True, type=_FILE, help="The file to write.")
+def export(model: Path, fmt: str, out: Path) -> int:
+    """A plaintext or horizontal model as an XGBoost JSON model file."""
+    from p2pboost.app.model_info import load_model
+    from p2pboost.files import atomic_write
+    from p2pboost.gbdt.booster import Booster
+    from p2pboost.gbdt.export import to_xgboost
+
+    loaded = load_model(model)
+    if not isinstance(loaded, Booster):
+        raise ConfigError(
+            f"{model} is one party's part of a vertical model: export takes a whole model "
+            "(plaintext or horizontal)"
+        )
+    atomic_write(out, json.dumps(to_xgboost(loaded)).encode("utf-8"))
+    click.echo(str(out))
+    return 0
+
+
 # -- entry point ------------------------------------------------------------------------------
 
 

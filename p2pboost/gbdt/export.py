@@ -1,0 +1,113 @@
+"""A plaintext or horizontal model as an XGBoost JSON model file.
+
+Teams deploy gradient-boosted trees with the tools they already run; XGBoost's JSON format is
+read by XGBoost itself and by the converters and serving stacks built around it. A booster of
+the core, and every horizontal (homo) model, which each party holds whole, can be written in
+it: the trees are the same, node for node. Two things are translated:
+
+* **splits**: ours send ``x <= threshold`` left, XGBoost's ``x < condition``, comparing
+  float32 values (it reads features as float32). The condition is the next float32 above the
+  threshold rounded to float32, so every value that goes left here goes left there; the two
+  differ only for a value and a threshold that are distinct in float64 but equal in float32
+  (none on data with fewer than 7 significant digits). Missing values follow the same learned
+  direction (``default_left``).
+* **the base margin** becomes ``base_score`` (a probability for ``binary:logistic``).
+
+Binary logistic and squared-error models are exported (the objectives XGBoost and p2pboost
+compute alike); others are refused naming the objective. A vertical model is spread over the
+parties' files and is not exported here: merging it needs every party's consent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from p2pboost.exceptions import InputError
+from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.objectives import canonical_objective
+from p2pboost.gbdt.tree import Tree
+
+__all__ = ["EXPORTABLE", "to_xgboost"]
+
+#: Objectives whose predictions XGBoost computes from the same margins as the core.
+EXPORTABLE = ("binary:logistic", "reg:squarederror")
+_NO_PARENT = 2147483647
+#: The XGBoost release whose JSON layout this writes (read by 2.x and 3.x).
+_XGBOOST_VERSION = [2, 1, 0]
+
+
+def to_xgboost(booster: Booster) -> dict[str, Any]:
+    """The XGBoost JSON model (a dict for ``json.dump``) of ``booster`` (see the module)."""
+    objective = canonical_objective(booster.params.objective)
+    if objective not in EXPORTABLE:
+        raise InputError(f"XGBoost export takes {', '.join(EXPORTABLE)} models, not {objective!r}")
+    n_features = booster.n_features
+    margin = float(booster.base_margin[0])
+    base = 1.0 / (1.0 + np.exp(-margin)) if objective == "binary:logistic" else margin
+    used = booster.n_rounds if booster.best_iteration is None else booster.best_iteration + 1
+    trees = [_tree(t, i, n_features) for i, t in enumerate(booster.trees[:used])]
+    names = list(booster.feature_names) if booster.feature_names is not None else []
+    return {
+        "learner": {
+            "attributes": {},
+            "feature_names": names,
+            "feature_types": ["float"] * len(names),
+            "gradient_booster": {
+                "model": {
+                    "gbtree_model_param": {
+                        "num_parallel_tree": "1",
+                        "num_trees": str(len(trees)),
+                    },
+                    "iteration_indptr": list(range(len(trees) + 1)),
+                    "tree_info": [0] * len(trees),
+                    "trees": trees,
+                },
+                "name": "gbtree",
+            },
+            "learner_model_param": {
+                "base_score": f"{base:.9E}",
+                "boost_from_average": "1",
+                "num_class": "0",
+                "num_feature": str(n_features),
+                "num_target": "1",
+            },
+            "objective": {"name": objective, "reg_loss_param": {"scale_pos_weight": "1"}},
+        },
+        "version": _XGBOOST_VERSION,
+    }
+
+
+def _tree(tree: Tree, index: int, n_features: int) -> dict[str, Any]:
+    n = tree.n_nodes
+    leaf = tree.is_leaf
+    value = tree.value[:, 0].astype(np.float32)
+    above = np.nextafter(tree.threshold.astype(np.float32), np.float32(np.inf))
+    conditions = np.where(leaf, value, above).astype(np.float32)
+    parents = np.full(n, _NO_PARENT, dtype=np.int64)
+    for node in np.flatnonzero(~leaf).tolist():
+        parents[tree.left[node]] = parents[tree.right[node]] = node
+    return {
+        "base_weights": np.where(leaf, value, 0.0).astype(np.float32).tolist(),
+        "categories": [],
+        "categories_nodes": [],
+        "categories_segments": [],
+        "categories_sizes": [],
+        "default_left": tree.default_left.astype(np.int64).tolist(),
+        "id": index,
+        "left_children": np.where(leaf, -1, tree.left).tolist(),
+        "loss_changes": np.where(leaf, 0.0, tree.gain).astype(np.float32).tolist(),
+        "parents": parents.tolist(),
+        "right_children": np.where(leaf, -1, tree.right).tolist(),
+        "split_conditions": conditions.tolist(),
+        "split_indices": np.where(leaf, 0, tree.feature).tolist(),
+        "split_type": [0] * n,
+        "sum_hessian": tree.cover.astype(np.float32).tolist(),
+        "tree_param": {
+            "num_deleted": "0",
+            "num_feature": str(n_features),
+            "num_nodes": str(n),
+            "size_leaf_vector": "1",
+        },
+    }
