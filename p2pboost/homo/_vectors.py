@@ -13,8 +13,18 @@ grid     one-hot of its largest ``|g|``, ``|h|`` binary         :func:`read_grid
          exponents, then its rows                              fixed-point grids)
 hist     fixed-point grad, hess sums, then row counts, per      :meth:`HistLayout.read`
          (node, feature, bin, output)
-eval     summed per-row losses (fixed point), rows             :func:`read_eval`
+eval     summed per-row losses (fixed point), rows; for the     :func:`read_eval`
+         rank metrics (auc, ks, gini) the counts of negative
+         and of positive rows per probability bin instead
 ======== ===================================================== =============================
+
+The rank metrics are not sums of per-row values, but they are functions of the two score
+distributions, which are: each client counts its validation rows' predicted probabilities in
+:data:`RANK_BINS` equal bins of [0, 1], by label, and the server reads AUC (rows sharing a
+bin count as ties: the difference to the exact AUC is at most the share of positive-negative
+pairs that fall in one bin, 1/4096 wide), KS (the largest gap between the two cumulative
+distributions at bin edges) and Gini (2 AUC - 1) off the summed counts. The server learns
+the union's two histograms of scores, nothing per client.
 
 Binning counts have their layout (256 child counts per queried key prefix) in one place too:
 :class:`~p2pboost.homo._binning.Query` and :func:`~p2pboost.homo._binning.child_counts`
@@ -37,9 +47,12 @@ from p2pboost.gbdt.objectives import Objective
 __all__ = [
     "EVAL_LENGTH",
     "GRID_LENGTH",
+    "RANK_BINS",
+    "RANK_METRICS",
     "HistLayout",
     "Stats",
     "announced_grid",
+    "eval_length",
     "eval_vector",
     "grid_vector",
     "read_eval",
@@ -61,6 +74,14 @@ EXP_SLOTS = EXP_MAX - EXP_MIN + 1
 GRID_LENGTH = 2 * EXP_SLOTS + 1
 #: The evaluation vector: summed losses and rows.
 EVAL_LENGTH = 2
+#: Metrics computed from aggregated score histograms (binary objectives), and their bins.
+RANK_METRICS = ("auc", "ks", "gini")
+RANK_BINS = 4096
+
+
+def eval_length(metric: str) -> int:
+    """Entries of the eval vector for ``metric``."""
+    return 2 * RANK_BINS if metric in RANK_METRICS else EVAL_LENGTH
 
 
 # -- stats --------------------------------------------------------------------------------------
@@ -195,10 +216,16 @@ class HistLayout:
 def eval_vector(metric: str, evaluation: tuple[F64, F64] | None) -> I64:
     """Summed per-row values of ``metric`` (fixed point; squared errors for rmse) and rows,
     from ``(labels, predictions)`` of this client's validation rows (``None``: it has none)."""
-    out = np.zeros(EVAL_LENGTH, dtype=np.int64)
+    out = np.zeros(eval_length(metric), dtype=np.int64)
     if evaluation is None:
         return out
     y, pred = evaluation
+    if metric in RANK_METRICS:  # negatives' then positives' counts per probability bin
+        bins = np.minimum((np.asarray(pred) * RANK_BINS).astype(np.int64), RANK_BINS - 1)
+        positive = np.asarray(y) > 0.5
+        out[:RANK_BINS] = np.bincount(bins[~positive], minlength=RANK_BINS)
+        out[RANK_BINS:] = np.bincount(bins[positive], minlength=RANK_BINS)
+        return out
     value = get_metric(metric)(y, pred)
     total = value * value * y.size if metric == "rmse" else value * y.size
     out[0] = int(np.rint(np.ldexp(total, STAT_BITS)))
@@ -207,8 +234,26 @@ def eval_vector(metric: str, evaluation: tuple[F64, F64] | None) -> I64:
 
 
 def read_eval(total: I64, metric: str) -> float | None:
-    """The metric over the union of the validation rows (``None``: nobody has any)."""
+    """The metric over the union of the validation rows (``None``: nobody has any, or, for a
+    rank metric, the rows hold one class only)."""
+    if metric in RANK_METRICS:
+        return _rank_metric(total[:RANK_BINS], total[RANK_BINS:], metric)
     if total[1] == 0:
         return None
     mean = float(np.ldexp(float(total[0]), -STAT_BITS)) / float(total[1])
     return math.sqrt(mean) if metric == "rmse" else mean
+
+
+def _rank_metric(neg: I64, pos: I64, metric: str) -> float | None:
+    """AUC (ties within a bin count half), KS or Gini from the two score histograms."""
+    n_neg, n_pos = float(neg.sum()), float(pos.sum())
+    if n_neg == 0 or n_pos == 0:
+        return None
+    below = np.concatenate([[0.0], np.cumsum(neg, dtype=np.float64)[:-1]])
+    auc = float((pos * (below + 0.5 * neg)).sum() / (n_neg * n_pos))
+    if metric == "auc":
+        return auc
+    if metric == "gini":
+        return 2.0 * auc - 1.0
+    gap = np.cumsum(neg, dtype=np.float64) / n_neg - np.cumsum(pos, dtype=np.float64) / n_pos
+    return float(np.abs(gap).max())

@@ -23,6 +23,7 @@ from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.objectives import canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.homo._vectors import RANK_METRICS
 
 __all__ = [
     "CHANNEL",
@@ -116,10 +117,12 @@ class HomoConfig:
         if not self.round_timeout > 0:
             raise InputError("round_timeout must be positive")
         metric = self.metric
-        if metric not in SUM_METRICS:
+        if metric in RANK_METRICS and objective != "binary:logistic":
+            raise InputError(f"eval_metric {metric!r} ranks the scores of a binary objective")
+        if metric not in SUM_METRICS + RANK_METRICS:
             raise InputError(
-                f"eval_metric must be one of {', '.join(SUM_METRICS)}: horizontal validation"
-                f" aggregates sums of per-row values, which {metric!r} is not"
+                f"eval_metric must be one of {', '.join(SUM_METRICS + RANK_METRICS)}: horizontal"
+                f" validation aggregates sums over rows, which {metric!r} is not"
             )
         if self.early_stopping_rounds is not None and self.early_stopping_rounds < 1:
             raise InputError("early_stopping_rounds must be at least 1")

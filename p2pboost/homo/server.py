@@ -59,10 +59,10 @@ from p2pboost.homo._messages import (
     ModelHeader,
 )
 from p2pboost.homo._vectors import (
-    EVAL_LENGTH,
     GRID_LENGTH,
     HistLayout,
     Stats,
+    eval_length,
     read_eval,
     read_grid,
     read_stats,
@@ -308,7 +308,7 @@ async def _evaluate(fed: Federation, config: HomoConfig) -> float | None:
     """The round's validation metric over every client's validation rows (``None``: none)."""
     while True:
         try:
-            total = await fed.aggregate(CollectEval, EVAL_LENGTH)
+            total = await fed.aggregate(CollectEval, eval_length(config.metric))
             break
         except Restart:
             continue

@@ -101,8 +101,11 @@ def test_config_rejects_unsupported_and_insecure_settings() -> None:
     with pytest.raises(InputError, match=r"labels' median.*give base_score"):
         HomoConfig(params=BoostParams(objective="reg:logcosh")).validate()
     HomoConfig(params=BoostParams(objective="reg:logcosh", base_score=0.0)).validate()
-    with pytest.raises(InputError, match="'ks' is not"):  # ranks, not sums of rows
-        HomoConfig(eval_metric="ks").validate()
+    HomoConfig(eval_metric="ks").validate()  # from aggregated score histograms (binary)
+    with pytest.raises(InputError, match="'ks' ranks the scores of a binary objective"):
+        HomoConfig(params=BoostParams(objective="reg:squarederror"), eval_metric="ks").validate()
+    with pytest.raises(InputError, match="'ndcg' is not"):
+        HomoConfig(eval_metric="ndcg").validate()
     with pytest.raises(InputError, match="min_clients"):
         HomoConfig(min_clients=1).validate()
     with pytest.raises(InputError, match="sample"):

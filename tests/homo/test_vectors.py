@@ -72,3 +72,16 @@ def test_layouts_read_back_what_clients_wrote() -> None:
     total = eval_vector("mae", (y, p)) + eval_vector("mae", None)
     assert read_eval(total, "mae") == pytest.approx(np.mean(np.abs(y - p)), abs=1e-6)
     assert read_eval(eval_vector("rmse", None), "rmse") is None
+
+
+@pytest.mark.parametrize("metric", ["auc", "ks", "gini"])
+def test_rank_metrics_of_summed_score_histograms(metric: str) -> None:
+    from p2pboost.gbdt.metrics import get_metric
+
+    rng = np.random.default_rng(0)
+    y = (rng.random(3000) < 0.4).astype(np.float64)
+    p = np.clip(0.3 * y + 0.7 * rng.random(3000), 0.0, 1.0)
+    total = eval_vector(metric, (y[:1000], p[:1000])) + eval_vector(metric, (y[1000:], p[1000:]))
+    assert read_eval(total, metric) == pytest.approx(get_metric(metric)(y, p), abs=1e-4)
+    one_class = eval_vector(metric, (np.ones(5), np.full(5, 0.7)))
+    assert read_eval(one_class, metric) is None  # undefined with one class
