@@ -27,7 +27,7 @@ from p2pboost.exceptions import (
 )
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
-from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.params import BoostParams, DPParams
 from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
 from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
 from p2pboost.hetero.feature_store import ArrayStore, CallbackStore, FeatureStore
@@ -80,6 +80,7 @@ __all__ = [
     "CodecError",
     "ConfigError",
     "CryptoError",
+    "DPParams",
     "DeadlineExceeded",
     "EarlyStopping",
     "EndpointLimits",

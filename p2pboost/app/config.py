@@ -465,6 +465,10 @@ def _boost_params(reader: _Reader) -> BoostParams:
         value = reader.table[name]
         if name == "sparse_aware" and isinstance(value, bool):
             kwargs[name] = value
+        elif name == "dp":
+            if not isinstance(value, Mapping):
+                raise reader.fail(name, f"expected a table [train.dp], got {_kind(value)}")
+            kwargs[name] = dict(value)
         elif isinstance(default, bool):
             kwargs[name] = reader.get_bool(name, default)
         elif isinstance(default, int):
@@ -474,7 +478,7 @@ def _boost_params(reader: _Reader) -> BoostParams:
         else:  # strings and string enums
             kwargs[name] = reader.get_str(name)
     try:
-        return BoostParams(**kwargs).validate()
+        return BoostParams().with_updates(**kwargs)
     except (InputError, ValueError) as exc:
         raise ConfigError(f"{reader.source}: [train]: {exc}") from None
 

@@ -189,7 +189,8 @@ def describe(
     ``parties``, ``objective``, ``params``, ``n_trees``, ``n_rounds``, ``trees_per_round``,
     ``best_iteration``, ``n_features``, ``features`` (name, splits, gain), ``splits``
     (per party), ``history``, ``diagnostics`` (the guest's: the leaf purity of the first tree
-    and of the first the hosts saw), ``holds``, ``does_not_hold``. Values a file cannot know
+    and of the first the hosts saw), ``privacy`` (a private model's accountant record, else
+    None), ``holds``, ``does_not_hold``. Values a file cannot know
     are ``None``.
     """
     data = _read_json(path)
@@ -209,6 +210,7 @@ def describe(
         "splits": _splits(model),
         "history": history_to_json(history_of(model)),
         "diagnostics": dict(getattr(model, "diagnostics", {})),
+        "privacy": getattr(model, "privacy", None),
         "holds": list(_HOLDS[kind]),
         "does_not_hold": list(_NOT_HELD[kind]),
     }
@@ -327,7 +329,19 @@ def _summary(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows += [("evaluation", text) for text in _history_lines(d["history"], d["best_iteration"])]
     for name, value in d.get("diagnostics", {}).items():
         rows.append(("diagnostics", f"{name} {value:.4f}"))
+    if d.get("privacy"):
+        rows.append(("privacy", _privacy_text(d["privacy"])))
     return rows
+
+
+def _privacy_text(p: Mapping[str, Any]) -> str:
+    """The accountant's statement in one line (docs/explanation/differential-privacy.md)."""
+    return (
+        f"epsilon = {p.get('epsilon', float('nan')):.6g} differential privacy of this model "
+        f"({p.get('mechanism')}; {p.get('trees')} trees, {p.get('trees_per_ensemble')} per "
+        f"ensemble; neighbours: {p.get('neighbouring')}); gradient bound {p.get('grad_bound')}, "
+        f"{p.get('filtered_rows')} row-trees filtered; noise: {p.get('noise')}"
+    )
 
 
 def _params_text(params: Mapping[str, Any]) -> str:

@@ -31,6 +31,7 @@ from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.names import by_name, check_names, model_names, names_of
 from p2pboost.gbdt.objectives import Objective, canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import check_private_labels
 from p2pboost.gbdt.rounds import (
     EvalData,
     Margins,
@@ -86,6 +87,7 @@ class Booster:
         rng_state: dict[str, Any] | None = None,
         feature_names: Sequence[str] | None = None,
         categories: dict[str, list[Any]] | None = None,
+        privacy: dict[str, Any] | None = None,
     ) -> None:
         self.params = params
         self.mapper = mapper
@@ -101,6 +103,8 @@ class Booster:
         self.feature_names = check_names(feature_names, mapper.n_features)
         #: Category lists of the categorical columns (see :mod:`p2pboost.gbdt.categories`).
         self.categories = categories
+        #: What a private model spent (:func:`~p2pboost.gbdt.privacy.privacy_record`), or None.
+        self.privacy = privacy
         self.objective: Objective = get_objective(params)
 
     @property
@@ -211,6 +215,8 @@ class Booster:
             out["feature_names"] = list(self.feature_names)
         if self.categories:
             out["categories"] = {k: list(v) for k, v in self.categories.items()}
+        if self.privacy is not None:
+            out["privacy"] = dict(self.privacy)
         return out
 
     @classmethod
@@ -241,6 +247,7 @@ class Booster:
             )
             booster.feature_names = model_names(data.get("feature_names"), booster.n_features)
             booster.categories = model_categories(data.get("categories"))
+            booster.privacy = privacy_from(data.get("privacy"), params)
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
                 raise
@@ -320,6 +327,8 @@ def train(
     params = params.validate()
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
+    if params.dp is not None:
+        check_private_run(params, y_arr, init_model is not None, sample_weight is not None)
     categories = init_model.categories if init_model is not None else fit_categories(X)
     X = apply_categories(X, categories)  # categorical columns as their codes
     names = names_of(X) if feature_names is None else list(feature_names)
@@ -372,6 +381,7 @@ def train(
                 task.sample,
                 candidates & task.features[:, None, None],
                 mapper.thresholds,
+                task.privacy,
             )
             tree = grower.grow()
             eval_leaves = [tree.leaves_binned(ev.data) for ev in evals]
@@ -389,6 +399,7 @@ def train(
         loop.rng_state,
         check_names(names, X_arr.shape[1]),
         categories,
+        None if loop.privacy is None else loop.privacy.record(),
     )
 
 
@@ -425,10 +436,40 @@ def rng_state_from(value: object) -> dict[str, Any] | None:
 
 
 def initial_margin(objective: Objective, params: BoostParams, y: F64) -> F64:
-    """The base margin ``(K,)``: from ``params.base_score`` if set, else from the labels."""
+    """The base margin ``(K,)``: from ``params.base_score`` if set, else from the labels
+    (a differentially private model starts at margin 0: the labels' mean is not public)."""
     if params.base_score is not None:
         return objective.margin_from_score(params.base_score)
+    if params.dp is not None:
+        return np.zeros(objective.n_outputs)
     return objective.init_margin(y)
+
+
+def check_private_run(params: BoostParams, y: F64, warm: bool, weighted: bool) -> None:
+    """What a differentially private run refuses (InputError naming why)."""
+    if warm:
+        raise InputError(
+            "differential privacy cannot continue a model (init_model): its budget and row "
+            "assignment were spent by the run that made it"
+        )
+    if weighted:
+        raise InputError(
+            "differential privacy does not take sample_weight: weights scale gradients past "
+            "the bound its sensitivities assume"
+        )
+    check_private_labels(params, y)
+
+
+def privacy_from(value: object, params: BoostParams) -> dict[str, Any] | None:
+    """A model file's privacy record, checked: present exactly when the model is private."""
+    if value is None and params.dp is None:
+        return None
+    if not isinstance(value, dict) or params.dp is None:
+        raise ModelError("invalid model: privacy record and dp settings disagree")
+    eps = value.get("epsilon")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
+        raise ModelError("invalid model: privacy record without a positive epsilon")
+    return dict(value)
 
 
 def bin_eval_sets(

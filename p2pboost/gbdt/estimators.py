@@ -38,7 +38,7 @@ from p2pboost.gbdt.booster import ESTIMATOR_FORMAT, Booster, train
 from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStopping
 from p2pboost.gbdt.names import by_name
 from p2pboost.gbdt.objectives import canonical_objective
-from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.params import BoostParams, DPParams
 
 __all__ = ["ESTIMATOR_FORMAT", "GBDTClassifier", "GBDTRegressor"]
 
@@ -48,6 +48,7 @@ F64 = npt.NDArray[np.float64]
 #: The boosting parameters both estimators take, by their BoostParams names (``seed`` is
 #: ``random_state``).
 _BOOST = (
+    "dp",
     "n_estimators",
     "learning_rate",
     "max_depth",
@@ -283,6 +284,7 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
         random_state: int = 0,
         eval_metric: str | Sequence[str] | None = None,
         verbose: bool | int = False,
+        dp: DPParams | dict[str, Any] | None = None,
         multi_strategy: str = "one_output_per_tree",
     ) -> None:
         _store(self, locals())
@@ -350,7 +352,7 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
     """Gradient-boosted trees for regression (``objective``: L2 by default; ``huber_delta``,
     ``fair_c`` and ``tweedie_variance_power`` shape the objectives that take them). The other
     parameters are :class:`~p2pboost.gbdt.params.BoostParams`' (``random_state`` is its
-    ``seed``)."""
+    ``seed``; ``dp`` as in the classifier)."""
 
     objective: str
     huber_delta: float
@@ -379,6 +381,7 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         random_state: int = 0,
         eval_metric: str | Sequence[str] | None = None,
         verbose: bool | int = False,
+        dp: DPParams | dict[str, Any] | None = None,
         objective: str = "reg:squarederror",
         huber_delta: float = 1.0,
         fair_c: float = 1.0,

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from p2pboost.gbdt.binning import BinnedData
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import PrivateTree
 from p2pboost.gbdt.split import LayerSplits, accepted, find_best_splits, leaf_weight
 from p2pboost.gbdt.tree import LOCAL, Tree, TreeBuilder
 
@@ -169,15 +170,26 @@ class HistogramGrower:
     ``candidates`` ``(F, max_bin, 2)`` masks allowed split candidates (see
     :func:`~p2pboost.gbdt.split.candidate_mask`); ``thresholds(features, bins)`` gives the raw
     thresholds stored in the tree for local splits.
+
+    ``privacy`` (a differentially private tree, :mod:`~p2pboost.gbdt.privacy`) changes two
+    things only: the core's split choice is its exponential mechanism, and the finished tree
+    is released with noisy leaves.
     """
 
     def __init__(
-        self, params: BoostParams, n_outputs: int, candidates: B8, thresholds: ThresholdFn
+        self,
+        params: BoostParams,
+        n_outputs: int,
+        candidates: B8,
+        thresholds: ThresholdFn,
+        privacy: PrivateTree | None = None,
     ) -> None:
         self.params = params
         self.candidates = candidates
         self.thresholds = thresholds
+        self.privacy = privacy
         self.tree = TreeBuilder(n_outputs=n_outputs)
+        self._totals: list[tuple[F64, F64]] = []  # (g, h) of the nodes, in id order
 
     def start(self, hist: Histogram, grad: F64, hess: F64, count: I64) -> Frontier:
         """Create the root from its histogram and totals ``(1, K)``; the first frontier."""
@@ -200,7 +212,12 @@ class HistogramGrower:
 
     def find_splits(self, frontier: Frontier) -> LayerSplits:
         """The core's best candidate split of every frontier node (row counts are used, as
-        by the core's builders, only for ``min_samples_leaf > 1``)."""
+        by the core's builders, only for ``min_samples_leaf > 1``); a private tree's choice
+        is its exponential mechanism."""
+        if self.privacy is not None:
+            return self.privacy.find_splits(
+                frontier.hist, frontier.grad, frontier.hess, self.candidates
+            )
         use_counts = self.params.min_samples_leaf > 1 and frontier.hist.count is not None
         hist = (
             frontier.hist if use_counts else Histogram(frontier.hist.grad, frontier.hist.hess, None)
@@ -279,12 +296,18 @@ class HistogramGrower:
         )
 
     def finish(self) -> Tree:
-        """The grown tree (the nodes never split are leaves)."""
-        return self.tree.finish()
+        """The grown tree (the nodes never split are leaves); a private tree as released."""
+        tree = self.tree.finish()
+        if self.privacy is None:
+            return tree
+        g = np.concatenate([t[0] for t in self._totals])
+        h = np.concatenate([t[1] for t in self._totals])
+        return self.privacy.release(tree, g, h, self.params.learning_rate)
 
     def _new_nodes(self, g: F64, h: F64) -> I64:
         """Add nodes with totals ``g``/``h`` ``(m, K)``; their values are the leaf weights."""
         p = self.params
+        self._totals.append((g, h))
         w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
         return self.tree.add_nodes(p.learning_rate * w, h.sum(axis=1))
 
@@ -353,8 +376,9 @@ class TreeGrower(HistogramGrower):
         sample: I64 | None,
         candidates: B8,
         thresholds: ThresholdFn,
+        privacy: PrivateTree | None = None,
     ) -> None:
-        super().__init__(params, grad.shape[1], candidates, thresholds)
+        super().__init__(params, grad.shape[1], candidates, thresholds, privacy)
         self.data = data
         self.builder = builder
         self.grad = grad

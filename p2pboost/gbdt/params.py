@@ -15,7 +15,14 @@ from typing import Any
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.objectives import canonical_objective
 
-__all__ = ["MAX_BIN_LIMIT", "BoostParams", "MultiStrategy"]
+__all__ = [
+    "DP_OBJECTIVES",
+    "MAX_BIN_LIMIT",
+    "BoostParams",
+    "DPMechanism",
+    "DPParams",
+    "MultiStrategy",
+]
 
 #: Largest ``max_bin``: bins (plus the missing bin) then fit in ``uint16``; up to 255 in ``uint8``.
 MAX_BIN_LIMIT = 256
@@ -30,6 +37,87 @@ class MultiStrategy(StrEnum):
     MULTI_OUTPUT_TREE = "multi_output_tree"
 
 
+class DPMechanism(StrEnum):
+    """How a differentially private model spends its budget across trees (DPBoost, Li et al.
+    AAAI 2020; :mod:`p2pboost.gbdt.privacy`)."""
+
+    #: Ensembles of ensembles: trees of one ensemble on disjoint rows (parallel composition),
+    #: ensembles in sequence; rows per tree shrink geometrically with the learning rate.
+    DPBOOST = "dpboost"
+    #: Baseline: every tree on all rows, ``epsilon / n_estimators`` each (sequential).
+    SEQ = "seq"
+    #: Baseline: one tree per disjoint share of the rows, ``epsilon`` each (parallel).
+    PARA = "para"
+
+
+#: The objectives with a bounded gradient DPBoost's sensitivities are proved for.
+DP_OBJECTIVES = ("binary:logistic", "reg:squarederror")
+
+
+@dataclass(frozen=True, slots=True)
+class DPParams:
+    """Differential privacy of the released model (see :mod:`p2pboost.gbdt.privacy`).
+
+    ``epsilon`` is the budget of the whole model; ``mechanism`` how it is spent across trees
+    (:class:`DPMechanism`); ``trees_per_ensemble`` DPBoost's ``T_e``. ``gdf``: gradient-based
+    data filtering (rows whose gradient exceeds ``grad_bound`` sit a tree out; off: their
+    gradients are clipped instead). ``glc``: geometric leaf clipping. ``grad_bound`` is
+    DPBoost's ``g*_l``; None takes the loss's largest gradient at margin 0 over the labels
+    (0.5 for ``binary:logistic``, ``label_bound`` for ``reg:squarederror``, whose labels must
+    lie in ``[-label_bound, label_bound]``). ``noise_seed`` makes the noise repeatable: for
+    tests and comparisons only (the model file then says the noise was seeded).
+    """
+
+    epsilon: float = 1.0
+    mechanism: DPMechanism | str = DPMechanism.DPBOOST
+    trees_per_ensemble: int = 50
+    gdf: bool = True
+    glc: bool = True
+    grad_bound: float | None = None
+    label_bound: float = 1.0
+    noise_seed: int | None = None
+
+    def validate(self) -> DPParams:
+        """Return ``self`` if every value is in range, else raise :class:`InputError`."""
+        _check_real("dp.epsilon", self.epsilon, 0.0, None, low_open=True)
+        _check_int("dp.trees_per_ensemble", self.trees_per_ensemble, 1)
+        _check_real("dp.label_bound", self.label_bound, 0.0, None, low_open=True)
+        if self.grad_bound is not None:
+            _check_real("dp.grad_bound", self.grad_bound, 0.0, None, low_open=True)
+        if self.noise_seed is not None:
+            _check_int("dp.noise_seed", self.noise_seed, 0)
+        for name in ("gdf", "glc"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"dp.{name} must be a boolean")
+        try:
+            DPMechanism(self.mechanism)
+        except ValueError:
+            choices = ", ".join(m.value for m in DPMechanism)
+            raise InputError(f"unknown dp.mechanism {self.mechanism!r}; choose {choices}") from None
+        return self
+
+    @classmethod
+    def from_value(cls, value: Any) -> DPParams | None:
+        """From a :class:`DPParams`, a map of its fields (as :meth:`to_dict` writes), or None."""
+        if value is None or isinstance(value, DPParams):
+            return None if value is None else value.validate()
+        if not isinstance(value, dict):
+            raise InputError(
+                f"dp must be a map of settings (e.g. {{'epsilon': 1.0}}), not {value!r}"
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise InputError(f"unknown dp setting(s): {', '.join(unknown)}")
+        return cls(**value).validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values."""
+        out = asdict(self)
+        out["mechanism"] = DPMechanism(self.mechanism).value
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class BoostParams:
     """Every knob of training. Build with keywords, then call :meth:`validate`.
@@ -39,6 +127,7 @@ class BoostParams:
     ``min_child_weight`` bounds a child's hessian sum. ``top_rate``/``other_rate`` are GOSS's
     ``a`` and ``b`` (used when ``goss`` is true). ``base_score`` is on the *prediction* scale
     (a probability for logistic, a mean for regression); ``None`` estimates it from the labels.
+    ``dp`` (a :class:`DPParams`) trains a differentially private model instead (DPBoost).
     """
 
     objective: str = "binary:logistic"
@@ -63,6 +152,7 @@ class BoostParams:
     fair_c: float = 1.0
     tweedie_variance_power: float = 1.5
     seed: int = 0
+    dp: DPParams | None = None
 
     def validate(self) -> BoostParams:
         """Return ``self`` if every value is in range, else raise :class:`InputError`."""
@@ -99,6 +189,8 @@ class BoostParams:
             _check_real("base_score", self.base_score, None, None)
         if not isinstance(self.objective, str):
             raise InputError("objective must be a string name")
+        if self.dp is not None:
+            self._validate_dp()
         multi = canonical_objective(self.objective) == "multi:softmax"
         if multi and self.num_class < 2:
             raise InputError("multi:softmax needs num_class >= 2")
@@ -113,6 +205,29 @@ class BoostParams:
             ) from None
         return self
 
+    def _validate_dp(self) -> None:
+        """What differential privacy rules out: settings whose effect depends on the data in
+        a way DPBoost's accounting does not cover (each refusal says why)."""
+        if not isinstance(self.dp, DPParams):
+            raise InputError("dp must be a DPParams (or a map of its settings)")
+        self.dp.validate()
+        if canonical_objective(self.objective) not in DP_OBJECTIVES:
+            raise InputError(
+                f"differential privacy supports {' and '.join(DP_OBJECTIVES)} (losses with a "
+                f"bounded gradient), not {self.objective!r}"
+            )
+        if self.goss or self.subsample < 1.0:
+            raise InputError(
+                "differential privacy assigns rows to trees itself: use neither goss nor "
+                "subsample < 1 with dp"
+            )
+        if self.gamma != 0.0 or self.min_samples_leaf != 1:
+            raise InputError(
+                "differential privacy grows full trees (stopping on gains or row counts would "
+                "spend budget DPBoost does not account for): leave gamma=0 and "
+                "min_samples_leaf=1 with dp"
+            )
+
     def with_updates(self, **changes: Any) -> BoostParams:
         """A validated copy with ``changes`` applied; unknown names raise :class:`InputError`."""
         known = {f.name for f in fields(self)}
@@ -121,6 +236,8 @@ class BoostParams:
             raise InputError(f"unknown parameter(s): {', '.join(unknown)}")
         if "multi_strategy" in changes:
             changes["multi_strategy"] = _strategy(changes["multi_strategy"])
+        if "dp" in changes:
+            changes["dp"] = DPParams.from_value(changes["dp"])
         return replace(self, **changes).validate()
 
     @classmethod
@@ -132,6 +249,7 @@ class BoostParams:
         """Plain JSON-ready values."""
         out = asdict(self)
         out["multi_strategy"] = MultiStrategy(self.multi_strategy).value
+        out["dp"] = None if self.dp is None else self.dp.to_dict()
         return out
 
 

@@ -44,6 +44,7 @@ from p2pboost.gbdt.history import History
 from p2pboost.gbdt.metrics import Metric
 from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
+from p2pboost.gbdt.privacy import PrivateRounds, PrivateTree, RowKeys, clip_on_grid
 from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
 from p2pboost.gbdt.tree import Tree
 
@@ -79,7 +80,8 @@ class TreeTask:
 
     ``grad``/``hess`` ``(n, 1 or K)`` are on the grids ``grids`` (chosen from the ``sample``
     rows, every row otherwise); ``features`` masks the columns this tree may split on (over
-    all parties' features, in the global order).
+    all parties' features, in the global order). ``privacy``: the mechanisms of a
+    differentially private tree (its grower uses them), else None.
     """
 
     iteration: int
@@ -89,6 +91,7 @@ class TreeTask:
     grids: tuple[Grid, Grid]
     sample: I64 | None
     features: B8
+    privacy: PrivateTree | None = None
 
 
 def add_tree(margin: F64, values: F64, out: int) -> None:
@@ -101,7 +104,7 @@ def add_tree(margin: F64, values: F64, out: int) -> None:
 
 def on_grid(g: F64, h: F64, sample: I64 | None) -> tuple[F64, F64, Grid, Grid]:
     """Quantize g and h on grids chosen from the rows this tree uses (see fixedpoint)."""
-    n = g.shape[0] if sample is None else sample.size
+    n = g.shape[0] if sample is None else max(sample.size, 1)  # a private tree may get none
     g_used = g if sample is None else g[sample]
     h_used = h if sample is None else h[sample]
     g_grid, h_grid = choose_grid(g_used, n), choose_grid(h_used, n)
@@ -150,6 +153,9 @@ class RoundLoop:
     rounds keep their numbers and ``n_estimators`` more follow. ``features_by_round(round)``
     (a mask over the features, or None) restricts what a round's trees may split on, on top
     of the column sample (vertical training's ``complete_secure``: guest features only).
+    With ``params.dp`` the rows of each tree, its gradients and its mechanisms come from a
+    :class:`~p2pboost.gbdt.privacy.PrivateRounds` (``privacy``; ``row_keys`` replaces its
+    draw of the rows' ensemble keys).
     """
 
     def __init__(
@@ -161,8 +167,10 @@ class RoundLoop:
         *,
         start: RoundStart | None = None,
         features_by_round: Callable[[int], B8 | None] | None = None,
+        row_keys: RowKeys | None = None,
     ) -> None:
         self.params = params
+        self.privacy = None if params.dp is None else PrivateRounds(params, row_keys)
         self.n_features = n_features
         self.features_by_round = features_by_round
         vector = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
@@ -235,7 +243,12 @@ class RoundLoop:
     def tasks(self, margins: Margins) -> Iterator[TreeTask]:
         """This round's trees: gradients, row and column samples, one task per output."""
         grad, hess = margins.gradients()
-        grad, hess, sample = self.sample_rows(grad, hess)
+        private = self.privacy
+        sample: I64 | None
+        if private is not None:  # one tree per round (DP objectives have one output)
+            grad, hess, sample, plan = private.rows(len(self.trees), grad)
+        else:
+            grad, hess, sample = self.sample_rows(grad, hess)
         features = self.sample_columns()
         allowed = (
             None if self.features_by_round is None else self.features_by_round(self._iteration)
@@ -246,7 +259,13 @@ class RoundLoop:
             g = grad if out < 0 else grad[:, out : out + 1]
             h = hess if out < 0 else hess[:, out : out + 1]
             gq, hq, g_grid, h_grid = on_grid(g, h, sample)
-            yield TreeTask(self._iteration, out, gq, hq, (g_grid, h_grid), sample, features)
+            if private is None:
+                yield TreeTask(self._iteration, out, gq, hq, (g_grid, h_grid), sample, features)
+                continue
+            gq = clip_on_grid(gq, g_grid, plan.grad_bound)
+            tree = private.tree(plan)
+            yield TreeTask(self._iteration, out, gq, hq, (g_grid, h_grid), sample, features, tree)
+            private.released(tree)  # the consumer has grown and kept it
 
     def add_tree(self, tree: Tree, out: int) -> None:
         """Keep a grown tree (for output ``out``)."""

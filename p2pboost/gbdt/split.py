@@ -93,8 +93,12 @@ def accepted(gain: F64, params: BoostParams) -> I64:
     """Positions of the nodes whose best gain beats ``max(gamma, MIN_GAIN)``: they split.
 
     The one acceptance rule: the grower applies it, and the federated guest applies it to
-    know which owners to ask before the layer is applied.
+    know which owners to ask before the layer is applied. A differentially private tree
+    (``params.dp``) splits every node that has a chosen candidate (its gains are not released;
+    :mod:`~p2pboost.gbdt.privacy`).
     """
+    if params.dp is not None:
+        return np.flatnonzero(np.isfinite(np.asarray(gain)))
     return np.flatnonzero(np.asarray(gain) > max(params.gamma, MIN_GAIN))
 
 

@@ -156,6 +156,11 @@ async def guest_train(
     """
     config = config or HeteroConfig()
     params = params.validate()
+    if params.dp is not None:
+        raise InputError(
+            "vertical training does not take dp (differential privacy) yet: train a private "
+            "model with the core (p2pboost.gbdt.train) on data you may join"
+        )
     if MultiStrategy(params.multi_strategy) is not MultiStrategy.ONE_OUTPUT_PER_TREE:
         raise InputError("hetero training grows one tree per output (one_output_per_tree)")
     if not hosts or len(set(hosts)) != len(hosts):

@@ -98,6 +98,11 @@ class HomoConfig:
     def validate(self) -> HomoConfig:
         self.params.validate()
         p = self.params
+        if p.dp is not None:
+            raise InputError(
+                "horizontal training does not take dp (differential privacy) yet: train a "
+                "private model with the core (p2pboost.gbdt.train)"
+            )
         objective = canonical_objective(p.objective)  # aliases too: "l2"
         if objective not in SUPPORTED_OBJECTIVES:
             raise InputError(

@@ -1,0 +1,385 @@
+"""DPBoost: differentially private gradient boosting (Li, Wu, Wen and He, AAAI 2020).
+
+What is protected: the *released model* (trees, thresholds, leaf values, its history of the
+training rows), against anyone who reads it, for neighbouring training sets that differ in one
+row. How (``BoostParams.dp``, a :class:`~p2pboost.gbdt.params.DPParams`):
+
+* **Bounded gradients.** The loss's gradient at margin 0 is at most ``g*`` over the allowed
+  labels (0.5 for the logistic loss; the label bound for squared error). Hessians are taken as
+  1 per row (first-order trees, as in the paper: a Newton step's hessian denominator would
+  make a leaf's sensitivity unbounded). *Gradient-based data filtering* (GDF) lets a row whose
+  gradient later exceeds ``g*`` sit that tree out; without GDF its gradient is clipped.
+* **Sensitivities independent of the data size.** A split's score
+  ``G = GL^2/(nL+lambda) + GR^2/(nR+lambda)`` moves by at most
+  ``Delta_G = (3 lambda + 2) / ((lambda + 1)(lambda + 2)) g*^2`` and a leaf value
+  ``V = -sum g / (n + lambda)`` by at most ``Delta_V = g* / (1 + lambda)``; with *geometric
+  leaf clipping* (GLC) the t-th tree of an ensemble clips its leaves to
+  ``g* (1 - eta)^(t-1)``, so ``Delta_V <= min(g* / (1 + lambda), 2 g* (1 - eta)^(t-1))``.
+* **One tree with budget eps_t:** half to the leaves (Laplace noise, scale
+  ``Delta_V / (eps_t / 2)``, by the snapping mechanism of :mod:`~p2pboost.gbdt.noise`), half
+  spread evenly over the ``max_depth`` levels; at a level every node chooses its split by the
+  exponential mechanism (probability ``~ exp(eps_level G / (2 Delta_G))``) among *all*
+  candidates of the fixed candidate grid (a data-dependent candidate set would leak). Nodes of
+  a level hold disjoint rows (parallel composition). Trees are full: no early stop on gains
+  or counts; gains and covers are not stored in the model, internal nodes carry no value.
+* **Across trees** (:class:`~p2pboost.gbdt.params.DPMechanism`): DPBoost's ensemble of
+  ensembles (ensembles of ``T_e`` trees on disjoint rows, sizes ``eta (1 - eta)^(t-1) /
+  (1 - (1 - eta)^T_e)`` of the rows; ensembles in sequence), or the baselines SEQ and PARA.
+
+Rows are assigned to the trees of an ensemble by one uniform key per row, drawn at the start
+of the ensemble (:class:`PrivateRounds`); a row belongs to the tree whose share of [0, 1)
+holds its key. The assignment is independent of the data, so the trees of an ensemble see
+disjoint rows; and it is per row, so a horizontal client can draw its own rows' keys.
+
+The accountant (:func:`privacy_record`) states what the released model spent; the record
+travels in the model file and ``p2pboost inspect`` shows it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.exceptions import InputError
+from p2pboost.gbdt.fixedpoint import Grid
+from p2pboost.gbdt.histogram import Histogram
+from p2pboost.gbdt.noise import (
+    NoiseSource,
+    exponential_mechanism,
+    snapped_laplace,
+    snapping_epsilon,
+)
+from p2pboost.gbdt.objectives import canonical_objective
+from p2pboost.gbdt.params import BoostParams, DPMechanism, DPParams
+from p2pboost.gbdt.split import LayerSplits
+from p2pboost.gbdt.tree import Tree
+
+__all__ = [
+    "PrivateRounds",
+    "PrivateTree",
+    "TreePlan",
+    "check_private_labels",
+    "clip_on_grid",
+    "grad_bound",
+    "privacy_record",
+    "split_scores",
+    "tree_plan",
+    "tree_rows",
+]
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+B8 = npt.NDArray[np.bool_]
+#: ``keys(ensemble, n_rows)``: the rows' uniform keys in [0, 1) for one ensemble.
+RowKeys = Callable[[int, int], F64]
+
+
+def _dp(params: BoostParams) -> DPParams:
+    if params.dp is None:
+        raise InputError("these parameters ask for no differential privacy (params.dp is None)")
+    return params.dp
+
+
+def grad_bound(params: BoostParams) -> float:
+    """DPBoost's ``g*_l``: ``dp.grad_bound`` if set, else the loss's largest gradient at
+    margin 0 over the allowed labels (0.5 logistic, ``label_bound`` squared error)."""
+    dp = _dp(params)
+    if dp.grad_bound is not None:
+        return float(dp.grad_bound)
+    return 0.5 if _logistic(params) else dp.label_bound
+
+
+def _logistic(params: BoostParams) -> bool:
+    return canonical_objective(params.objective) == "binary:logistic"
+
+
+def check_private_labels(params: BoostParams, y: F64) -> None:
+    """Squared error's sensitivity needs labels within ``[-label_bound, label_bound]``."""
+    dp = _dp(params)
+    if not _logistic(params):
+        worst = float(np.max(np.abs(y))) if y.size else 0.0
+        if worst > dp.label_bound:
+            raise InputError(
+                f"differential privacy needs regression labels in [-{dp.label_bound}, "
+                f"{dp.label_bound}] (dp.label_bound), found |y| = {worst:g}: scale them with "
+                "public bounds, e.g. (y - mid) / half_range"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class TreePlan:
+    """The privacy settings of one tree (all data-independent).
+
+    ``lo``/``hi``: the share of [0, 1) whose row keys belong to this tree (None: all rows).
+    ``leaf_bound`` bounds ``|V|`` (GLC's clip, else ``g*``); ``delta_v``/``delta_g`` are the
+    sensitivities; ``epsilon`` = ``leaf_epsilon`` + ``max_depth * level_epsilon``.
+    """
+
+    index: int
+    ensemble: int
+    position: int
+    epsilon: float
+    level_epsilon: float
+    leaf_epsilon: float
+    lo: float | None
+    hi: float | None
+    grad_bound: float
+    leaf_bound: float
+    delta_v: float
+    delta_g: float
+
+
+def _ensembles(params: BoostParams) -> tuple[int, list[float] | None, float]:
+    """``(trees per ensemble, row shares of an ensemble's trees or None, epsilon per tree)``
+    for a full ensemble (the last one may be shorter: see :func:`tree_plan`)."""
+    dp = _dp(params)
+    n_trees = params.n_estimators
+    mech = DPMechanism(dp.mechanism)
+    if mech is DPMechanism.SEQ:
+        return n_trees, None, dp.epsilon / n_trees
+    if mech is DPMechanism.PARA:
+        return n_trees, [1.0 / n_trees] * n_trees, dp.epsilon
+    per = min(dp.trees_per_ensemble, n_trees)
+    return per, [], dp.epsilon / math.ceil(n_trees / per)
+
+
+def _geometric_shares(m: int, eta: float) -> list[float]:
+    """DPBoost's Algorithm 2: tree t of m gets ``eta (1-eta)^(t-1) / (1 - (1-eta)^m)``."""
+    q = 1.0 - eta
+    if q <= 0.0:
+        return [1.0] + [0.0] * (m - 1)
+    total = 1.0 - q**m
+    return [eta * q**t / total for t in range(m)]
+
+
+def tree_plan(params: BoostParams, index: int) -> TreePlan:
+    """The plan of tree ``index`` (0-based, counting every tree of the model)."""
+    dp = _dp(params)
+    per, shares, eps = _ensembles(params)
+    ensemble, position = divmod(index, per)
+    if shares == []:  # DPBoost: geometric shares over this ensemble's trees
+        m = min(per, params.n_estimators - ensemble * per)
+        shares = _geometric_shares(max(m, position + 1), params.learning_rate)
+    lo = hi = None
+    if shares is not None:
+        lo, hi = float(sum(shares[:position])), float(sum(shares[: position + 1]))
+        if position == len(shares) - 1:
+            hi = 1.0  # the last tree takes what rounding left
+    g = grad_bound(params)
+    lam = params.reg_lambda
+    delta_v = g / (1.0 + lam)
+    leaf_bound = g
+    if dp.glc:
+        leaf_bound = g * (1.0 - params.learning_rate) ** position
+        delta_v = min(delta_v, 2.0 * leaf_bound)
+    delta_g = (3.0 * lam + 2.0) / ((lam + 1.0) * (lam + 2.0)) * g * g
+    return TreePlan(
+        index=index,
+        ensemble=ensemble,
+        position=position,
+        epsilon=eps,
+        level_epsilon=eps / 2.0 / params.max_depth,
+        leaf_epsilon=eps / 2.0,
+        lo=lo,
+        hi=hi,
+        grad_bound=g,
+        leaf_bound=leaf_bound,
+        delta_v=delta_v,
+        delta_g=delta_g,
+    )
+
+
+def tree_rows(plan: TreePlan, keys: F64 | None, grad: F64, gdf: bool) -> tuple[I64, int, F64]:
+    """This tree's rows, the number GDF filtered out, and the gradients it uses.
+
+    ``keys`` are the rows' ensemble keys (None with SEQ: every row); ``grad`` ``(n, 1)``.
+    GDF leaves out rows with ``|g| > g*``; without it their gradients are clipped to ``g*``.
+    """
+    n = grad.shape[0]
+    mine = np.ones(n, dtype=np.bool_)
+    if plan.lo is not None and plan.hi is not None and keys is not None:
+        mine = (keys >= plan.lo) & (keys < plan.hi)
+    g = plan.grad_bound
+    if gdf:
+        ok = np.abs(grad[:, 0]) <= g
+        return np.flatnonzero(mine & ok), int(np.count_nonzero(mine & ~ok)), grad
+    return np.flatnonzero(mine), 0, np.clip(grad, -g, g)
+
+
+def clip_on_grid(grad: F64, grid: Grid, bound: float) -> F64:
+    """On-grid gradients clipped to the largest grid value ``<= bound`` (rounding to the grid
+    must not carry a gradient past ``g*``)."""
+    top = math.floor(math.ldexp(bound, grid.bits))
+    limit = math.ldexp(float(top), -grid.bits)
+    return np.clip(grad, -limit, limit)
+
+
+def split_scores(gl: F64, hl: F64, g: F64, h: F64, reg_lambda: float) -> F64:
+    """DPBoost's split score ``GL^2/(HL+lambda) + GR^2/(HR+lambda)`` (empty children with
+    ``lambda = 0`` count 0, never NaN); inputs broadcast, the last axis is the one output."""
+    gr, hr = g - gl, h - hl
+    with np.errstate(divide="ignore", invalid="ignore"):
+        left = np.where(hl + reg_lambda > 0, gl * gl / (hl + reg_lambda), 0.0)
+        right = np.where(hr + reg_lambda > 0, gr * gr / (hr + reg_lambda), 0.0)
+    return np.asarray((left + right)[..., 0])
+
+
+class PrivateTree:
+    """The mechanisms of one tree: split choice (the grower's split-choice hook) and the
+    noisy leaves of the released tree."""
+
+    def __init__(self, plan: TreePlan, reg_lambda: float, source: NoiseSource) -> None:
+        self.plan = plan
+        self.reg_lambda = reg_lambda
+        self.source = source
+
+    def choose(self, scores: F64) -> I64:
+        """Exponential mechanism per node over candidate ``scores`` ``(k, C)`` (``-inf``:
+        not a candidate); the chosen column per node, -1 where there is none."""
+        p = self.plan
+        return exponential_mechanism(scores * (p.level_epsilon / (2.0 * p.delta_g)), self.source)
+
+    def find_splits(
+        self, hist: Histogram, node_grad: F64, node_hess: F64, candidates: B8
+    ) -> LayerSplits:
+        """The core's answer to the split-choice step: every candidate of the fixed grid
+        ``candidates`` ``(F, B-1, 2)`` (both missing directions), scored and chosen."""
+        k, n_feat, n_slots, _ = hist.grad.shape
+        gl = np.empty((k, n_feat, n_slots - 1, 2, 1))
+        hl = np.empty((k, n_feat, n_slots - 1, 2, 1))
+        np.cumsum(hist.grad[:, :, :-1, :1], axis=2, out=gl[:, :, :, 1])
+        np.cumsum(hist.hess[:, :, :-1, :1], axis=2, out=hl[:, :, :, 1])
+        np.add(gl[:, :, :, 1], hist.grad[:, :, -1:, :1], out=gl[:, :, :, 0])
+        np.add(hl[:, :, :, 1], hist.hess[:, :, -1:, :1], out=hl[:, :, :, 0])
+        g = node_grad[:, None, None, None, :1]
+        h = node_hess[:, None, None, None, :1]
+        scores = split_scores(gl, hl, g, h, self.reg_lambda)
+        scores = np.where(candidates[None], scores, -np.inf).reshape(k, -1)
+        best = self.choose(scores)
+        f, t, d = np.unravel_index(np.maximum(best, 0), (n_feat, n_slots - 1, 2))
+        rows = np.arange(k)
+        return LayerSplits(
+            gain=np.where(best >= 0, 0.0, -np.inf),  # no gain is released
+            feature=f.astype(np.int64),
+            threshold=t.astype(np.int64),
+            default_left=d == 0,
+            left_grad=gl[rows, f, t, d],
+            left_hess=hl[rows, f, t, d],
+            left_count=np.full(k, -1, dtype=np.int64),
+        )
+
+    def release(self, tree: Tree, node_grad: F64, node_hess: F64, learning_rate: float) -> Tree:
+        """The tree as released: leaves ``eta * (clip(V) + Laplace)``; no value on internal
+        nodes, no gains or covers (noiseless statistics of the rows)."""
+        p = self.plan
+        g, h = node_grad[:, 0], node_hess[:, 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.where(h + self.reg_lambda > 0, -g / (h + self.reg_lambda), 0.0)
+        leaf = tree.is_leaf
+        v = np.clip(v[leaf], -p.leaf_bound, p.leaf_bound)
+        noisy = snapped_laplace(v, p.delta_v, p.leaf_epsilon, p.leaf_bound, self.source)
+        value = np.zeros((tree.n_nodes, 1))
+        value[leaf, 0] = learning_rate * noisy
+        zeros = np.zeros(tree.n_nodes)
+        return replace(tree, value=value, gain=zeros, cover=zeros)
+
+    def spent(self) -> float:
+        """This tree's epsilon with the snapping mechanism's small excess on the leaves."""
+        p = self.plan
+        leaf = snapping_epsilon(p.leaf_epsilon, p.delta_v, p.leaf_bound)
+        return p.epsilon - p.leaf_epsilon + leaf
+
+
+class PrivateRounds:
+    """The privacy state of a training run: the noise stream, the rows' ensemble keys, the
+    filtered counts and the epsilon spent tree by tree.
+
+    ``row_keys(ensemble, n)`` replaces the keys' own stream (a horizontal federation's rows
+    are keyed by their clients; the core is given the same keys to compare).
+    """
+
+    def __init__(self, params: BoostParams, row_keys: RowKeys | None = None) -> None:
+        self.params = params
+        self.dp = _dp(params)
+        self.source = NoiseSource(self.dp.noise_seed, "mechanisms")
+        self._rows = NoiseSource(self.dp.noise_seed, "rows")
+        self._row_keys = row_keys
+        self._keys: F64 | None = None
+        self._keys_of = -1
+        self.filtered: list[int] = []
+        self.spent: list[tuple[int, float]] = []  # (ensemble, epsilon) per released tree
+
+    def keys(self, ensemble: int, n_rows: int) -> F64:
+        """The rows' keys for ``ensemble`` (drawn once per ensemble)."""
+        if self._keys is None or self._keys_of != ensemble or self._keys.size != n_rows:
+            if self._row_keys is not None:
+                keys = np.asarray(self._row_keys(ensemble, n_rows), dtype=np.float64)
+                if keys.shape != (n_rows,):
+                    raise InputError(f"row keys: {n_rows} expected, got shape {keys.shape}")
+            else:
+                keys = self._rows.uniform(n_rows)
+            self._keys, self._keys_of = keys, ensemble
+        return self._keys
+
+    def rows(self, index: int, grad: F64) -> tuple[F64, F64, I64, TreePlan]:
+        """Tree ``index``'s gradients (GDF or clipped), unit hessians, rows and plan."""
+        plan = tree_plan(self.params, index)
+        keys = None if plan.lo is None else self.keys(plan.ensemble, grad.shape[0])
+        sample, filtered, g = tree_rows(plan, keys, grad, self.dp.gdf)
+        self.filtered.append(filtered)
+        return g, np.ones_like(g), sample, plan
+
+    def tree(self, plan: TreePlan) -> PrivateTree:
+        """The mechanisms of the tree planned by ``plan``."""
+        return PrivateTree(plan, self.params.reg_lambda, self.source)
+
+    def released(self, tree: PrivateTree) -> None:
+        """Count a released tree's epsilon."""
+        self.spent.append((tree.plan.ensemble, tree.spent()))
+
+    def record(self) -> dict[str, Any]:
+        """The accountant's statement (see :func:`privacy_record`)."""
+        return privacy_record(self.params, self.spent, sum(self.filtered), self.source.seeded)
+
+
+def privacy_record(
+    params: BoostParams, spent: list[tuple[int, float]], filtered: int, seeded: bool
+) -> dict[str, Any]:
+    """What the released model spent: trees of one ensemble compose in parallel (disjoint
+    rows: the largest counts), ensembles in sequence (they add up); SEQ's trees all add up.
+
+    ``epsilon`` is the total over the trees released (early stopping releases every tree
+    trained, so the count is of trees, not of rounds used).
+    """
+    dp = _dp(params)
+    mech = DPMechanism(dp.mechanism)
+    per_ensemble: dict[int, float] = {}
+    for ensemble, eps in spent:
+        if mech is DPMechanism.SEQ:
+            per_ensemble[len(per_ensemble)] = eps
+        else:
+            per_ensemble[ensemble] = max(per_ensemble.get(ensemble, 0.0), eps)
+    plan = tree_plan(params, 0)
+    per_tree, _, eps_tree = _ensembles(params)
+    return {
+        "mechanism": mech.value,
+        "epsilon": float(sum(per_ensemble.values())),
+        "epsilon_requested": float(dp.epsilon),
+        "neighbouring": "training sets that differ in one row",
+        "trees": len(spent),
+        "trees_per_ensemble": per_tree,
+        "epsilon_per_tree": eps_tree,
+        "epsilon_per_split_level": eps_tree / 2.0 / params.max_depth,
+        "epsilon_leaves": eps_tree / 2.0,
+        "grad_bound": plan.grad_bound,
+        "delta_g": plan.delta_g,
+        "gdf": dp.gdf,
+        "glc": dp.glc,
+        "filtered_rows": int(filtered),
+        "noise": "seeded (tests only: not private)" if seeded else "os.urandom",
+    }

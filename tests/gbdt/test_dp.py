@@ -1,0 +1,236 @@
+"""DPBoost in the core: parameters, row assignment, released trees, the accountant, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from p2pboost.exceptions import InputError, ModelError
+from p2pboost.gbdt.booster import Booster, train
+from p2pboost.gbdt.params import BoostParams, DPParams
+from p2pboost.gbdt.privacy import tree_plan, tree_rows
+
+
+def _data(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = (X[:, 0] + 0.5 * X[:, 1] + 0.3 * rng.normal(size=n) > 0).astype(float)
+    return X, y
+
+
+def _params(**dp: object) -> BoostParams:
+    settings = {"epsilon": 2.0, "noise_seed": 1, **dp}
+    return BoostParams().with_updates(
+        n_estimators=12, max_depth=3, learning_rate=0.2, max_bin=16, dp=settings
+    )
+
+
+def test_dp_params_validate_and_round_trip() -> None:
+    p = _params(mechanism="para", trees_per_ensemble=4)
+    assert isinstance(p.dp, DPParams)
+    assert BoostParams.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    assert BoostParams().to_dict()["dp"] is None
+    with pytest.raises(InputError, match=r"dp\.epsilon"):
+        _params(epsilon=0)
+    with pytest.raises(InputError, match=r"unknown dp\.mechanism"):
+        _params(mechanism="laplace")
+    with pytest.raises(InputError, match="unknown dp setting"):
+        _params(epsilonn=1)
+    with pytest.raises(InputError, match="dp must be a map"):
+        BoostParams().with_updates(dp=3)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"objective": "reg:absoluteerror"}, "bounded gradient"),
+        ({"goss": True}, "assigns rows"),
+        ({"subsample": 0.5}, "assigns rows"),
+        ({"gamma": 0.1}, "full trees"),
+        ({"min_samples_leaf": 3}, "full trees"),
+    ],
+)
+def test_dp_refuses_what_it_cannot_account_for(change: dict[str, object], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        _params().with_updates(**change)
+
+
+def test_dp_refuses_warm_start_weights_and_unbounded_labels() -> None:
+    X, y = _data()
+    model = train(_params(), X, y)
+    with pytest.raises(InputError, match="cannot continue"):
+        train(_params(), X, y, init_model=model)
+    with pytest.raises(InputError, match="sample_weight"):
+        train(_params(), X, y, sample_weight=np.ones(y.size))
+    reg = _params().with_updates(objective="reg:squarederror")
+    with pytest.raises(InputError, match="label_bound"):
+        train(reg, X, 3 * X[:, 0])
+    train(reg.with_updates(dp={"epsilon": 1.0, "label_bound": 20.0}), X, 3 * X[:, 0])
+
+
+@pytest.mark.parametrize("mechanism", ["dpboost", "seq", "para"])
+def test_accountant_states_the_requested_budget(mechanism: str) -> None:
+    X, y = _data()
+    params = _params(mechanism=mechanism, trees_per_ensemble=5)
+    record = train(params, X, y).privacy
+    assert record is not None
+    assert record["mechanism"] == mechanism
+    assert record["trees"] == 12
+    # The snapping mechanism's excess is below 2^-40 of the budget.
+    assert record["epsilon"] == pytest.approx(2.0, rel=1e-9)
+    assert record["epsilon"] >= 2.0
+    per = {"dpboost": 2.0 / 3, "seq": 2.0 / 12, "para": 2.0}[mechanism]
+    assert record["epsilon_per_tree"] == pytest.approx(per)
+    assert record["noise"].startswith("seeded")
+
+
+def test_released_trees_hold_no_noiseless_statistics() -> None:
+    X, y = _data()
+    model = train(_params(), X, y)
+    np.testing.assert_array_equal(model.base_margin, [0.0])  # not the labels' mean
+    for i, tree in enumerate(model.trees):
+        assert not tree.gain.any()
+        assert not tree.cover.any()
+        assert not tree.value[~tree.is_leaf].any()
+        plan = tree_plan(model.params, i)
+        assert np.all(np.abs(tree.value) <= model.params.learning_rate * plan.leaf_bound)
+        assert tree.depth == 3  # full trees: every node splits
+
+
+def test_same_seed_same_model_no_seed_fresh_noise(tmp_path: Path) -> None:
+    X, y = _data()
+    a, b = train(_params(), X, y), train(_params(), X, y)
+    assert a.to_dict() == b.to_dict()
+    unseeded = _params().with_updates(dp={"epsilon": 2.0})
+    c, d = train(unseeded, X, y), train(unseeded, X, y)
+    assert c.privacy is not None
+    assert c.privacy["noise"] == "os.urandom"
+    assert [t.value.tolist() for t in c.trees] != [t.value.tolist() for t in d.trees]
+    a.save(tmp_path / "m.json")
+    back = Booster.load(tmp_path / "m.json")
+    assert back.privacy == a.privacy
+    np.testing.assert_array_equal(back.predict(X), a.predict(X))
+
+
+def test_model_file_privacy_record_must_match_its_settings(tmp_path: Path) -> None:
+    X, y = _data()
+    data = train(_params(), X, y).to_dict()
+    del data["privacy"]
+    with pytest.raises(ModelError, match="privacy record"):
+        Booster.from_dict(data)
+    plain = train(BoostParams(n_estimators=2), X, y).to_dict()
+    plain["privacy"] = {"epsilon": 1.0}
+    with pytest.raises(ModelError, match="privacy record"):
+        Booster.from_dict(plain)
+
+
+def test_dpboost_rows_are_disjoint_within_an_ensemble_and_cover_it() -> None:
+    params = _params(trees_per_ensemble=4)
+    keys = np.random.default_rng(0).random(10_000)
+    grad = np.zeros((keys.size, 1))
+    rows = [tree_rows(tree_plan(params, i), keys, grad, True)[0] for i in range(4)]
+    joined = np.concatenate(rows)
+    assert np.unique(joined).size == joined.size == keys.size
+    sizes = np.array([r.size for r in rows]) / keys.size
+    eta = params.learning_rate
+    expected = eta * (1 - eta) ** np.arange(4) / (1 - (1 - eta) ** 4)
+    np.testing.assert_allclose(sizes, expected, atol=0.02)  # Algorithm 2's shares
+    assert tree_plan(params, 4).ensemble == 1
+    assert tree_plan(params, 4).position == 0
+
+
+def test_gdf_filters_and_clipping_bounds_the_gradients() -> None:
+    plan = tree_plan(_params(mechanism="seq"), 0)  # all rows, g* = 0.5 (logistic)
+    grad = np.array([[0.1], [-0.7], [0.5], [0.9]])
+    rows, filtered, g = tree_rows(plan, None, grad, gdf=True)
+    assert rows.tolist() == [0, 2]
+    assert filtered == 2
+    rows, filtered, g = tree_rows(plan, None, grad, gdf=False)
+    assert rows.tolist() == [0, 1, 2, 3]
+    assert filtered == 0
+    assert g[:, 0].tolist() == [0.1, -0.5, 0.5, 0.5]
+
+
+def test_glc_shrinks_leaf_bound_and_sensitivity() -> None:
+    params = _params(trees_per_ensemble=6)
+    eta, lam, g = params.learning_rate, params.reg_lambda, 0.5
+    for position in range(6):
+        plan = tree_plan(params, position)
+        assert plan.leaf_bound == pytest.approx(g * (1 - eta) ** position)
+        assert plan.delta_v == pytest.approx(min(g / (1 + lam), 2 * plan.leaf_bound))
+        assert plan.delta_g == pytest.approx((3 * lam + 2) / ((lam + 1) * (lam + 2)) * g * g)
+    no_glc = tree_plan(_params(glc=False), 5)
+    assert no_glc.delta_v == pytest.approx(g / (1 + lam))
+    assert no_glc.leaf_bound == g
+
+
+def test_private_model_learns_at_a_large_budget() -> None:
+    """Not a privacy claim: with a large epsilon the mechanisms let the signal through."""
+    from sklearn.metrics import roc_auc_score
+
+    X, y = _data(4000)
+    model = train(_params(epsilon=500.0, mechanism="seq").with_updates(n_estimators=20), X, y)
+    assert roc_auc_score(y, model.predict(X)) > 0.85
+
+
+def test_estimators_take_dp_and_stay_scikit_learn_estimators() -> None:
+    from sklearn.base import clone
+
+    from p2pboost.gbdt.estimators import GBDTClassifier, GBDTRegressor
+
+    X, y = _data()
+    clf = GBDTClassifier(n_estimators=5, max_depth=2, dp={"epsilon": 3.0, "noise_seed": 2})
+    clf.fit(X, y)
+    assert clf.booster_.privacy is not None
+    assert clf.booster_.privacy["epsilon"] == pytest.approx(3.0)
+    assert clone(clf).get_params()["dp"] == {"epsilon": 3.0, "noise_seed": 2}
+    reg = GBDTRegressor(n_estimators=3, max_depth=2, dp=DPParams(epsilon=1.0, label_bound=5.0))
+    assert reg.fit(X, np.clip(X[:, 0], -5, 5)).predict(X).shape == (y.size,)
+    with pytest.raises(InputError, match="sample_weight"):
+        clf.fit(X, y, sample_weight=np.ones(y.size))
+
+
+def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
+    from p2pboost.app.model_info import describe, format_description
+
+    X, y = _data()
+    train(_params(), X, y).save(tmp_path / "m.json")
+    d = describe(tmp_path / "m.json")
+    assert d["privacy"]["epsilon"] == pytest.approx(2.0)
+    text = format_description(d)
+    assert "epsilon = 2 differential privacy of this model (dpboost" in text
+    assert "noise: seeded (tests only: not private)" in text
+
+
+def test_federated_training_refuses_dp_until_it_is_wired() -> None:
+    from p2pboost.homo.config import HomoConfig
+
+    with pytest.raises(InputError, match="horizontal training does not take dp"):
+        HomoConfig(params=_params()).validate()
+
+
+def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:
+    from p2pboost.app.config import _boost_params, _Reader
+    from p2pboost.exceptions import ConfigError
+
+    table = {"n_estimators": 5, "dp": {"epsilon": 2.0, "mechanism": "para"}}
+    params = _boost_params(_Reader(tmp_path / "p.toml", table, "train."))
+    assert params.dp == DPParams(epsilon=2.0, mechanism="para")
+    with pytest.raises(ConfigError, match=r"train\.dp: expected a table"):
+        _boost_params(_Reader(tmp_path / "p.toml", {"dp": 1.0}, "train."))
+    with pytest.raises(ConfigError, match="unknown dp setting"):
+        _boost_params(_Reader(tmp_path / "p.toml", {"dp": {"eps": 1.0}}, "train."))
+
+
+async def test_vertical_training_refuses_dp_before_any_message() -> None:
+    from typing import Any, cast
+
+    from p2pboost.hetero.train import guest_train
+
+    X, y = _data()
+    session = cast(Any, object())  # never touched: the refusal comes first
+    with pytest.raises(InputError, match="vertical training does not take dp"):
+        await guest_train(session, ["host"], X, y, _params())
