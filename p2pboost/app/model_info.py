@@ -211,10 +211,20 @@ def describe(
         "history": history_to_json(history_of(model)),
         "diagnostics": dict(getattr(model, "diagnostics", {})),
         "privacy": getattr(model, "privacy", None),
-        "holds": list(_HOLDS[kind]),
+        "holds": _holds(kind, getattr(model, "privacy", None) is not None),
         "does_not_hold": list(_NOT_HELD[kind]),
     }
     return out
+
+
+def _holds(kind: ModelKind, private: bool) -> list[str]:
+    """What a file of ``kind`` holds; a private model keeps no gains or covers."""
+    full = "every tree in full: features, thresholds, leaf weights, gains and covers"
+    noisy = (
+        "every tree: features, thresholds and noisy leaf weights (no gains, covers or internal "
+        "values: differential privacy)"
+    )
+    return [noisy if private and h == full else h for h in _HOLDS[kind]]
 
 
 def feature_names_of(model: AnyModel, given: Sequence[str] | None = None) -> list[str]:
