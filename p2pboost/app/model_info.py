@@ -346,11 +346,17 @@ def _summary(d: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _privacy_text(p: Mapping[str, Any]) -> str:
     """The accountant's statement in one line (docs/explanation/differential-privacy.md)."""
+    filtered = p.get("filtered_rows")
+    counted = (
+        "rows filtered: counted by each client"
+        if filtered is None
+        else (f"{filtered} row-trees filtered")
+    )
     return (
         f"epsilon = {p.get('epsilon', float('nan')):.6g} differential privacy of this model "
         f"({p.get('mechanism')}; {p.get('trees')} trees, {p.get('trees_per_ensemble')} per "
         f"ensemble; neighbours: {p.get('neighbouring')}); gradient bound {p.get('grad_bound')}, "
-        f"{p.get('filtered_rows')} row-trees filtered; noise: {p.get('noise')}"
+        f"{counted}; noise: {p.get('noise')}"
     )
 
 

@@ -31,7 +31,7 @@ from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.names import by_name, check_names, model_names, names_of
 from p2pboost.gbdt.objectives import Objective, canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.privacy import check_private_labels
+from p2pboost.gbdt.privacy import RowKeys, check_private_labels
 from p2pboost.gbdt.rounds import (
     EvalData,
     Margins,
@@ -298,12 +298,18 @@ def train(
     feature_names: Sequence[str] | None = None,
     sample_weight: Any = None,
     features_by_round: Callable[[int], npt.NDArray[np.bool_] | None] | None = None,
+    *,
+    row_keys: RowKeys | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
 
     ``features_by_round(round)``: a mask of the features that round's trees may split on (on
     top of column sampling), or None for all; the core's reference for vertical modes that
     keep some trees to the guest's features (``HeteroConfig.complete_secure``).
+
+    ``params.dp`` trains a differentially private model (:mod:`p2pboost.gbdt.privacy`);
+    ``row_keys(ensemble, n_rows)`` then replaces its draw of the rows' ensemble keys (the
+    core's reference for a horizontal federation, whose clients key their own rows).
 
     ``sample_weight`` (one value >= 0 per row) multiplies each row's gradient and hessian, so
     ``min_child_weight`` counts weighted hessians (as XGBoost); the base margin is still
@@ -361,6 +367,7 @@ def train(
         callbacks,
         start=start,
         features_by_round=features_by_round,
+        row_keys=row_keys,
     )
     weight = check_weights(sample_weight, y_arr.size)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)

@@ -62,6 +62,7 @@ from p2pboost.gbdt.tree import Tree
 __all__ = [
     "PrivateRounds",
     "PrivateTree",
+    "RowKeys",
     "TreePlan",
     "check_private_labels",
     "clip_on_grid",
@@ -237,11 +238,14 @@ class PrivateTree:
         self.plan = plan
         self.reg_lambda = reg_lambda
         self.source = source
+        #: A mechanism ran (its output may have been seen).
+        self.used = False
 
     def choose(self, scores: F64) -> I64:
         """Exponential mechanism per node over candidate ``scores`` ``(k, C)`` (``-inf``:
         not a candidate); the chosen column per node, -1 where there is none."""
         p = self.plan
+        self.used = True
         return exponential_mechanism(scores * (p.level_epsilon / (2.0 * p.delta_g)), self.source)
 
     def find_splits(
@@ -277,6 +281,7 @@ class PrivateTree:
         """The tree as released: leaves ``eta * (clip(V) + Laplace)``; no value on internal
         nodes, no gains or covers (noiseless statistics of the rows)."""
         p = self.plan
+        self.used = True
         g, h = node_grad[:, 0], node_hess[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
             v = np.where(h + self.reg_lambda > 0, -g / (h + self.reg_lambda), 0.0)
@@ -313,6 +318,7 @@ class PrivateRounds:
         self._keys_of = -1
         self.filtered: list[int] = []
         self.spent: list[tuple[int, float]] = []  # (ensemble, epsilon) per released tree
+        self.extra = 0.0  # trees grown and abandoned after their choices were seen
 
     def keys(self, ensemble: int, n_rows: int) -> F64:
         """The rows' keys for ``ensemble`` (drawn once per ensemble)."""
@@ -342,19 +348,36 @@ class PrivateRounds:
         """Count a released tree's epsilon."""
         self.spent.append((tree.plan.ensemble, tree.spent()))
 
-    def record(self) -> dict[str, Any]:
-        """The accountant's statement (see :func:`privacy_record`)."""
-        return privacy_record(self.params, self.spent, sum(self.filtered), self.source.seeded)
+    def aborted(self, tree: PrivateTree) -> None:
+        """Count a tree abandoned part-way (a horizontal client dropped and the tree is grown
+        again): if its mechanisms ran, their choices were seen, so its whole budget is spent
+        on top (sequential composition: the regrown tree uses the same rows)."""
+        if tree.used:
+            self.extra += tree.spent()
+
+    def record(self, *, filtered_known: bool = True) -> dict[str, Any]:
+        """The accountant's statement (see :func:`privacy_record`); ``filtered_known``: the
+        filtered rows were counted here (a horizontal server's clients count their own)."""
+        filtered = sum(self.filtered) if filtered_known else None
+        return privacy_record(
+            self.params, self.spent, filtered, self.source.seeded, extra=self.extra
+        )
 
 
 def privacy_record(
-    params: BoostParams, spent: list[tuple[int, float]], filtered: int, seeded: bool
+    params: BoostParams,
+    spent: list[tuple[int, float]],
+    filtered: int | None,
+    seeded: bool,
+    *,
+    extra: float = 0.0,
 ) -> dict[str, Any]:
     """What the released model spent: trees of one ensemble compose in parallel (disjoint
     rows: the largest counts), ensembles in sequence (they add up); SEQ's trees all add up.
 
     ``epsilon`` is the total over the trees released (early stopping releases every tree
-    trained, so the count is of trees, not of rounds used).
+    trained, so the count is of trees, not of rounds used). ``extra``: budget spent on trees
+    grown and abandoned (added in full). ``filtered`` None: not known to this party.
     """
     dp = _dp(params)
     mech = DPMechanism(dp.mechanism)
@@ -368,7 +391,7 @@ def privacy_record(
     per_tree, _, eps_tree = _ensembles(params)
     return {
         "mechanism": mech.value,
-        "epsilon": float(sum(per_ensemble.values())),
+        "epsilon": float(sum(per_ensemble.values()) + extra),
         "epsilon_requested": float(dp.epsilon),
         "neighbouring": "training sets that differ in one row",
         "trees": len(spent),
@@ -380,6 +403,6 @@ def privacy_record(
         "delta_g": plan.delta_g,
         "gdf": dp.gdf,
         "glc": dp.glc,
-        "filtered_rows": int(filtered),
+        "filtered_rows": None if filtered is None else int(filtered),
         "noise": "seeded (tests only: not private)" if seeded else "os.urandom",
     }

@@ -371,7 +371,8 @@ class Done(Command, tag="done"):
     """Server -> client: training ended; the best round found by early stopping (or nil), the
     training history (the aggregated metric per round, by evaluation set and metric) and the
     round loop's random generator state (JSON: it holds 128-bit integers), which every
-    party's model file keeps (the same file everywhere; a warm start continues the draws)."""
+    party's model file keeps (the same file everywhere; a warm start continues the draws);
+    a differentially private model's privacy record (JSON; empty otherwise)."""
 
     best_iteration: Annotated[int | None, Optional(Int(0, MAX_ROUNDS))]
     history: Annotated[
@@ -379,6 +380,7 @@ class Done(Command, tag="done"):
         MapOf(Str(1, 64), MapOf(Str(1, 64), ListOf(Float(), MAX_ROUNDS), 16), 16),
     ]
     rng_state: Annotated[str, Str(0, 4096)] = ""
+    privacy: Annotated[str, Str(0, 4096)] = ""
 
 
 _COMMANDS: dict[str, type[Command]] = {

@@ -8,6 +8,11 @@ tree the gradient columns (from the tree's ``grid`` request) and each row's node
 :mod:`p2pboost.homo._vectors`); masking them is the client's job
 (:mod:`p2pboost.homo.client`).
 
+A differentially private model (``params.dp``) changes what a client sums, as the core's
+round loop changes it: every tree uses only its rows (the client keys its own rows per
+ensemble, :class:`_PrivateRows`), gradients past the bound are filtered (or clipped) and
+clipped again on the grid, and hessians are 1 per row.
+
 A request that does not fit this state or these rows raises ``ValueError``; the client turns
 it into a :class:`~p2pboost.exceptions.RemoteProtocolError` naming the server.
 """
@@ -26,8 +31,10 @@ from p2pboost.gbdt.fixedpoint import Grid, quantize
 from p2pboost.gbdt.grower import partition_rows
 from p2pboost.gbdt.histogram import HistogramBuilder, make_builder
 from p2pboost.gbdt.history import History
+from p2pboost.gbdt.noise import NoiseSource
 from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import clip_on_grid, tree_plan, tree_rows
 from p2pboost.gbdt.rounds import add_tree
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._messages import CollectChildren, CollectRoot
@@ -50,10 +57,28 @@ class _Validation:
 
 @dataclass(frozen=True, slots=True)
 class _Tree:
-    """A tree being grown, from its ``grid`` request on: its gradient columns."""
+    """A tree being grown, from its ``grid`` request on: its gradient columns (and, in a
+    private model, its rows: ``sample``; None: every row)."""
 
     g: F64
     h: F64
+    sample: I64 | None = None
+
+
+class _PrivateRows:
+    """A client's row keys of a private model (:mod:`p2pboost.gbdt.privacy`): one uniform key
+    per row and ensemble, from this client's own stream (``os.urandom``, or the test seed with
+    the client's name), and the rows the gradient filter left out, per tree."""
+
+    def __init__(self, seed: int | None, me: str) -> None:
+        self.source = NoiseSource(seed, f"rows:{me}")
+        self.keys: tuple[int, F64] | None = None
+        self.filtered: dict[int, int] = {}
+
+    def of(self, ensemble: int, n_rows: int) -> F64:
+        if self.keys is None or self.keys[0] != ensemble:
+            self.keys = (ensemble, self.source.uniform(n_rows))
+        return self.keys[1]
 
 
 @dataclass
@@ -91,6 +116,8 @@ class LocalModel:
     rows: _TreeRows | None = None
     #: Sample weights (one per row; None: every row once): they scale gradients and hessians.
     weight: F64 | None = None
+    #: A private model's row keys (None otherwise).
+    private: _PrivateRows | None = None
 
     @classmethod
     def start(
@@ -104,9 +131,11 @@ class LocalModel:
         y: F64,
         eval_set: tuple[F64, F64] | None,
         weight: F64 | None = None,
+        me: str = "",
     ) -> LocalModel:
         """Bin the rows (and validation rows) with the federation's edges; margins at
-        ``base``; ``weight`` scales each row's gradient and hessian, as in the core."""
+        ``base``; ``weight`` scales each row's gradient and hessian, as in the core. ``me``
+        names this client's row-key stream in a private model."""
         data = mapper.transform(X)
         validation = None
         if eval_set is not None:
@@ -124,6 +153,7 @@ class LocalModel:
             margin=np.tile(base, (X.shape[0], 1)),
             validation=validation,
             weight=None if weight is None else weight[:, None],
+            private=None if params.dp is None else _PrivateRows(params.dp.noise_seed, me),
         )
 
     def add_tree(self, tree: Tree, out: int) -> None:
@@ -140,6 +170,7 @@ class LocalModel:
         best_iteration: int | None,
         history: History | None = None,
         rng_state: dict[str, Any] | None = None,
+        privacy: dict[str, Any] | None = None,
     ) -> Booster:
         return Booster(
             self.params,
@@ -151,6 +182,7 @@ class LocalModel:
             best_iteration,
             history,
             rng_state,
+            privacy=privacy,
         )
 
     # -- the vectors --------------------------------------------------------------------------
@@ -158,8 +190,17 @@ class LocalModel:
     def grid(self, it: int, out: int) -> I64:
         """A tree begins (round ``it``, output ``out``): its gradient grid vector."""
         g, h = self._columns(it, out)
-        self.tree, self.rows = _Tree(g, h), None
-        return grid_vector(g, h)
+        sample = None
+        if self.private is not None and self.params.dp is not None:
+            index = len(self.trees)  # private objectives grow one tree per round
+            plan = tree_plan(self.params, index)
+            keys = None if plan.lo is None else self.private.of(plan.ensemble, g.shape[0])
+            sample, self.private.filtered[index], g = tree_rows(plan, keys, g, self.params.dp.gdf)
+            h = np.ones_like(g)
+        self.tree, self.rows = _Tree(g, h, sample), None
+        if sample is None:
+            return grid_vector(g, h)
+        return grid_vector(g[sample], h[sample])
 
     def root(self, msg: CollectRoot) -> I64:
         """The root's histogram on the grids the server announced."""
@@ -167,12 +208,15 @@ class LocalModel:
         if tree is None:
             raise ValueError("the root's histogram before the gradient grid")
         # The grid must be the core's for that magnitude, and our values must fit it.
-        grid_g = announced_grid(msg.g_bits, msg.g_mag, msg.n_rows, tree.g)
-        grid_h = announced_grid(msg.h_bits, msg.h_mag, msg.n_rows, tree.h)
+        used = slice(None) if tree.sample is None else tree.sample
+        grid_g = announced_grid(msg.g_bits, msg.g_mag, msg.n_rows, tree.g[used])
+        grid_h = announced_grid(msg.h_bits, msg.h_mag, msg.n_rows, tree.h[used])
         gq, hq = quantize(tree.g, grid_g), quantize(tree.h, grid_h)
+        if self.private is not None:  # as the core: rounding must not pass the bound
+            gq = clip_on_grid(gq, grid_g, tree_plan(self.params, len(self.trees)).grad_bound)
         positions = np.zeros(self.data.n_rows, dtype=np.int64)
         self.rows = _TreeRows(grid_g, grid_h, gq, hq, positions)
-        hist = self.builder.build(None, None, 1, gq, hq)
+        hist = self.builder.build(tree.sample, None, 1, gq, hq)
         return self._layout(tree).write(hist, grid_g, grid_h)
 
     def children(self, msg: CollectChildren) -> I64:
@@ -200,9 +244,11 @@ class LocalModel:
         build = msg.build
         slot_of = np.full(n_nodes, -1, dtype=np.int64)
         slot_of[build] = np.arange(build.size)
-        slots = slot_of[rows.positions]
-        picked = np.flatnonzero(slots >= 0)
-        hist = self.builder.build(picked, slots[picked], build.size, rows.gq, rows.hq)
+        sample = tree.sample
+        slots = slot_of[rows.positions if sample is None else rows.positions[sample]]
+        chosen = np.flatnonzero(slots >= 0)
+        picked = chosen if sample is None else sample[chosen]  # only the tree's rows
+        hist = self.builder.build(picked, slots[chosen], build.size, rows.gq, rows.hq)
         return self._layout(tree).write(hist, rows.grid_g, rows.grid_h)
 
     def evaluation(self, metric: str) -> I64:

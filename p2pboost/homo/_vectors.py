@@ -126,8 +126,9 @@ def read_stats(total: I64) -> Stats:
 
 
 def _grid_for(magnitude_bits: int, n_rows: int) -> Grid:
-    """The core's grid for values up to ``2**magnitude_bits`` summed over ``n_rows`` rows."""
-    return choose_grid(np.array([math.ldexp(0.5, magnitude_bits)]), n_rows)
+    """The core's grid for values up to ``2**magnitude_bits`` summed over ``n_rows`` rows (a
+    private tree may hold none: the core then chooses for one)."""
+    return choose_grid(np.array([math.ldexp(0.5, magnitude_bits)]), max(n_rows, 1))
 
 
 def grid_vector(g: F64, h: F64) -> I64:

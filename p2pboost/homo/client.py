@@ -56,7 +56,7 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import Booster, rng_state_from
+from p2pboost.gbdt.booster import Booster, check_private_run, privacy_from, rng_state_from
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
 from p2pboost.gbdt.rounds import check_weights
@@ -198,6 +198,7 @@ class Client:
         self.best_iteration: int | None = None  # told at done
         self.history: dict[str, dict[str, list[float]]] = {}  # told at done
         self.rng_state: dict[str, Any] | None = None  # told at done
+        self.privacy: dict[str, Any] | None = None  # told at done (a private model's record)
 
     def bad(self, what: str) -> RemoteProtocolError:
         return reject(self.server, f"{what} (phase {self.phase.value})")
@@ -433,6 +434,7 @@ class Client:
             self.y,
             self.eval_set,
             self.weight,
+            self.me,
         )
         self.phase = HomoPhase.TREES
 
@@ -463,6 +465,11 @@ class Client:
             self.rng_state = rng_state_from(json.loads(msg.rng_state)) if msg.rng_state else None
         except (ValueError, ModelError) as exc:
             raise self.bad(f"bad random generator state: {exc}") from None
+        try:
+            record = json.loads(msg.privacy) if msg.privacy else None
+            self.privacy = privacy_from(record, self.params)
+        except (ValueError, ModelError) as exc:
+            raise self.bad(f"bad privacy record: {exc}") from None
         self.phase = HomoPhase.DONE
 
     def booster(self) -> Booster:
@@ -474,7 +481,7 @@ class Client:
         best = self.best_iteration
         if best is not None and not 0 <= best < max(1, n_rounds):
             raise self.bad("best_iteration out of range")
-        return model.booster(best, self.history, self.rng_state)
+        return model.booster(best, self.history, self.rng_state, self.privacy)
 
     # -- the vectors (layouts in p2pboost.homo._vectors) --------------------------------------
 
@@ -536,6 +543,8 @@ async def client_train(
     y_arr = objective.check_labels(y)
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
+    if config.params.dp is not None:  # our labels and weights, checked before we join
+        check_private_run(config.params, y_arr, False, sample_weight is not None)
     ev: tuple[F64, F64] | None = None
     if eval_set is not None:
         Xv = check_matrix(eval_set[0], "eval X", n_features=X_arr.shape[1])

@@ -40,7 +40,7 @@ __all__ = [
 #: The one channel between the server and each client.
 CHANNEL = "homo"
 #: Protocol version, compared at hello (2: ``done`` carries the random generator state).
-VERSION = 2
+VERSION = 3
 #: Objectives whose base margin and leaves follow from sums (no per-row refits).
 SUPPORTED_OBJECTIVES = (
     "binary:logistic",
@@ -98,11 +98,6 @@ class HomoConfig:
     def validate(self) -> HomoConfig:
         self.params.validate()
         p = self.params
-        if p.dp is not None:
-            raise InputError(
-                "horizontal training does not take dp (differential privacy) yet: train a "
-                "private model with the core (p2pboost.gbdt.train)"
-            )
         objective = canonical_objective(p.objective)  # aliases too: "l2"
         if objective not in SUPPORTED_OBJECTIVES:
             raise InputError(

@@ -40,6 +40,7 @@ from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.grower import ChooseSplits, GrowStep, HistogramGrower, Partition, drive_async
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import PrivateTree, tree_plan
 from p2pboost.gbdt.rounds import RoundLoop, RoundStart
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
@@ -97,6 +98,11 @@ async def server_train(
     {...})`` for every aggregate: everything the server ever learns.
     """
     config = config.validate()
+    if config.params.dp is not None and init_model is not None:
+        raise InputError(
+            "differential privacy cannot continue a model (init_model): its budget and row "
+            "assignment were spent by the run that made it"
+        )
     if len(sessions) < config.min_clients:
         raise InputError(f"need at least {config.min_clients} clients, got {len(sessions)}")
     loop = asyncio.get_running_loop()
@@ -139,6 +145,7 @@ async def server_train(
     )
     # The core's round loop: the same column draws, trees per round and early stop.
     rounds = RoundLoop(params, n_features, k_out, stopper, start=warm)
+    private = rounds.privacy  # a private model: the mechanisms run here, on the sums
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
     evaluation: list[float] = []
     for it in rounds:
@@ -146,11 +153,18 @@ async def server_train(
         candidates = all_candidates & rounds.sample_columns()[:, None, None]
         for out in rounds.outputs:
             while True:
+                mechanisms = None
+                if private is not None:
+                    mechanisms = private.tree(tree_plan(params, len(rounds.trees)))
                 try:
-                    tree = await _grow(fed, params, mapper, candidates, it, out, k_out)
+                    tree = await _grow(fed, params, mapper, candidates, it, out, k_out, mechanisms)
                     break
                 except Restart:
+                    if private is not None and mechanisms is not None:
+                        private.aborted(mechanisms)  # its choices reached the clients
                     continue  # a client dropped: grow this tree again with the survivors
+            if private is not None and mechanisms is not None:
+                private.released(mechanisms)
             rounds.add_tree(tree, out)
             await fed.broadcast(FinishedTree(it, out, tree.to_dict()))
         if not config.evaluating:
@@ -170,9 +184,13 @@ async def server_train(
         rounds.best_iteration,
         rounds.history,  # the aggregated metric per round: report draws the learning curve
         rounds.rng_state,  # a warm start continues the draws
+        privacy=None if private is None else private.record(filtered_known=False),
     )
     fed.phase = HomoPhase.DONE
-    await fed.broadcast(Done(booster.best_iteration, booster.history, json.dumps(rounds.rng_state)))
+    record = "" if booster.privacy is None else json.dumps(booster.privacy)
+    await fed.broadcast(
+        Done(booster.best_iteration, booster.history, json.dumps(rounds.rng_state), record)
+    )
     end = loop.time()
     return HomoResult(
         booster=booster,
@@ -217,6 +235,8 @@ def _base_margin(objective: Objective, params: BoostParams, stats: Stats) -> lis
     """The core's ``init_margin`` from summed label statistics."""
     if params.base_score is not None:
         return [float(v) for v in objective.margin_from_score(params.base_score)]
+    if params.dp is not None:  # as the core: a private model does not start at the labels' mean
+        return [0.0] * objective.n_outputs
     k, n = objective.n_outputs, stats.n_rows
     if objective.name == "binary:logistic":
         y = np.zeros(n)
@@ -242,8 +262,10 @@ async def _grow(
     it: int,
     out: int,
     k_obj: int,
+    privacy: PrivateTree | None = None,
 ) -> Tree:
-    """One tree by the core's schedule, its histograms securely aggregated from the clients."""
+    """One tree by the core's schedule, its histograms securely aggregated from the clients
+    (``privacy``: a private tree's mechanisms, applied to the aggregated sums)."""
     layout = HistLayout(mapper.n_features, mapper.n_slots, k_obj if out < 0 else 1)
     n_slots = mapper.n_slots
     grid_g, grid_h = read_grid(
@@ -257,7 +279,7 @@ async def _grow(
         h_mag=grid_h.magnitude_bits,
         n_rows=grid_g.max_rows,
     )
-    grower = HistogramGrower(params, layout.n_outputs, candidates, mapper.thresholds)
+    grower = HistogramGrower(params, layout.n_outputs, candidates, mapper.thresholds, privacy)
     hist = layout.read(await fed.aggregate(root_request, layout.length(1)), 1, grid_g, grid_h)
     assert hist.count is not None
     root = grower.start(

@@ -205,13 +205,6 @@ def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
     assert "noise: seeded (tests only: not private)" in text
 
 
-def test_federated_training_refuses_dp_until_it_is_wired() -> None:
-    from p2pboost.homo.config import HomoConfig
-
-    with pytest.raises(InputError, match="horizontal training does not take dp"):
-        HomoConfig(params=_params()).validate()
-
-
 def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:
     from p2pboost.app.config import _boost_params, _Reader
     from p2pboost.exceptions import ConfigError
