@@ -135,18 +135,29 @@ class TreePlan:
     delta_g: float
 
 
-def _ensembles(params: BoostParams) -> tuple[int, list[float] | None, float]:
-    """``(trees per ensemble, row shares of an ensemble's trees or None, epsilon per tree)``
-    for a full ensemble (the last one may be shorter: see :func:`tree_plan`)."""
+def _ensembles(params: BoostParams) -> tuple[int, float]:
+    """``(trees per ensemble, epsilon per tree)``: SEQ and PARA are one ensemble of every
+    tree (SEQ's trees share the rows, so they split the budget)."""
     dp = _dp(params)
     n_trees = params.n_estimators
     mech = DPMechanism(dp.mechanism)
     if mech is DPMechanism.SEQ:
-        return n_trees, None, dp.epsilon / n_trees
+        return n_trees, dp.epsilon / n_trees
     if mech is DPMechanism.PARA:
-        return n_trees, [1.0 / n_trees] * n_trees, dp.epsilon
+        return n_trees, dp.epsilon
     per = min(dp.trees_per_ensemble, n_trees)
-    return per, [], dp.epsilon / math.ceil(n_trees / per)
+    return per, dp.epsilon / math.ceil(n_trees / per)
+
+
+def _shares(params: BoostParams, ensemble: int, per: int) -> list[float] | None:
+    """The row shares of an ensemble's trees (None: every tree takes every row, SEQ)."""
+    mech = DPMechanism(_dp(params).mechanism)
+    if mech is DPMechanism.SEQ:
+        return None
+    if mech is DPMechanism.PARA:
+        return [1.0 / per] * per
+    m = min(per, params.n_estimators - ensemble * per)  # the last ensemble may be shorter
+    return _geometric_shares(m, params.learning_rate)
 
 
 def _geometric_shares(m: int, eta: float) -> list[float]:
@@ -161,11 +172,11 @@ def _geometric_shares(m: int, eta: float) -> list[float]:
 def tree_plan(params: BoostParams, index: int) -> TreePlan:
     """The plan of tree ``index`` (0-based, counting every tree of the model)."""
     dp = _dp(params)
-    per, shares, eps = _ensembles(params)
+    if not 0 <= index < params.n_estimators:
+        raise InputError(f"tree {index} is not one of the model's {params.n_estimators}")
+    per, eps = _ensembles(params)
     ensemble, position = divmod(index, per)
-    if shares == []:  # DPBoost: geometric shares over this ensemble's trees
-        m = min(per, params.n_estimators - ensemble * per)
-        shares = _geometric_shares(max(m, position + 1), params.learning_rate)
+    shares = _shares(params, ensemble, per)
     lo = hi = None
     if shares is not None:
         lo, hi = float(sum(shares[:position])), float(sum(shares[: position + 1]))
@@ -248,32 +259,54 @@ class PrivateTree:
         self.used = True
         return exponential_mechanism(scores * (p.level_epsilon / (2.0 * p.delta_g)), self.source)
 
+    def layer_scores(
+        self, hist: Histogram, node_grad: F64, node_hess: F64, candidates: B8
+    ) -> tuple[F64, F64, F64, I64]:
+        """Every candidate of the fixed grid ``candidates`` ``(F, B-1, 2)`` (both missing
+        directions, empty bins too), in (feature, bin, direction) order: the scores, left
+        gradient and hessian sums ``(k, C)`` and each candidate's flat position in the grid.
+
+        Only the grid's candidates are scored and drawn for (not the masked ones), so a
+        vertical guest that concatenates its own candidates with the hosts' (each in this
+        order) draws the same noise for the same candidate as the core."""
+        k, n_feat, n_slots, _ = hist.grad.shape
+        where = np.flatnonzero(candidates.reshape(-1))
+        gl = np.empty((k, n_feat, n_slots - 1, 2))
+        hl = np.empty((k, n_feat, n_slots - 1, 2))
+        np.cumsum(hist.grad[:, :, :-1, 0], axis=2, out=gl[:, :, :, 1])
+        np.cumsum(hist.hess[:, :, :-1, 0], axis=2, out=hl[:, :, :, 1])
+        np.add(gl[:, :, :, 1], hist.grad[:, :, -1:, 0], out=gl[:, :, :, 0])
+        np.add(hl[:, :, :, 1], hist.hess[:, :, -1:, 0], out=hl[:, :, :, 0])
+        gl_c = gl.reshape(k, -1)[:, where]
+        hl_c = hl.reshape(k, -1)[:, where]
+        scores = split_scores(
+            gl_c[..., None],
+            hl_c[..., None],
+            node_grad[:, None, :1],
+            node_hess[:, None, :1],
+            self.reg_lambda,
+        )
+        return scores, gl_c, hl_c, where.astype(np.int64)
+
     def find_splits(
         self, hist: Histogram, node_grad: F64, node_hess: F64, candidates: B8
     ) -> LayerSplits:
-        """The core's answer to the split-choice step: every candidate of the fixed grid
-        ``candidates`` ``(F, B-1, 2)`` (both missing directions), scored and chosen."""
+        """The core's answer to the split-choice step (see :meth:`layer_scores`)."""
         k, n_feat, n_slots, _ = hist.grad.shape
-        gl = np.empty((k, n_feat, n_slots - 1, 2, 1))
-        hl = np.empty((k, n_feat, n_slots - 1, 2, 1))
-        np.cumsum(hist.grad[:, :, :-1, :1], axis=2, out=gl[:, :, :, 1])
-        np.cumsum(hist.hess[:, :, :-1, :1], axis=2, out=hl[:, :, :, 1])
-        np.add(gl[:, :, :, 1], hist.grad[:, :, -1:, :1], out=gl[:, :, :, 0])
-        np.add(hl[:, :, :, 1], hist.hess[:, :, -1:, :1], out=hl[:, :, :, 0])
-        g = node_grad[:, None, None, None, :1]
-        h = node_hess[:, None, None, None, :1]
-        scores = split_scores(gl, hl, g, h, self.reg_lambda)
-        scores = np.where(candidates[None], scores, -np.inf).reshape(k, -1)
+        scores, gl, hl, where = self.layer_scores(hist, node_grad, node_hess, candidates)
         best = self.choose(scores)
-        f, t, d = np.unravel_index(np.maximum(best, 0), (n_feat, n_slots - 1, 2))
+        pick = np.maximum(best, 0)
+        flat = where[pick] if where.size else np.zeros(k, dtype=np.int64)
+        f, t, d = np.unravel_index(flat, (n_feat, n_slots - 1, 2))
         rows = np.arange(k)
+        has = where.size > 0
         return LayerSplits(
             gain=np.where(best >= 0, 0.0, -np.inf),  # no gain is released
             feature=f.astype(np.int64),
             threshold=t.astype(np.int64),
             default_left=d == 0,
-            left_grad=gl[rows, f, t, d],
-            left_hess=hl[rows, f, t, d],
+            left_grad=(gl[rows, pick] if has else np.zeros(k))[:, None],
+            left_hess=(hl[rows, pick] if has else np.zeros(k))[:, None],
             left_count=np.full(k, -1, dtype=np.int64),
         )
 
@@ -388,7 +421,7 @@ def privacy_record(
         else:
             per_ensemble[ensemble] = max(per_ensemble.get(ensemble, 0.0), eps)
     plan = tree_plan(params, 0)
-    per_tree, _, eps_tree = _ensembles(params)
+    per_tree, eps_tree = _ensembles(params)
     return {
         "mechanism": mech.value,
         "epsilon": float(sum(per_ensemble.values()) + extra),

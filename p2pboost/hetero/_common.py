@@ -36,7 +36,7 @@ B8 = npt.NDArray[np.bool_]
 
 #: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
 #: and fingerprint chain of checkpoints).
-VERSION = 2
+VERSION = 3
 
 
 class GuestPhase(Enum):

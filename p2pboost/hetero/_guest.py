@@ -36,7 +36,7 @@ from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.compress import compressed_count
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.exceptions import CodecError, CryptoError
+from p2pboost.exceptions import CodecError, CryptoError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed
 from p2pboost.gbdt.grower import (
@@ -50,6 +50,7 @@ from p2pboost.gbdt.grower import (
 )
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import PrivateTree
 from p2pboost.gbdt.rounds import EvalData, TreeTask
 from p2pboost.gbdt.split import LayerSplits, accepted, candidate_mask, split_gains
 from p2pboost.gbdt.tree import Tree
@@ -65,6 +66,7 @@ from p2pboost.hetero._common import (
     unpack_bitmap,
 )
 from p2pboost.hetero._messages import Chunk, Decide, Decided, Layer, Package, TreeStart
+from p2pboost.hetero._private import HostCandidates, choose_private
 from p2pboost.hetero.model import GUEST
 from p2pboost.net.node import Channel
 from p2pboost.protocols._messages import recv, reject, send
@@ -187,6 +189,11 @@ class GuestTrainer:
         self.progress.tree = tree_id
         await self._stop(wait=True)  # at most one short task per worker still running
         sample = task.sample
+        if task.privacy is not None and sample is not None and sample.size == 0:
+            raise InputError(
+                f"private tree {tree_id} drew no rows: with this many rows, use fewer trees "
+                "per ensemble (dp.trees_per_ensemble) or a larger learning rate"
+            )
         rows = np.arange(self.data.n_rows) if sample is None else sample
         g_grid, h_grid = task.grids
         spec = packing_spec(int(rows.size), task.grids, self.engine.public_key)
@@ -220,6 +227,7 @@ class GuestTrainer:
             sample,
             self.candidates & task.features[: self.data.n_features, None, None],
             self.mapper.thresholds,
+            task.privacy,
         )
         self.progress.enter(GuestPhase.ENCRYPT, 0)
         stream = asyncio.ensure_future(
@@ -324,11 +332,14 @@ class _TreeRound:
     async def _choose_splits(self, frontier: Frontier) -> LayerSplits:
         """The guest's best split per node against every host's candidates (the core's
         rules), with the owners' answers for the host splits that are accepted."""
-        own, packages = await gather_or_cancel(
-            asyncio.to_thread(self.grower.find_splits, frontier),
-            self._receive_layer(frontier),
-        )
-        winners = self._choose(frontier, own, packages)
+        if self.grower.privacy is not None:
+            own, packages, winners = await self._choose_private(frontier, self.grower.privacy)
+        else:
+            own, packages = await gather_or_cancel(
+                asyncio.to_thread(self.grower.find_splits, frontier),
+                self._receive_layer(frontier),
+            )
+            winners = self._choose(frontier, own, packages)
         self.t.progress.enter(GuestPhase.DECIDE, frontier.depth)
         gain = np.array([w.gain for w in winners], dtype=np.float64)
         accept = accepted(gain, self.t.params).tolist()
@@ -352,6 +363,42 @@ class _TreeRound:
             left_count=np.full(gain.size, -1, dtype=np.int64),
             owner=owner,
         )
+
+    async def _choose_private(
+        self, frontier: Frontier, privacy: PrivateTree
+    ) -> tuple[LayerSplits, dict[tuple[int, int], _Package], list[_Winner]]:
+        """A private tree's choice (:func:`~p2pboost.hetero._private.choose_private`) over
+        the guest's candidates and every host's package."""
+        own_scores, packages = await gather_or_cancel(
+            asyncio.to_thread(
+                privacy.layer_scores,
+                frontier.hist,
+                frontier.grad,
+                frontier.hess,
+                self.grower.candidates,
+            ),
+            self._receive_layer(frontier),
+        )
+        hosts = []
+        for link in self.links:
+            pkgs = [packages[(link.index, int(n))] for n in frontier.nodes.tolist()]
+            if len({len(p.ids) for p in pkgs}) > 1:
+                raise reject(link.name, "a private run needs every candidate at every node")
+            hosts.append(HostCandidates(link.index, [(p.grad, p.hess) for p in pkgs]))
+        choice = choose_private(
+            privacy, frontier, own_scores, hosts, self.grower.candidates.shape[:2]
+        )
+        winners = []
+        for i, node in enumerate(frontier.nodes.tolist()):
+            owner, pos = int(choice.owner[i]), int(choice.position[i])
+            if owner < 0:
+                winners.append(_Winner(GUEST, -np.inf))
+            elif owner == GUEST:
+                winners.append(_Winner(GUEST, 0.0))
+            else:
+                ids = packages[(owner, node)].ids
+                winners.append(_Winner(owner, 0.0, ids[pos : pos + 1]))
+        return choice.own, packages, winners
 
     # -- receiving and scoring host candidates ----------------------------------------------
 

@@ -52,6 +52,7 @@ from p2pboost.hetero._common import (
     unpack_bitmap,
 )
 from p2pboost.hetero._messages import (
+    PRIVATE_ORDERED,
     Bye,
     Chunk,
     Decide,
@@ -152,6 +153,8 @@ class Host:
     min_rows: int
     progress: Progress
     sparse: bool | str = "auto"
+    #: A private run (``Setup.private``): 0 none, else every candidate, shuffled or ordered.
+    private: int = 0
     shards: Shards = field(init=False)
     engine: CryptoEngine = field(init=False)
     splits: list[HostSplit] = field(default_factory=list)
@@ -309,7 +312,8 @@ class _HostTree:
         width = h.public_key.ciphertext_bytes
         head = parts[0]
         n = len(head)
-        order = _random_order(n)
+        # A private run with a test seed keeps the core's order (the host allowed it).
+        order = np.arange(n) if h.private == PRIVATE_ORDERED else _random_order(n)
         ids = _random_ids(n)
         sums = [
             np.frombuffer(p.sums, dtype=np.uint8).reshape(n, width)[order].tobytes() for p in parts

@@ -102,7 +102,9 @@ def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, 
 
     ``counts`` ``(features, n_slots)`` are the node's rows per bin, the last slot for missing
     values; ``allowed`` ``(features, n_slots - 1, 2)`` is the core's candidate mask
-    (:func:`~p2pboost.gbdt.split.candidate_mask` and column sampling).
+    (:func:`~p2pboost.gbdt.split.candidate_mask` and column sampling). ``min_rows <= 0``: a
+    differentially private run's candidates, every one of ``allowed`` (a choice among the
+    candidates the data leave would depend on the data: :mod:`p2pboost.gbdt.privacy`).
     """
     n_feat, n_slots = counts.shape
     if allowed.shape != (n_feat, n_slots - 1, 2):
@@ -113,9 +115,12 @@ def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, 
     t = np.arange(n_slots - 1)[None, :]
     new_set = (t == 0) | (counts[:, :-1] > 0)
     left = np.stack([cum + missing[:, None], cum], axis=-1)  # (F, T, 2): dir 0, dir 1
-    ok = allowed & new_set[..., None]
-    ok &= (left >= min_rows) & (total[:, None, None] - left >= min_rows)
-    ok[..., 1] &= (missing > 0)[:, None]
+    if min_rows <= 0:
+        ok = allowed.copy()
+    else:
+        ok = allowed & new_set[..., None]
+        ok &= (left >= min_rows) & (total[:, None, None] - left >= min_rows)
+        ok[..., 1] &= (missing > 0)[:, None]
     f, b, d = np.nonzero(ok)  # C order: sorted by (feature, bin, direction)
     return (
         f.astype(np.int64),

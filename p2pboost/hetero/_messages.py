@@ -38,6 +38,8 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_ROWS",
     "MAX_SERVE_ROWS",
+    "PRIVATE_ORDERED",
+    "PRIVATE_SHUFFLED",
     "Bye",
     "Chunk",
     "Decide",
@@ -118,12 +120,22 @@ class Hello(TrainMessage, tag="hello"):
     init: Annotated[str, Str(0, 128)] = ""
 
 
+#: ``Setup.private``: every candidate, shuffled under opaque ids as always (a private run).
+PRIVATE_SHUFFLED = 1
+#: ``Setup.private``: every candidate in the core's (feature, bin, direction) order, so a run
+#: with a test noise seed replays the core's; it shows the guest the order of the host's
+#: candidates, so a host takes part only if it allows it (``host_train(dp_replay=True)``).
+PRIVATE_ORDERED = 2
+
+
 @dataclass(frozen=True)
 class Setup(TrainMessage, tag="setup"):
     """Guest -> host: the public key (Paillier or OU: the guest's choice), the binning
     settings, the run id and how many trees of it every party keeps (0: a fresh run). A
     warm start also names the model it continues (``init``, its fingerprint) and the
-    fingerprint chain over that model's trees (the first ``start`` of this run)."""
+    fingerprint chain over that model's trees (the first ``start`` of this run). ``private``:
+    a differentially private run (:data:`PRIVATE_SHUFFLED` or :data:`PRIVATE_ORDERED`),
+    whose hosts offer every candidate of the fixed grid; 0 otherwise."""
 
     version: Annotated[int, _VERSION]
     key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
@@ -133,6 +145,7 @@ class Setup(TrainMessage, tag="setup"):
     start: Annotated[int, Int(0, MAX_TREES)]
     init: Annotated[str, Str(0, 128)] = ""
     chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
+    private: Annotated[int, Int(0, 2)] = 0
 
     def check(self) -> str | None:
         if self.chain and (not self.init or len(self.chain) != self.start):

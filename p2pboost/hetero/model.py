@@ -31,7 +31,7 @@ import numpy.typing as npt
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import rng_state_from
+from p2pboost.gbdt.booster import privacy_from, rng_state_from
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.names import by_name, model_names
 from p2pboost.gbdt.objectives import Objective, get_objective
@@ -95,6 +95,8 @@ class GuestModel:
     #: Figures about the training only the guest can compute (name -> value), e.g.
     #: ``leaf_purity_first_shared_tree`` (see :func:`p2pboost.gbdt.metrics.leaf_purity`).
     diagnostics: dict[str, float] = field(default_factory=dict)
+    #: What a differentially private model spent (:mod:`p2pboost.gbdt.privacy`), or None.
+    privacy: dict[str, Any] | None = None
 
     @property
     def objective(self) -> Objective:
@@ -190,6 +192,8 @@ class GuestModel:
             out["rng_state"] = self.rng_state
         if self.diagnostics:
             out["diagnostics"] = dict(self.diagnostics)
+        if self.privacy is not None:
+            out["privacy"] = dict(self.privacy)
         return out
 
     @classmethod
@@ -217,6 +221,7 @@ class GuestModel:
                 feature_names=model_names(d.get("feature_names"), mapper.n_features),
                 rng_state=rng_state_from(d.get("rng_state")),
                 diagnostics={str(k): float(v) for k, v in dict(d.get("diagnostics", {})).items()},
+                privacy=privacy_from(d.get("privacy"), params),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):

@@ -66,7 +66,12 @@ from p2pboost.exceptions import (
     InputError,
 )
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import bin_eval_sets, check_warm_start, initial_margin
+from p2pboost.gbdt.booster import (
+    bin_eval_sets,
+    check_private_run,
+    check_warm_start,
+    initial_margin,
+)
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric, leaf_purity
 from p2pboost.gbdt.names import by_name, check_names, names_of
@@ -83,7 +88,7 @@ from p2pboost.hetero._common import (
 )
 from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
 from p2pboost.hetero._host import Host, Shards
-from p2pboost.hetero._messages import Bye, Done, Hello, Setup
+from p2pboost.hetero._messages import PRIVATE_ORDERED, PRIVATE_SHUFFLED, Bye, Done, Hello, Setup
 from p2pboost.hetero._start import (
     HostLedger,
     guest_start,
@@ -156,11 +161,6 @@ async def guest_train(
     """
     config = config or HeteroConfig()
     params = params.validate()
-    if params.dp is not None:
-        raise InputError(
-            "vertical training does not take dp (differential privacy) yet: train a private "
-            "model with the core (p2pboost.gbdt.train) on data you may join"
-        )
     if MultiStrategy(params.multi_strategy) is not MultiStrategy.ONE_OUTPUT_PER_TREE:
         raise InputError("hetero training grows one tree per output (one_output_per_tree)")
     if not hosts or len(set(hosts)) != len(hosts):
@@ -177,6 +177,13 @@ async def guest_train(
     names = check_names(given, X_arr.shape[1])
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
+    if params.dp is not None:
+        check_private_run(params, y_arr, init_model is not None, sample_weight is not None)
+        if resume:
+            raise InputError(
+                "a differentially private run cannot resume: the rows of the current "
+                "ensemble's trees would be drawn again (start it afresh)"
+            )
     progress = progress or Progress(GuestPhase.SETUP)
     progress.enter(GuestPhase.SETUP)
     if init_model is None:
@@ -253,6 +260,7 @@ async def guest_train(
         begin.start,
         "" if begin.warm is None else begin.warm.fingerprint,
         begin.prefix if begin.warm is not None else [],
+        _private_mode(params),
     )
     await gather_or_cancel(*(send(link.ctl, setup) for link in links))
     warm = None
@@ -305,7 +313,8 @@ async def guest_train(
                     grown = await trainer.grow(tree_id, task, chain[-1], more=more)
                     tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
                     loop.add_tree(tree, task.out)
-                    _diagnose(diagnostics, it, config, y_arr, grown.positions, classification)
+                    if params.dp is None:  # a label statistic: not in a private model
+                        _diagnose(diagnostics, it, config, y_arr, grown.positions, classification)
                     chain.append(chain_next(chain[-1], tree, secret))
                 progress.enter(GuestPhase.EVALUATE)
                 loop.end_round(margins.evaluation())
@@ -376,7 +385,16 @@ def _model(
         feature_names=names,
         rng_state=loop.rng_state,
         diagnostics=dict(diagnostics),
+        privacy=None if loop.privacy is None else loop.privacy.record(),
     )
+
+
+def _private_mode(params: BoostParams) -> int:
+    """``Setup.private`` for ``params``: a private run's hosts offer every candidate, in the
+    core's order when a test noise seed makes the run replayable."""
+    if params.dp is None:
+        return 0
+    return PRIVATE_SHUFFLED if params.dp.noise_seed is None else PRIVATE_ORDERED
 
 
 def _diagnose(
@@ -442,6 +460,7 @@ async def host_train(
     resume: bool = False,
     feature_names: Sequence[str] | None = None,
     init_model: HostModel | None = None,
+    dp_replay: bool = False,
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
@@ -455,6 +474,8 @@ async def host_train(
     decides where every party continues (:mod:`p2pboost.hetero.checkpoint`).
     ``feature_names`` (default: a DataFrame's columns) stay in this host's model part.
     ``init_model``: this host's part of the model the guest continues (warm start).
+    ``dp_replay``: take part in a differentially private run with a test noise seed, whose
+    candidates go to the guest in the core's order instead of shuffled (tests only).
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a
@@ -495,6 +516,12 @@ async def host_train(
     setup = await recv(ctl, Setup)
     if setup.version != VERSION:
         raise reject(guest, "unsupported protocol version")
+    if setup.private == PRIVATE_ORDERED and not dp_replay:
+        raise reject(
+            guest,
+            "asks for a private run with the candidates in order (a test noise seed), which "
+            "shows it their order; this host allows that only with dp_replay=True",
+        )
     kept: list[HostSplit] = []
     if setup.init:  # a warm start: the model's trees, and the chain over them
         if init_model is None or setup.init != init_model.fingerprint:
@@ -519,8 +546,9 @@ async def host_train(
         mapper=mapper,
         data=mapper.transform(X_arr),
         evals=[mapper.transform(e) for e in evals],
-        min_rows=setup.min_samples_leaf,
+        min_rows=0 if setup.private else setup.min_samples_leaf,
         progress=progress,
+        private=setup.private,
         sparse=sparse,
         splits=kept,
         start=setup.start,

@@ -216,24 +216,3 @@ def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:
         _boost_params(_Reader(tmp_path / "p.toml", {"dp": 1.0}, "train."))
     with pytest.raises(ConfigError, match="unknown dp setting"):
         _boost_params(_Reader(tmp_path / "p.toml", {"dp": {"eps": 1.0}}, "train."))
-
-
-async def test_vertical_training_refuses_dp_before_any_message() -> None:
-    from typing import Any, cast
-
-    from p2pboost.hetero.train import guest_train
-
-    X, y = _data()
-    session = cast(Any, object())  # never touched: the refusal comes first
-    with pytest.raises(InputError, match="vertical training does not take dp"):
-        await guest_train(session, ["host"], X, y, _params())
-
-
-def test_inspect_says_a_private_model_holds_no_gains(tmp_path: Path) -> None:
-    from p2pboost.app.model_info import describe
-
-    X, y = _data()
-    train(_params(), X, y).save(tmp_path / "m.json")
-    holds = describe(tmp_path / "m.json")["holds"]
-    assert any("noisy leaf weights" in h for h in holds)
-    assert not any("gains and covers" in h for h in holds)

@@ -96,6 +96,7 @@ async def federate(
     session: str = "train",
     config: HeteroConfig = CONFIG,
     sample_weight: np.ndarray | None = None,
+    dp_replay: bool = False,
 ) -> Federated:
     """Train guest ``a`` with hosts ``b`` (and ``c``) of cluster ``c``."""
     hosts = ["b", "c"][: len(X_hosts)]
@@ -119,7 +120,9 @@ async def federate(
 
     async def host(h: str, X: np.ndarray, ev: Sequence[np.ndarray]) -> HostModel:
         async with c[h].session(session, peers=["a"]) as s:
-            return await host_train(s, "a", X, eval_sets=ev, executor=pool, workers=2)
+            return await host_train(
+                s, "a", X, eval_sets=ev, executor=pool, workers=2, dp_replay=dp_replay
+            )
 
     evs = eval_hosts if eval_hosts is not None else [[] for _ in X_hosts]
     results = await asyncio.gather(

@@ -141,6 +141,7 @@ async def test_host_refuses_a_malformed_layer(
                         "start": 0,
                         "init": "",
                         "chain": [],
+                        "private": 0,
                     }
                 )
                 await ctl.send(
