@@ -421,18 +421,19 @@ def report(model: Path, out: Path) -> int:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["xgboost"]),
+    type=click.Choice(["xgboost", "onnx"]),
     default="xgboost",
     show_default=True,
-    help="The file format to write.",
+    help="The file format to write: XGBoost JSON or ONNX (needs p2pboost[onnx]).",
 )
 @click.option("--out", required=True, type=_FILE, help="The file to write.")
 def export(model: Path, fmt: str, out: Path) -> int:
-    """A plaintext or horizontal model as an XGBoost JSON model file."""
+    """A plaintext or horizontal model as an XGBoost JSON or ONNX model file."""
     from p2pboost.app.model_info import load_model
     from p2pboost.files import atomic_write
     from p2pboost.gbdt.booster import Booster
     from p2pboost.gbdt.export import to_xgboost
+    from p2pboost.gbdt.export_onnx import to_onnx
 
     loaded = load_model(model)
     if not isinstance(loaded, Booster):
@@ -440,7 +441,10 @@ def export(model: Path, fmt: str, out: Path) -> int:
             f"{model} is one party's part of a vertical model: export takes a whole model "
             "(plaintext or horizontal)"
         )
-    atomic_write(out, json.dumps(to_xgboost(loaded)).encode("utf-8"))
+    if fmt == "onnx":
+        atomic_write(out, to_onnx(loaded))
+    else:
+        atomic_write(out, json.dumps(to_xgboost(loaded)).encode("utf-8"))
     click.echo(str(out))
     return 0
 
