@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from p2pboost import __version__
-from p2pboost.app._console import Console, unconfigure
+from p2pboost.app._console import Console, JsonFormatter, unconfigure
 from p2pboost.app.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, P2PBoostError
@@ -452,24 +452,77 @@ def export(model: Path, fmt: str, out: Path) -> int:
 # -- entry point ------------------------------------------------------------------------------
 
 
+#: The top-level group's options, accepted after the subcommand too (see :func:`hoist_globals`).
+_GLOBAL_FLAGS = ("-q", "--quiet")
+_GLOBAL_VALUES = ("--log-format", "--log-level")
+
+
+def hoist_globals(args: Sequence[str]) -> list[str]:
+    """``args`` with the top-level options moved to the front, where click reads them, so
+    ``p2pboost party guest.toml --log-format json`` means ``p2pboost --log-format json party
+    guest.toml`` (no subcommand has an option of these names); nothing after ``--`` moves."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        if arg in _GLOBAL_FLAGS or (arg.split("=", 1)[0] in _GLOBAL_VALUES and "=" in arg):
+            front.append(arg)
+        elif arg in _GLOBAL_VALUES and i + 1 < len(args):
+            front += args[i : i + 2]
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
+
+
+def _json_mode(args: Sequence[str]) -> bool:
+    """Whether the command line asks for JSON logs (then every error is a JSON record too)."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return False
+        if arg == "--log-format=json" or (
+            arg == "--log-format" and i + 1 < len(args) and args[i + 1] == "json"
+        ):
+            return True
+    return False
+
+
+def _json_error(message: str) -> None:
+    """One JSON record on stderr, as the console's formatter writes them."""
+    record = logging.LogRecord("p2pboost", logging.ERROR, __file__, 0, message, (), None)
+    click.echo(JsonFormatter().format(record), err=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (the console script exits with it)."""
+    """Run the command; returns the exit status (the console script exits with it).
+
+    With ``--log-format json`` everything written to stderr is JSON, bad command lines too.
+    """
+    args = hoist_globals(list(argv) if argv is not None else sys.argv[1:])
+    json_mode = _json_mode(args)
     try:
-        status = cli.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="p2pboost",
-            standalone_mode=False,
-        )
+        status = cli.main(args=args, prog_name="p2pboost", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:  # a group alone: its help, status 2
         exc.show()
         return exc.exit_code
     except click.UsageError as exc:
         # As argparse and click's standalone mode: SystemExit(2), so code calling main()
         # sees a bad command line like any argument parser's.
-        exc.show()
+        if json_mode:
+            _json_error("usage: " + " ".join(exc.format_message().split()))
+        else:
+            exc.show()
         raise SystemExit(exc.exit_code) from None
     except click.ClickException as exc:
-        exc.show()
+        if json_mode:
+            _json_error(" ".join(exc.format_message().split()))
+        else:
+            exc.show()
         return exc.exit_code
     except click.Abort:
         click.echo("p2pboost: aborted", err=True)
