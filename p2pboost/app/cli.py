@@ -152,8 +152,9 @@ _DEMO_HELP = """Run a federation on this machine and print its test metric.
 
 Every party is a separate process over mutual-TLS WebSockets on 127.0.0.1 (temporary
 certificates). Data: scikit-learn's bundled breast-cancer set (no download), or your own
---guest and --host CSVs (hetero; they share an id column, the guest's holds the 0/1 label).
-hetero: guest (label + features) and host (features); homo: two clients with disjoint rows and
+CSVs: --guest and --host (hetero; they share an id column, the guest's holds the 0/1 label),
+--client per client (homo; the same columns and a 0/1 label in each) or --data (plain).
+hetero: guest (label + features) and host (features); homo: clients with disjoint rows and
 a server; plain: the plaintext core in this process. The last line is one JSON object: mode,
 trees, s_per_tree, metric and its value.
 """
@@ -186,6 +187,16 @@ trees, s_per_tree, metric and its value.
 )
 @click.option("--guest", "guest_csv", type=_FILE, help="The guest's CSV (id, label, features).")
 @click.option("--host", "host_csv", type=_FILE, help="The host's CSV (id, features).")
+@click.option(
+    "--client",
+    "client_csvs",
+    type=_FILE,
+    multiple=True,
+    help="A client's CSV (id, label, features; homo; give two or more).",
+)
+@click.option(
+    "--data", "data_csv", type=_FILE, help="The CSV to train on (id, label, features; plain)."
+)
 @click.option("--id-column", default="id", show_default=True, help="Id column of both CSVs.")
 @click.option("--label-column", default="y", show_default=True, help="Label column (guest).")
 @click.option("--out", "out", type=_DIR, default=None, help="Save every party's model file here.")
@@ -198,11 +209,13 @@ def demo(
     timeout: float,
     guest_csv: Path | None,
     host_csv: Path | None,
+    client_csvs: tuple[Path, ...],
+    data_csv: Path | None,
     id_column: str,
     label_column: str,
     out: Path | None,
 ) -> int:
-    from p2pboost.app.demo import csv_vertical, run_demo
+    from p2pboost.app.demo import LabelledData, VerticalData, csv_labelled, csv_vertical, run_demo
 
     if trees < 1 or depth < 1:
         raise ConfigError("--trees and --depth must be at least 1")
@@ -212,9 +225,16 @@ def demo(
         raise ConfigError("give both --guest and --host, or neither")
     if guest_csv is not None and mode != "hetero":
         raise ConfigError("--guest and --host are for --mode hetero")
-    data = None
+    if client_csvs and mode != "homo":
+        raise ConfigError("--client is for --mode homo")
+    if data_csv is not None and mode != "plain":
+        raise ConfigError("--data is for --mode plain")
+    data: VerticalData | LabelledData | None = None
     if guest_csv is not None and host_csv is not None:
         data = csv_vertical(guest_csv, host_csv, id_column=id_column, label_column=label_column)
+    elif client_csvs or data_csv is not None:
+        files: list[Path] = list(client_csvs) if data_csv is None else [data_csv]
+        data = csv_labelled(files, id_column=id_column, label_column=label_column)
     console = _console()
     log = logging.getLogger("p2pboost.app.demo")
     result = run_demo(

@@ -11,10 +11,13 @@ Modes (all on scikit-learn's bundled breast-cancer data: 569 rows, 30 features, 
   securely aggregated histograms. Each client ends with the model and predicts locally.
 * ``plain``: the plaintext core in this process, the reference the federated modes equal.
 
-The hetero mode also runs on the user's own data (:func:`csv_vertical`, the CLI's ``--guest``
-and ``--host``): two CSVs sharing an id column, the guest's with a 0/1 label. As every party
-runs on this machine, the rows are matched by id here; ``p2pboost party`` matches them with
-private set intersection, as separate organisations must.
+Every mode also runs on the user's own data. Hetero (:func:`csv_vertical`, the CLI's
+``--guest`` and ``--host``): two CSVs sharing an id column, the guest's with a 0/1 label. As
+every party runs on this machine, the rows are matched by id here; ``p2pboost party`` matches
+them with private set intersection, as separate organisations must. Homo and plain
+(:func:`csv_labelled`, the CLI's ``--client`` per client, or ``--data``): CSVs with the same
+feature columns and a 0/1 label, one per client; each file's rows are split 2/3 : 1/3 and
+the test rows of all files make the test set.
 
 The federated modes are real runs, not simulations: every party is a separate process
 (``spawn``) with its own event loop and :class:`~p2pboost.net.node.Node`, talking over WebSockets
@@ -33,11 +36,12 @@ metric's value under the metric's name (``"auc": ...``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -138,7 +142,7 @@ def run_demo(
     scheme: str = "paillier",
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
-    data: VerticalData | None = None,
+    data: VerticalData | LabelledData | None = None,
     on_tree: TreeProgress | None = None,
     out: str | os.PathLike[str] | None = None,
 ) -> DemoResult:
@@ -152,8 +156,9 @@ def run_demo(
     here on the user's behalf because the demo's data is public; ``scheme`` (hetero only) is
     ``"paillier"`` or ``"ou"``. ``progress`` receives short
     human-readable lines as the run goes, and ``on_tree`` (hetero) each tree's progress and
-    test metric (default: as a ``progress`` line). ``data`` (hetero only, e.g. from
-    :func:`csv_vertical`) replaces the bundled data.
+    test metric (default: as a ``progress`` line). ``data`` replaces the bundled data: a
+    :class:`VerticalData` for hetero (:func:`csv_vertical`), a :class:`LabelledData` for homo
+    (two parts or more: one per client) and plain (one part) (:func:`csv_labelled`).
     """
     if mode not in MODES:
         raise ConfigError(f"unknown demo mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -161,29 +166,40 @@ def run_demo(
         raise ConfigError("trees and depth must be at least 1")
     if not timeout > 0:
         raise ConfigError("timeout must be > 0")
-    if data is not None and mode != "hetero":
+    if isinstance(data, VerticalData) and mode != "hetero":
         raise ConfigError("the guest and host data are for --mode hetero")
+    if isinstance(data, LabelledData):
+        if mode == "hetero":
+            raise ConfigError("--mode hetero takes a guest and a host CSV (--guest, --host)")
+        if mode == "homo" and len(data.parts) < 2:
+            raise ConfigError("--mode homo needs two client CSVs or more (--client, repeated)")
+        if mode == "plain" and len(data.parts) != 1:
+            raise ConfigError("--mode plain takes one CSV (--data)")
     if scheme not in SCHEMES:
         raise ConfigError(f"unknown encryption scheme {scheme!r}; choose one of {SCHEMES}")
     say = progress or (lambda _line: None)
     out_dir = "" if out is None else os.fspath(Path(out).resolve())
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
+    labelled = data if isinstance(data, LabelledData) else None
     if mode == "plain":
-        return _plain(trees, depth, seed, out_dir)
+        return _plain(trees, depth, seed, out_dir, labelled)
     params = BoostParams(
         n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN, seed=seed
     ).validate()
     if mode == "hetero":
-        return _hetero(params, seed, (key_bits, scheme), timeout, say, data, on_tree, out_dir)
-    return _homo(params, seed, timeout, say, out_dir)
+        vertical = data if isinstance(data, VerticalData) else None
+        return _hetero(params, seed, (key_bits, scheme), timeout, say, vertical, on_tree, out_dir)
+    return _homo(params, seed, timeout, say, out_dir, labelled)
 
 
-def _plain(trees: int, depth: int, seed: int, out: str = "") -> DemoResult:
+def _plain(
+    trees: int, depth: int, seed: int, out: str = "", data: LabelledData | None = None
+) -> DemoResult:
     # Here, not at the top: the estimators bring scikit-learn's import time with them.
     from p2pboost.gbdt.estimators import GBDTClassifier
 
-    X, y, train, test = _split(seed)
+    X, y, train, test = _split(seed) if data is None else data.joined_split(seed)
     model = GBDTClassifier(
         n_estimators=trees, max_depth=depth, learning_rate=LEARNING_RATE, max_bin=MAX_BIN
     )
@@ -216,6 +232,75 @@ class VerticalData:
         order = np.random.default_rng(seed).permutation(self.y.size)
         n_test = self.y.size // 3
         return order[n_test:], order[:n_test]
+
+
+Rows = npt.NDArray[np.intp]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LabelledData:
+    """Labelled rows with the same features, one part per client (homo) or one (plain).
+
+    ``describe`` says where the data came from (for the progress lines).
+    """
+
+    parts: list[tuple[F64, F64]]
+    describe: str
+
+    def joined_split(self, seed: int) -> tuple[F64, F64, Rows, Rows]:
+        """All parts' rows joined, and the train and test rows: each part split 2/3 : 1/3
+        (seeded), so every client keeps its own train rows and gives its test third."""
+        X = np.vstack([p[0] for p in self.parts])
+        y = np.concatenate([p[1] for p in self.parts])
+        train, test, start = [], [], 0
+        for i, (_, yp) in enumerate(self.parts):
+            order = start + np.random.default_rng(seed + i).permutation(yp.size)
+            n_test = yp.size // 3
+            test.append(order[:n_test])
+            train.append(order[n_test:])
+            start += yp.size
+        return X, y, np.concatenate(train), np.concatenate(test)
+
+    def client_rows(self, train: Rows) -> list[Rows]:
+        """The train rows of each part (in the joined numbering)."""
+        bounds = np.cumsum([0] + [p[1].size for p in self.parts]).tolist()
+        return [train[(train >= a) & (train < b)] for a, b in itertools.pairwise(bounds)]
+
+
+def csv_labelled(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    id_column: str = "id",
+    label_column: str = "y",
+) -> LabelledData:
+    """CSVs with the same feature columns and a 0/1 label, one per client; the files after
+    the first are read by column name in the first one's order (a column one lacks or adds
+    fails naming it)."""
+    from p2pboost.app._tables import load_table
+    from p2pboost.app.config import DataConfig
+
+    parts, features = [], None
+    for path in paths:
+        table = load_table(
+            DataConfig(Path(path), id_column, label_column),
+            require_label=True,
+            model_features=features,
+        )
+        y = table.y
+        assert y is not None  # require_label
+        features = table.features
+        if y.size < 10:
+            raise ConfigError(f"{path}: {y.size} rows; the demo needs at least 10 per file")
+        if not np.isin(y, (0.0, 1.0)).all():
+            raise ConfigError(
+                f"{path}: the demo trains a binary classifier; {label_column!r} must be 0 or 1"
+            )
+        parts.append((table.X, y))
+    names = ", ".join(
+        f"{Path(p).name} ({part[1].size} rows)" for p, part in zip(paths, parts, strict=True)
+    )
+    n_features = 0 if features is None else len(features)
+    return LabelledData(parts, f"{names}; label + {n_features} features")
 
 
 def _bundled_vertical() -> VerticalData:
@@ -329,13 +414,24 @@ def _hetero(
 
 
 def _homo(
-    params: BoostParams, seed: int, timeout: float, say: Progress, out: str = ""
+    params: BoostParams,
+    seed: int,
+    timeout: float,
+    say: Progress,
+    out: str = "",
+    data: LabelledData | None = None,
 ) -> DemoResult:
-    X, y, train, test = _split(seed)
-    halves = {"c1": train[: len(train) // 2], "c2": train[len(train) // 2 :]}
+    if data is None:
+        X, y, train, test = _split(seed)
+        halves = {"c1": train[: len(train) // 2], "c2": train[len(train) // 2 :]}
+    else:
+        say(f"homo: {data.describe}")
+        X, y, train, test = data.joined_split(seed)
+        halves = {f"c{i + 1}": rows for i, rows in enumerate(data.client_rows(train))}
+    shown = " and ".join(f"{c} ({len(r)} rows)" for c, r in halves.items())
     say(
-        f"homo: clients c1 ({len(halves['c1'])} rows) and c2 ({len(halves['c2'])} rows) and a "
-        "server with no data, as separate processes over mutual-TLS WebSockets on 127.0.0.1"
+        f"homo: clients {shown} and a server with no data, as separate processes over "
+        "mutual-TLS WebSockets on 127.0.0.1"
     )
     server = _Job("server", "server", params, peers=dict.fromkeys(halves), listen=True, out=out)
     clients = [

@@ -59,6 +59,27 @@ def write_vertical_csvs(directory: Path) -> tuple[Path, Path]:
     return guest, host
 
 
+def write_horizontal_csvs(directory: Path, parts: int = 2) -> list[Path]:
+    """``client{i}.csv`` (id, y, x0..x29): breast cancer's rows dealt to ``parts`` files, the
+    columns of each file in another order (they are read by name)."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    X, y = np.asarray(data.data), np.asarray(data.target)
+    out = []
+    for k in range(parts):
+        cols = np.random.default_rng(k).permutation(X.shape[1]) if k else np.arange(X.shape[1])
+        rows = range(k, y.size, parts)
+        out.append(
+            _write(
+                directory / f"client{k + 1}.csv",
+                ["id", *(f"x{j}" for j in cols), "y"],
+                ([f"r{i}", *X[i, cols], int(y[i])] for i in rows),
+            )
+        )
+    return out
+
+
 def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -18,7 +18,7 @@ import pytest
 
 from p2pboost.app.cli import main
 from p2pboost.testing import time_factor
-from tests.cli.conftest import ROOT, write_vertical_csvs
+from tests.cli.conftest import ROOT, write_horizontal_csvs, write_vertical_csvs
 
 SMALL = ["--trees", "2", "--depth", "2"]
 
@@ -215,3 +215,53 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"p2pboost {__version__}\n"
+
+
+@pytest.mark.slow
+def test_homo_and_plain_demos_on_the_users_csvs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three clients' files, their columns in different orders (read by name), a server."""
+    files = write_horizontal_csvs(tmp_path, parts=3)
+    argv = ["-q", "demo", "--mode", "homo", *SMALL, "--out", str(tmp_path / "models")]
+    assert main([*argv, *(a for f in files for a in ("--client", str(f)))]) == 0
+    homo = _last_json(capsys.readouterr().out)
+    assert (homo["mode"], homo["metric"]) == ("homo", "auc")
+    assert 0.9 < homo["auc"] <= 1.0
+    assert {p.name for p in (tmp_path / "models").iterdir()} == {
+        "server.json",
+        "c1.json",
+        "c2.json",
+        "c3.json",
+    }
+    assert main(["-q", "demo", "--mode", "plain", *SMALL, "--data", str(files[0])]) == 0
+    plain = _last_json(capsys.readouterr().out)
+    assert plain["mode"] == "plain"
+    assert 0.9 < plain["auc"] <= 1.0
+    assert not _demo_processes()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--mode", "homo", "--client", "{tmp}/client1.csv"], "two client CSVs or more"),
+        (["--mode", "plain", "--client", "{tmp}/client1.csv"], "--client is for --mode homo"),
+        (["--data", "{tmp}/client1.csv"], "--data is for --mode plain"),
+        (
+            ["--mode", "homo", "--client", "{tmp}/client1.csv", "--client", "{tmp}/odd.csv"],
+            "odd.csv",
+        ),
+    ],
+)
+def test_demo_labelled_csv_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    files = write_horizontal_csvs(tmp_path)
+    lines = files[1].read_text().splitlines()
+    (tmp_path / "odd.csv").write_text(
+        "\n".join([lines[0] + ",extra"] + [x + ",1" for x in lines[1:]])
+    )
+    assert main(["demo", *SMALL, *(a.format(tmp=tmp_path) for a in extra)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("p2pboost: error: ")
+    assert message in err
