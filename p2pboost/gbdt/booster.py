@@ -37,6 +37,7 @@ from p2pboost.gbdt.rounds import (
     Margins,
     RoundLoop,
     RoundStart,
+    RowSample,
     add_tree,
     check_weights,
     refit_leaves,
@@ -300,6 +301,7 @@ def train(
     features_by_round: Callable[[int], npt.NDArray[np.bool_] | None] | None = None,
     *,
     row_keys: RowKeys | None = None,
+    row_sample: RowSample | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
 
@@ -310,6 +312,7 @@ def train(
     ``params.dp`` trains a differentially private model (:mod:`p2pboost.gbdt.privacy`);
     ``row_keys(ensemble, n_rows)`` then replaces its draw of the rows' ensemble keys (the
     core's reference for a horizontal federation, whose clients key their own rows).
+    ``row_sample(round, n_rows)`` likewise replaces the draw of ``subsample``'s rows.
 
     ``sample_weight`` (one value >= 0 per row) multiplies each row's gradient and hessian, so
     ``min_child_weight`` counts weighted hessians (as XGBoost); the base margin is still
@@ -368,6 +371,7 @@ def train(
         start=start,
         features_by_round=features_by_round,
         row_keys=row_keys,
+        row_sample=row_sample,
     )
     weight = check_weights(sample_weight, y_arr.size)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)

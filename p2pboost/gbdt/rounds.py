@@ -53,6 +53,7 @@ __all__ = [
     "Margins",
     "RoundLoop",
     "RoundStart",
+    "RowSample",
     "TreeTask",
     "add_tree",
     "on_grid",
@@ -62,6 +63,8 @@ __all__ = [
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
+#: ``row_sample(round, n_rows)``: the sorted rows ``subsample`` keeps this round (None: all).
+RowSample = Callable[[int, int], I64 | None]
 
 
 @dataclass
@@ -155,7 +158,9 @@ class RoundLoop:
     of the column sample (vertical training's ``complete_secure``: guest features only).
     With ``params.dp`` the rows of each tree, its gradients and its mechanisms come from a
     :class:`~p2pboost.gbdt.privacy.PrivateRounds` (``privacy``; ``row_keys`` replaces its
-    draw of the rows' ensemble keys).
+    draw of the rows' ensemble keys). ``row_sample(round, n_rows)`` replaces the draw of
+    ``subsample``'s rows (a horizontal federation's clients draw their own; the core is given
+    the same draws to compare), leaving the generator to the column draws.
     """
 
     def __init__(
@@ -168,8 +173,10 @@ class RoundLoop:
         start: RoundStart | None = None,
         features_by_round: Callable[[int], B8 | None] | None = None,
         row_keys: RowKeys | None = None,
+        row_sample: RowSample | None = None,
     ) -> None:
         self.params = params
+        self.row_sample = row_sample
         self.privacy = None if params.dp is None else PrivateRounds(params, row_keys)
         self.n_features = n_features
         self.features_by_round = features_by_round
@@ -234,6 +241,9 @@ class RoundLoop:
         if p.goss:
             sample, scale = goss_sample(self.rng, grad, p.top_rate, p.other_rate)
             return grad * scale[:, None], hess * scale[:, None], sample
+        if self.row_sample is not None and p.subsample < 1.0:
+            drawn = self.row_sample(self._iteration, grad.shape[0])
+            return grad, hess, None if drawn is None else np.asarray(drawn, dtype=np.int64)
         return grad, hess, row_sample(self.rng, grad.shape[0], p.subsample)
 
     def sample_columns(self) -> B8:

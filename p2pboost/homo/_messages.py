@@ -243,10 +243,12 @@ class CollectBins(Collect, tag="bins"):
 @dataclass(frozen=True)
 class CollectGrid(Collect, tag="grid"):
     """Server -> client: a tree begins for boosting round ``it`` and ``output`` (-1: every
-    output, a vector-leaf tree); send the one-hot of your largest gradient exponents."""
+    output, a vector-leaf tree); send the one-hot of your largest gradient exponents (over
+    the rows you sample this round with ``sample_seed``: 0, every row)."""
 
     it: Annotated[int, Int(0, MAX_ROUNDS)]
     output: Annotated[int, Int(-1, MAX_OUTPUTS)]
+    sample_seed: Annotated[int, Int(0, 2**62)] = 0
 
 
 @dataclass(frozen=True)

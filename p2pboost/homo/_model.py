@@ -38,6 +38,7 @@ from p2pboost.gbdt.privacy import clip_on_grid, tree_plan, tree_rows
 from p2pboost.gbdt.rounds import add_tree
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._messages import CollectChildren, CollectRoot
+from p2pboost.homo._sampling import client_sample
 from p2pboost.homo._vectors import HistLayout, announced_grid, eval_vector, grid_vector
 
 __all__ = ["LocalModel"]
@@ -118,6 +119,8 @@ class LocalModel:
     weight: F64 | None = None
     #: A private model's row keys (None otherwise).
     private: _PrivateRows | None = None
+    #: This client's name (its row sample and a private model's row keys depend on it).
+    me: str = ""
 
     @classmethod
     def start(
@@ -154,6 +157,7 @@ class LocalModel:
             validation=validation,
             weight=None if weight is None else weight[:, None],
             private=None if params.dp is None else _PrivateRows(params.dp.noise_seed, me),
+            me=me,
         )
 
     def add_tree(self, tree: Tree, out: int) -> None:
@@ -187,10 +191,11 @@ class LocalModel:
 
     # -- the vectors --------------------------------------------------------------------------
 
-    def grid(self, it: int, out: int) -> I64:
-        """A tree begins (round ``it``, output ``out``): its gradient grid vector."""
+    def grid(self, it: int, out: int, sample_seed: int = 0) -> I64:
+        """A tree begins (round ``it``, output ``out``): its gradient grid vector, over the
+        rows this client samples with ``sample_seed`` (:mod:`p2pboost.homo._sampling`)."""
         g, h = self._columns(it, out)
-        sample = None
+        sample = client_sample(sample_seed, self.me, g.shape[0], self.params.subsample)
         if self.private is not None and self.params.dp is not None:
             index = len(self.trees)  # private objectives grow one tree per round
             plan = tree_plan(self.params, index)

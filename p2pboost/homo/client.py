@@ -502,7 +502,7 @@ class Client:
         if model is None:
             raise ValueError("gradients or histograms before the model header")
         if isinstance(msg, CollectGrid):
-            return model.grid(msg.it, msg.output)
+            return model.grid(msg.it, msg.output, msg.sample_seed)
         if isinstance(msg, CollectRoot):
             return model.root(msg)
         if isinstance(msg, CollectChildren):

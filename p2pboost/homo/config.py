@@ -40,7 +40,7 @@ __all__ = [
 #: The one channel between the server and each client.
 CHANNEL = "homo"
 #: Protocol version, compared at hello (2: ``done`` carries the random generator state).
-VERSION = 3
+VERSION = 4
 #: Objectives whose base margin and leaves follow from sums (no per-row refits).
 SUPPORTED_OBJECTIVES = (
     "binary:logistic",
@@ -108,8 +108,11 @@ class HomoConfig:
                 f"{objective} starts from the labels' median, which horizontal training does "
                 "not compute (it aggregates sums): give base_score"
             )
-        if p.subsample < 1.0 or p.goss:
-            raise InputError("homo training does not sample rows (subsample=1, goss=False)")
+        if p.goss:
+            raise InputError(
+                "homo training samples rows with subsample; GOSS needs a ranking of every "
+                "client's gradients (not yet): goss=False"
+            )
         if self.threshold is not None and self.threshold < 1:
             raise InputError("threshold must be at least 1")
         if self.min_clients < 2:

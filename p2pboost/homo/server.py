@@ -59,6 +59,7 @@ from p2pboost.homo._messages import (
     Joined,
     ModelHeader,
 )
+from p2pboost.homo._sampling import round_seeds
 from p2pboost.homo._vectors import (
     GRID_LENGTH,
     HistLayout,
@@ -148,8 +149,10 @@ async def server_train(
     private = rounds.privacy  # a private model: the mechanisms run here, on the sums
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
     evaluation: list[float] = []
+    seeds = round_seeds(params)  # each client samples its own rows (homo/_sampling.py)
     for it in rounds:
         fed.phase = HomoPhase.TREES
+        sample_seed = next(seeds)
         candidates = all_candidates & rounds.sample_columns()[:, None, None]
         for out in rounds.outputs:
             while True:
@@ -157,7 +160,9 @@ async def server_train(
                 if private is not None:
                     mechanisms = private.tree(tree_plan(params, len(rounds.trees)))
                 try:
-                    tree = await _grow(fed, params, mapper, candidates, it, out, k_out, mechanisms)
+                    tree = await _grow(
+                        fed, params, mapper, candidates, (it, out, sample_seed), k_out, mechanisms
+                    )
                     break
                 except Restart:
                     if private is not None and mechanisms is not None:
@@ -259,17 +264,20 @@ async def _grow(
     params: BoostParams,
     mapper: BinMapper,
     candidates: npt.NDArray[np.bool_],
-    it: int,
-    out: int,
+    tree: tuple[int, int, int],
     k_obj: int,
     privacy: PrivateTree | None = None,
 ) -> Tree:
     """One tree by the core's schedule, its histograms securely aggregated from the clients
-    (``privacy``: a private tree's mechanisms, applied to the aggregated sums)."""
+    (``tree``: round, output and the round's row-sample seed; ``privacy``: a private tree's
+    mechanisms, applied to the aggregated sums)."""
+    it, out, sample_seed = tree
     layout = HistLayout(mapper.n_features, mapper.n_slots, k_obj if out < 0 else 1)
     n_slots = mapper.n_slots
     grid_g, grid_h = read_grid(
-        await fed.aggregate(partial(CollectGrid, it=it, output=out), GRID_LENGTH)
+        await fed.aggregate(
+            partial(CollectGrid, it=it, output=out, sample_seed=sample_seed), GRID_LENGTH
+        )
     )
     root_request = partial(
         CollectRoot,

@@ -194,3 +194,35 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
         assert isinstance(model, Booster)
         assert model.best_iteration == booster.best_iteration
         assert model.history == booster.history  # every party's model file keeps it
+
+
+async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    from p2pboost.homo._sampling import client_sample, round_seeds
+
+    params = BoostParams(n_estimators=4, max_depth=3, max_bin=16, subsample=0.6, seed=3)
+    parts = {"c1": breast[0], "c2": breast[1]}
+    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    assert isinstance(run.result, HomoResult), run.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    seeds = round_seeds(params)
+    per_round = [next(seeds) for _ in range(params.n_estimators)]
+
+    def draws(round_: int, n_rows: int) -> np.ndarray:
+        rows, offset = [], 0
+        for c, (_, yc) in parts.items():
+            sample = client_sample(per_round[round_], c, yc.size, params.subsample)
+            assert sample is not None
+            rows.append(sample + offset)
+            offset += yc.size
+        return np.concatenate(rows)
+
+    core = train(params, X, y, row_sample=draws)
+    assert same_trees(run.result.booster, core)
+    for model in run.models.values():
+        assert isinstance(model, Booster), model
+        assert same_trees(model, core)
+    # The sample mattered: all rows give other trees.
+    assert not same_trees(core, train(params.with_updates(subsample=1.0), X, y))
