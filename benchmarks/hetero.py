@@ -177,6 +177,7 @@ async def _guest(
     key_bits: int,
     workers: int,
     scheme: str,
+    modes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from p2pboost.crypto.engine import CryptoEngine
     from p2pboost.crypto.keys import make_keypair
@@ -194,7 +195,10 @@ async def _guest(
     t0 = time.perf_counter()
     await CryptoEngine(*keys, executor=pool, workers=workers).prepare()
     tables = time.perf_counter() - t0
-    config = HeteroConfig(key_bits=key_bits, allow_insecure_key=insecure, scheme=scheme)
+    config = replace(
+        HeteroConfig(key_bits=key_bits, allow_insecure_key=insecure, scheme=scheme),
+        **(modes or {}),
+    )
     try:
         async with Node(GUEST, peers=addresses, tls=TLSConfig.from_dir(Path(fed) / GUEST)) as node:
             async with node.session("bench", peers=hosts) as session:
@@ -257,8 +261,10 @@ def run_federation(
     key_bits: int,
     workers: int,
     scheme: str = "paillier",
+    modes: dict[str, Any] | None = None,
 ) -> FederationResult:
-    """Train and predict once, guest and every host in its own spawned process."""
+    """Train and predict once, guest and every host in its own spawned process (``modes``:
+    :class:`~p2pboost.hetero.train.HeteroConfig`'s mode settings, e.g. ``host_depth``)."""
     names = [f"host{k}" for k in range(1, len(host_blocks) + 1)]
     with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
         for name, block in zip(names, host_blocks, strict=True):
@@ -284,6 +290,7 @@ def run_federation(
             key_bits=key_bits,
             workers=workers,
             scheme=scheme,
+            modes=modes,
         )
         results = parties.wait()
     guest, hosts = results[GUEST], [results[name] for name in names]

@@ -55,6 +55,7 @@ from urllib.parse import urlsplit
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.hetero.modes import check_modes
 from p2pboost.net.node import NodeConfig
 
 __all__ = [
@@ -136,6 +137,10 @@ class TrainConfig:
     init_model: Path | None = None
     #: Hetero guest: the first rounds on the guest's features only (HeteroConfig).
     complete_secure: int = 0
+    #: Hetero guest: mix mode (rounds per party in turn) and layered mode (HeteroConfig).
+    tree_num_per_party: int = 0
+    host_depth: int = 0
+    guest_depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +255,9 @@ _TRAIN_EXTRA = (
     "checkpoint_dir",
     "init_model",
     "complete_secure",
+    "tree_num_per_party",
+    "host_depth",
+    "guest_depth",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -437,6 +445,19 @@ def _train(reader: _Reader) -> TrainConfig:
     complete = reader.get_int("complete_secure", 0)
     if complete < 0:
         raise reader.fail("complete_secure", "counts the first rounds on guest features: >= 0")
+    per_party = reader.get_int("tree_num_per_party", 0)
+    host_depth = reader.get_int("host_depth", 0)
+    guest_depth = reader.get_int("guest_depth", 0)
+    try:
+        check_modes(complete, per_party, host_depth, guest_depth)
+    except InputError as exc:
+        raise ConfigError(f"{reader.source}: [train]: {exc}") from None
+    if host_depth and host_depth + guest_depth != params.max_depth:
+        raise reader.fail(
+            "host_depth",
+            f"layered mode grows host_depth + guest_depth layers: max_depth must be "
+            f"{host_depth + guest_depth}, not {params.max_depth}",
+        )
     scheme = reader.get_str("scheme", "paillier") or "paillier"
     if scheme not in SCHEMES:
         raise reader.fail("scheme", f"unknown encryption scheme {scheme!r}; one of {SCHEMES}")
@@ -451,6 +472,9 @@ def _train(reader: _Reader) -> TrainConfig:
         checkpoint_dir=Path(ckpt) if ckpt else None,
         init_model=Path(init) if (init := reader.get_str("init_model")) else None,
         complete_secure=complete,
+        tree_num_per_party=per_party,
+        host_depth=host_depth,
+        guest_depth=guest_depth,
     )
 
 

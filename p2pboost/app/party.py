@@ -283,6 +283,9 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         allow_insecure_key=train.insecure_key_bits,
         scheme=train.scheme,
         complete_secure=train.complete_secure,
+        tree_num_per_party=train.tree_num_per_party,
+        host_depth=train.host_depth,
+        guest_depth=train.guest_depth,
     )
     guest = HeteroGuest(
         train.params,

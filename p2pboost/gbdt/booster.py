@@ -24,7 +24,7 @@ from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.categories import apply_categories, fit_categories, model_categories
-from p2pboost.gbdt.grower import TreeGrower
+from p2pboost.gbdt.grower import DepthMask, TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
@@ -302,6 +302,7 @@ def train(
     *,
     row_keys: RowKeys | None = None,
     row_sample: RowSample | None = None,
+    features_by_depth: DepthMask | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
 
@@ -313,6 +314,8 @@ def train(
     ``row_keys(ensemble, n_rows)`` then replaces its draw of the rows' ensemble keys (the
     core's reference for a horizontal federation, whose clients key their own rows).
     ``row_sample(round, n_rows)`` likewise replaces the draw of ``subsample``'s rows.
+    ``features_by_depth(depth)``: a mask of the features nodes at that depth may split on (the
+    core's reference for vertical training's layered mode).
 
     ``sample_weight`` (one value >= 0 per row) multiplies each row's gradient and hessian, so
     ``min_child_weight`` counts weighted hessians (as XGBoost); the base margin is still
@@ -393,6 +396,7 @@ def train(
                 candidates & task.features[:, None, None],
                 mapper.thresholds,
                 task.privacy,
+                features_by_depth,
             )
             tree = grower.grow()
             eval_leaves = [tree.leaves_binned(ev.data) for ev in evals]

@@ -43,6 +43,7 @@ from p2pboost.gbdt.tree import LOCAL, Tree, TreeBuilder
 __all__ = [
     "ChildHistograms",
     "ChooseSplits",
+    "DepthMask",
     "Frontier",
     "GrowStep",
     "HistogramGrower",
@@ -62,6 +63,8 @@ I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
 #: ``thresholds(features, bins)``: raw thresholds of splits, vectorised (NaN where unknown).
 ThresholdFn = Callable[[I64, I64], F64]
+#: ``features_by_depth(depth)``: the features nodes at that depth may split on (None: all).
+DepthMask = Callable[[int], B8 | None]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -173,7 +176,9 @@ class HistogramGrower:
 
     ``privacy`` (a differentially private tree, :mod:`~p2pboost.gbdt.privacy`) changes two
     things only: the core's split choice is its exponential mechanism, and the finished tree
-    is released with noisy leaves.
+    is released with noisy leaves. ``features_by_depth(depth)`` (a mask over the features, or
+    None for all) restricts what the nodes of a depth may split on: vertical training's
+    layered mode (host features in the top layers, guest features below).
     """
 
     def __init__(
@@ -183,11 +188,13 @@ class HistogramGrower:
         candidates: B8,
         thresholds: ThresholdFn,
         privacy: PrivateTree | None = None,
+        features_by_depth: DepthMask | None = None,
     ) -> None:
         self.params = params
         self.candidates = candidates
         self.thresholds = thresholds
         self.privacy = privacy
+        self.features_by_depth = features_by_depth
         self.tree = TreeBuilder(n_outputs=n_outputs)
         self._totals: list[tuple[F64, F64]] = []  # (g, h) of the nodes, in id order
 
@@ -214,10 +221,9 @@ class HistogramGrower:
         """The core's best candidate split of every frontier node (row counts are used, as
         by the core's builders, only for ``min_samples_leaf > 1``); a private tree's choice
         is its exponential mechanism."""
+        candidates = self.candidates_at(frontier.depth)
         if self.privacy is not None:
-            return self.privacy.find_splits(
-                frontier.hist, frontier.grad, frontier.hess, self.candidates
-            )
+            return self.privacy.find_splits(frontier.hist, frontier.grad, frontier.hess, candidates)
         use_counts = self.params.min_samples_leaf > 1 and frontier.hist.count is not None
         hist = (
             frontier.hist if use_counts else Histogram(frontier.hist.grad, frontier.hist.hess, None)
@@ -227,9 +233,14 @@ class HistogramGrower:
             frontier.grad,
             frontier.hess,
             frontier.count if use_counts else None,
-            self.candidates,
+            candidates,
             self.params,
         )
+
+    def candidates_at(self, depth: int) -> B8:
+        """The candidate mask of the nodes at ``depth`` (``features_by_depth`` applied)."""
+        mask = None if self.features_by_depth is None else self.features_by_depth(depth)
+        return self.candidates if mask is None else self.candidates & mask[:, None, None]
 
     def apply_splits(self, frontier: Frontier, splits: LayerSplits) -> LayerPlan:
         """Accept splits better than ``gamma``; create both children of each accepted node."""
@@ -377,8 +388,9 @@ class TreeGrower(HistogramGrower):
         candidates: B8,
         thresholds: ThresholdFn,
         privacy: PrivateTree | None = None,
+        features_by_depth: DepthMask | None = None,
     ) -> None:
-        super().__init__(params, grad.shape[1], candidates, thresholds, privacy)
+        super().__init__(params, grad.shape[1], candidates, thresholds, privacy, features_by_depth)
         self.data = data
         self.builder = builder
         self.grad = grad

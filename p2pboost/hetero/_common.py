@@ -16,6 +16,7 @@ from p2pboost.crypto.keys import AnyPublicKey, check_scheme
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import Grid
+from p2pboost.hetero.modes import check_modes
 
 __all__ = [
     "VERSION",
@@ -98,6 +99,8 @@ class HeteroConfig:
     SecureBoost paper's RL-SecureBoost, FATE's ``complete_secure``): the hosts receive no
     gradients and no partitions for them, so the first tree's instance spaces, which the paper
     shows reveal much of the labels, stay with the guest (docs/explanation/modes.md).
+    ``tree_num_per_party`` (mix mode) and ``host_depth``/``guest_depth`` (layered mode): the
+    SecureBoost+ modes of :mod:`p2pboost.hetero.modes`.
     """
 
     key_bits: int = 2048
@@ -109,10 +112,16 @@ class HeteroConfig:
     stash_bytes: int = 64 * 1024 * 1024
     hello_timeout: float = 120.0
     complete_secure: int = 0
+    tree_num_per_party: int = 0
+    host_depth: int = 0
+    guest_depth: int = 0
 
     def __post_init__(self) -> None:
         if self.complete_secure < 0:
             raise InputError("complete_secure counts rounds: it must be >= 0")
+        check_modes(
+            self.complete_secure, self.tree_num_per_party, self.host_depth, self.guest_depth
+        )
         check_scheme(self.scheme)
         if not self.hello_timeout > 0:
             raise InputError("hello_timeout must be > 0")

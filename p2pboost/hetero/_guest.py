@@ -41,6 +41,7 @@ from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed
 from p2pboost.gbdt.grower import (
     ChooseSplits,
+    DepthMask,
     Frontier,
     GrowStep,
     LayerPlan,
@@ -147,6 +148,10 @@ class GuestTrainer:
     data: BinnedData
     evals: list[EvalData]
     progress: Progress
+    #: Layered mode: the features each depth may split on, and how many layers the hosts
+    #: take part in (None: all; :mod:`p2pboost.hetero.modes`).
+    features_by_depth: DepthMask | None = None
+    host_layers: int | None = None
 
     def __post_init__(self) -> None:
         p = self.params
@@ -228,6 +233,7 @@ class GuestTrainer:
             self.candidates & task.features[: self.data.n_features, None, None],
             self.mapper.thresholds,
             task.privacy,
+            self.features_by_depth,
         )
         self.progress.enter(GuestPhase.ENCRYPT, 0)
         stream = asyncio.ensure_future(
@@ -318,15 +324,25 @@ class _TreeRound:
         #: Host split node -> validation-set bits (one bool array per evaluation set).
         self.eval_bits: dict[int, list[B8]] = {}
 
+    def _local(self, depth: int) -> bool:
+        """Whether the layer at ``depth`` is the guest's alone (layered mode's lower layers)."""
+        top = self.t.host_layers
+        return top is not None and depth >= top
+
     async def answer(self, step: GrowStep) -> Any:
         """Answer a step of the core's schedule (see the module docstring)."""
         depth = step.frontier.depth
         if isinstance(step, ChooseSplits):
             self.t.progress.enter(GuestPhase.SPLITS, depth)
+            if self._local(depth):  # no host takes part: the guest's candidates only
+                return await asyncio.to_thread(self.grower.find_splits, step.frontier)
             return await self._choose_splits(step.frontier)
         if isinstance(step, Partition):
             self.t.progress.enter(GuestPhase.PARTITION, depth)
-            return await self._partition(step.plan, step.grow)
+            if self._local(depth):
+                return await asyncio.to_thread(self.grower.partition, step.plan)
+            # The hosts leave the tree after its last host layer (layered mode).
+            return await self._partition(step.plan, step.grow and not self._local(depth + 1))
         return await asyncio.to_thread(self.grower.child_histograms, step.frontier, step.plan)
 
     async def _choose_splits(self, frontier: Frontier) -> LayerSplits:
@@ -375,7 +391,7 @@ class _TreeRound:
                 frontier.hist,
                 frontier.grad,
                 frontier.hess,
-                self.grower.candidates,
+                self.grower.candidates_at(frontier.depth),
             ),
             self._receive_layer(frontier),
         )

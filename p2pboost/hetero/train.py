@@ -51,12 +51,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any, cast
 
 import numpy as np
-import numpy.typing as npt
 
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
@@ -104,6 +103,7 @@ from p2pboost.hetero.checkpoint import (
     data_digest,
 )
 from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
+from p2pboost.hetero.modes import FeatureSchedule
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
@@ -114,7 +114,6 @@ __all__ = [
     "HeteroConfig",
     "HostPhase",
     "Progress",
-    "guest_only_rounds",
     "guest_train",
     "host_train",
 ]
@@ -177,6 +176,12 @@ async def guest_train(
     names = check_names(given, X_arr.shape[1])
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
+    if config.host_depth and config.host_depth + config.guest_depth != params.max_depth:
+        raise InputError(
+            f"layered mode grows host_depth + guest_depth = "
+            f"{config.host_depth + config.guest_depth} layers: set max_depth to that, not "
+            f"{params.max_depth}"
+        )
     if params.dp is not None:
         check_private_run(params, y_arr, init_model is not None, sample_weight is not None)
         if resume:
@@ -271,6 +276,13 @@ async def guest_train(
         initial_margin(objective, params, y_arr) if init_model is None else init_model.base_margin
     )
     n_total = data.n_features + sum(link.n_features for link in links)
+    schedule = FeatureSchedule(
+        (data.n_features, *(link.n_features for link in links)),
+        config.complete_secure,
+        config.tree_num_per_party,
+        config.host_depth,
+        config.guest_depth,
+    )
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)
     loop, chain, states = round_loop(
         params,
@@ -280,7 +292,7 @@ async def guest_train(
         margins,
         begin,
         warm,
-        guest_only_rounds(config.complete_secure, data.n_features, n_total),
+        schedule.by_round(),
     )
     n_trees = params.n_estimators * objective.n_outputs
     kept = begin.resumed.model if begin.resumed is not None else begin.warm
@@ -304,6 +316,8 @@ async def guest_train(
             data=data,
             evals=evals,
             progress=progress,
+            features_by_depth=schedule.guest_by_depth(),
+            host_layers=schedule.host_layers,
         )
         try:
             for it in loop:
@@ -344,20 +358,6 @@ async def guest_train(
         await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
     progress.enter(GuestPhase.DONE)
     return _model(fingerprint, params, hosts, mapper, base, loop, names, diagnostics)
-
-
-def guest_only_rounds(
-    rounds: int, n_guest: int, n_features: int
-) -> Callable[[int], npt.NDArray[np.bool_] | None] | None:
-    """``complete_secure``: the first ``rounds`` rounds may split on the guest's features
-    only (the first ``n_guest`` of ``n_features``, guest first), later ones on all; the
-    same function, given to the core's ``train(features_by_round=...)``, grows the same
-    trees on the joined data."""
-    if rounds <= 0:
-        return None
-    guest = np.zeros(n_features, dtype=np.bool_)
-    guest[:n_guest] = True
-    return lambda it: guest if it < rounds else None
 
 
 def _model(

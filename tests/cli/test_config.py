@@ -203,3 +203,19 @@ def test_complete_secure_is_a_count_of_rounds(tmp_path: Path) -> None:
     assert load_config(_guest(tmp_path)).train.complete_secure == 0
     with pytest.raises(ConfigError, match="complete_secure"):
         load_config(_guest(tmp_path, train={"complete_secure": -1}))
+
+
+def test_train_table_reads_the_vertical_modes(tmp_path: Path) -> None:
+    from p2pboost.app.config import _Reader, _train
+
+    def read(table: dict[str, object]) -> object:
+        return _train(_Reader(tmp_path / "g.toml", table, "train."))
+
+    mix = read({"tree_num_per_party": 2})
+    assert mix.tree_num_per_party == 2  # type: ignore[attr-defined]
+    layered = read({"max_depth": 5, "host_depth": 2, "guest_depth": 3})
+    assert (layered.host_depth, layered.guest_depth) == (2, 3)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="max_depth must be 5, not 6"):
+        read({"host_depth": 2, "guest_depth": 3})
+    with pytest.raises(ConfigError, match="not both"):
+        read({"max_depth": 5, "host_depth": 2, "guest_depth": 3, "tree_num_per_party": 1})

@@ -184,7 +184,7 @@ async def test_complete_secure_first_rounds_are_the_guests_alone(
 
     from p2pboost.hetero import _host
     from p2pboost.hetero._messages import TreeStart
-    from p2pboost.hetero.train import guest_only_rounds
+    from p2pboost.hetero.modes import guest_only_rounds
     from tests.hetero.conftest import CONFIG
 
     received: list[object] = []  # every message the host's protocol takes in, in order

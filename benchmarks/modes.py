@@ -1,0 +1,124 @@
+"""Vertical training modes side by side: standard, mix, layered and complete_secure.
+
+``python -m benchmarks modes --dataset give_credit30k --trees 10 --depth 5 --key-bits 1024
+[--host-depth 2 --per-party 1 --complete-secure 1 --hosts 1 --bins 32 --lr 0.3 --workers W
+--data-dir DIR]``
+
+Each mode is a full run of :func:`benchmarks.hetero.run_federation` (guest and hosts as
+separate processes over TLS WebSockets on 127.0.0.1), one after the other on the same split
+(:func:`benchmarks.lossless.load_hetero_split`): ``std``; ``mix`` (``tree_num_per_party``);
+``layered`` (``host_depth`` on top, ``depth - host_depth`` guest layers below);
+``complete_secure`` (the first rounds on guest features). Per mode: the guest's training wall
+time per tree, the test AUC, the bytes the guest's node moved per tree, and whether the joined
+model equals the plaintext core's trained with the same feature schedule
+(:class:`p2pboost.hetero.modes.FeatureSchedule`) on the joined rows.
+
+Last line: ``{"benchmark": "modes", "dataset", "trees", "depth", "key_bits", "std": {...},
+"mix": {...}, "layered": {...}, "complete_secure": {...}, "mix_over_std",
+"layered_over_std"}`` with ``{"s_per_tree", "auc", "bytes_per_tree", "identical_to_core"}``
+per mode (the ratios are of ``s_per_tree``, measured back to back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import data_dir, emit_json, print_table
+from benchmarks._hetero_lossless import compare_trees
+from benchmarks.hetero import GUEST, run_federation
+from benchmarks.lossless import DATASETS, Task, load_hetero_split
+from p2pboost import certs
+from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.metrics import auc
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from p2pboost.hetero.modes import FeatureSchedule
+from p2pboost.workers import default_workers
+
+__all__ = ["main"]
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks modes", description=__doc__)
+    ap.add_argument("--dataset", required=True, choices=DATASETS)
+    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--depth", type=int, default=5)
+    ap.add_argument("--key-bits", type=int, default=1024, choices=[1024, 2048, 3072])
+    ap.add_argument("--host-depth", type=int, default=2)
+    ap.add_argument("--per-party", type=int, default=1, help="mix mode's tree_num_per_party")
+    ap.add_argument("--complete-secure", type=int, default=1)
+    ap.add_argument("--hosts", type=int, default=1)
+    ap.add_argument("--bins", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.3)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--data-dir", default=None)
+    args = ap.parse_args(argv)
+    if not 0 < args.host_depth < args.depth:
+        ap.error("--host-depth must leave the guest at least one layer")
+    split = load_hetero_split(data_dir(args.data_dir), args.dataset)
+    if split.task is not Task.BINARY:
+        ap.error(f"{args.dataset} is not a binary task (this benchmark reports AUC)")
+    blocks = np.array_split(np.arange(split.host_train.shape[1]), args.hosts)
+    params = BoostParams(
+        n_estimators=args.trees, max_depth=args.depth, max_bin=args.bins, learning_rate=args.lr
+    ).validate()
+    workers = args.workers or default_workers()
+    sizes = (split.guest_train.shape[1], *(b.size for b in blocks))
+    modes: dict[str, dict[str, int]] = {
+        "std": {},
+        "mix": {"tree_num_per_party": args.per_party},
+        "layered": {"host_depth": args.host_depth, "guest_depth": args.depth - args.host_depth},
+        "complete_secure": {"complete_secure": args.complete_secure},
+    }
+    out: dict[str, Any] = {
+        "benchmark": "modes",
+        "dataset": args.dataset,
+        "rows": int(split.y_train.size),
+        "trees": args.trees,
+        "depth": args.depth,
+        "key_bits": args.key_bits,
+        "hosts": args.hosts,
+    }
+    rows: list[tuple[str, Any]] = []
+    for name, settings in modes.items():
+        with tempfile.TemporaryDirectory(prefix="p2pboost-modes-") as tmp:
+            fed = Path(tmp)
+            certs.init(fed, [GUEST, *(f"host{k}" for k in range(1, args.hosts + 1))])
+            result = run_federation(
+                fed, split, blocks, params, key_bits=args.key_bits, workers=workers, modes=settings
+            )
+        guest = GuestModel.from_dict(result.guest["model"])
+        hosts = [HostModel.from_dict(h["model"]) for h in result.hosts]
+        schedule = FeatureSchedule(sizes, **settings)
+        core = train(
+            params,
+            np.hstack([split.guest_train, *(split.host_train[:, b] for b in blocks)]),
+            split.y_train,
+            features_by_round=schedule.by_round(),
+            features_by_depth=schedule.by_depth(),
+        )
+        n_trees = max(1, len(guest.trees))
+        run = {
+            "s_per_tree": round(result.guest["seconds"] / n_trees, 4),
+            "auc": round(float(auc(split.y_test, result.guest["proba"])), 6),
+            "bytes_per_tree": int(result.guest["bytes"] / n_trees),
+            "identical_to_core": compare_trees(joined_trees(guest, hosts), core.trees),
+        }
+        out[name] = run
+        rows.append((name, "  ".join(f"{k} {v}" for k, v in run.items())))
+    out["mix_over_std"] = round(out["mix"]["s_per_tree"] / out["std"]["s_per_tree"], 4)
+    out["layered_over_std"] = round(out["layered"]["s_per_tree"] / out["std"]["s_per_tree"], 4)
+    rows += [("mix / std", out["mix_over_std"]), ("layered / std", out["layered_over_std"])]
+    print_table(rows, f"vertical modes on {args.dataset} ({args.key_bits}-bit keys)")
+    emit_json(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
