@@ -63,12 +63,16 @@ def load_table(
     names = data.features or tuple(c for c in header if c not in (data.id_column, label))
     if model_features is not None:
         names = _model_columns(source, names, model_features)
-    if not names:
+    if not names and label is None:  # labels alone are a vertical guest's whole table
         raise ConfigError(f"{source}: no feature columns")
     ids = parse_ids(columns[data.id_column])
     if np.unique(ids).size != ids.size:
         raise ConfigError(f"{source}: the id column {data.id_column!r} has duplicates")
-    X = np.column_stack([parse_floats(columns[c], f"{source}: column {c!r}") for c in names])
+    X = (
+        np.column_stack([parse_floats(columns[c], f"{source}: column {c!r}") for c in names])
+        if names
+        else np.empty((ids.size, 0))
+    )
     y = None if label is None else parse_floats(columns[label], f"{source}: column {label!r}")
     return Table(ids=ids, X=X, y=y, features=tuple(names))
 

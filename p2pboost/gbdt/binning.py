@@ -33,11 +33,15 @@ __all__ = ["BinMapper", "BinnedData", "check_matrix"]
 _COMPARE_EDGES = 64
 
 
-def check_matrix(X: Any, name: str = "X", n_features: int | None = None) -> npt.NDArray[np.float64]:
+def check_matrix(
+    X: Any, name: str = "X", n_features: int | None = None, *, allow_no_features: bool = False
+) -> npt.NDArray[np.float64]:
     """``X`` as a 2-D float64 array; NaN allowed (missing), anything else non-numeric is not.
 
     A scipy.sparse matrix is made dense here (its implicit entries are zeros, not missing
     values); complex numbers are refused rather than silently cut to their real part.
+    ``allow_no_features``: rows without columns are valid (a vertical guest that holds only
+    the labels).
     """
     if hasattr(X, "toarray") and hasattr(X, "nnz"):  # scipy.sparse, without importing scipy
         X = X.toarray()
@@ -59,7 +63,7 @@ def check_matrix(X: Any, name: str = "X", n_features: int | None = None) -> npt.
     if arr.ndim != 2:
         raise InputError(f"{name} must be 2-D (rows, features), got shape {arr.shape}")
     for axis, what in ((1, "feature"), (0, "sample")):
-        if arr.shape[axis] == 0:
+        if arr.shape[axis] == 0 and not (axis == 1 and allow_no_features):
             raise InputError(
                 f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
             )
@@ -105,14 +109,16 @@ class BinMapper:
         self.max_bin = max_bin
         self.edges: list[npt.NDArray[np.float64]] = []
         self._table: npt.NDArray[np.float64] | None = None  # padded edges, for thresholds()
+        self._fitted = False  # edges learnt or read (a guest with no features has none)
 
     # -- learning ----------------------------------------------------------------------------
 
     def fit(self, X: Any) -> BinMapper:
         """Learn cut points for every column of ``X`` (NaN ignored)."""
-        cols = np.ascontiguousarray(check_matrix(X).T)
+        cols = np.ascontiguousarray(check_matrix(X, allow_no_features=True).T)
         self.edges = [_cuts(col, self.max_bin) for col in cols]
         self._table = None
+        self._fitted = True
         return self
 
     @property
@@ -142,7 +148,7 @@ class BinMapper:
     def transform(self, X: Any) -> BinnedData:
         """Bin codes of ``X`` (feature-major), with NaN mapped to the missing bin."""
         self._require_fitted()
-        arr = check_matrix(X, n_features=self.n_features)
+        arr = check_matrix(X, n_features=self.n_features, allow_no_features=True)
         cols = np.ascontiguousarray(arr.T)  # feature-major: each search reads contiguous data
         codes = np.empty(cols.shape, dtype=self.dtype)
         has_missing = False
@@ -191,10 +197,11 @@ class BinMapper:
             if e.size >= mapper.max_bin or not np.all(np.isfinite(e)) or np.any(np.diff(e) <= 0):
                 raise ModelError("invalid bin mapper: edges must be finite and increasing")
         mapper.edges = edges
+        mapper._fitted = True
         return mapper
 
     def _require_fitted(self) -> None:
-        if not self.edges:
+        if not self._fitted:
             raise InputError("BinMapper is not fitted")
 
 

@@ -503,7 +503,12 @@ def bin_eval_sets(
     out = []
     for name, (Xv, yv) in zip(names, eval_sets, strict=True):
         yv_arr = objective.check_labels(yv)
-        arr = check_matrix(Xv, name=f"eval set {name!r}", n_features=mapper.n_features)
+        arr = check_matrix(
+            Xv,
+            name=f"eval set {name!r}",
+            n_features=mapper.n_features,
+            allow_no_features=mapper.n_features == 0,  # a vertical guest with labels only
+        )
         if arr.shape[0] != yv_arr.size:
             raise InputError(f"eval set {name!r}: rows and labels differ in number")
         out.append(EvalData(name, mapper.transform(arr), yv_arr, np.empty((0, 0))))

@@ -42,6 +42,7 @@ __all__ = [
     "candidate_mask",
     "find_best_splits",
     "leaf_weight",
+    "no_splits",
     "split_gains",
 ]
 
@@ -142,6 +143,19 @@ class LayerSplits:
     owner: I64 | None = None
 
 
+def no_splits(k: int, k_out: int) -> LayerSplits:
+    """The answer for ``k`` nodes none of which has a candidate."""
+    return LayerSplits(
+        gain=np.full(k, -np.inf),
+        feature=np.zeros(k, dtype=np.int64),
+        threshold=np.zeros(k, dtype=np.int64),
+        default_left=np.ones(k, dtype=np.bool_),
+        left_grad=np.zeros((k, k_out)),
+        left_hess=np.zeros((k, k_out)),
+        left_count=np.full(k, -1, dtype=np.int64),
+    )
+
+
 def find_best_splits(
     hist: Histogram,
     node_grad: F64,
@@ -158,6 +172,8 @@ def find_best_splits(
     clears whole features).
     """
     k, n_feat, n_slots, k_out = hist.grad.shape
+    if n_feat == 0:  # no feature (a vertical guest that holds only labels): no candidate
+        return no_splits(k, k_out)
     n_thr = n_slots - 1
     # With no missing value in any node of the layer (all missing bins exactly 0), both
     # directions give identical sums, so only missing-left (which wins ties) is evaluated.

@@ -133,7 +133,11 @@ class GuestModel:
         self, X: Any, decisions: Sequence[HostDecisions], n_rounds: int | None = None
     ) -> F64:
         """Raw scores ``(n, K)`` from the guest's features and every host's decisions."""
-        arr = check_matrix(by_name(X, self.feature_names), n_features=self.n_features)
+        arr = check_matrix(
+            by_name(X, self.feature_names),
+            n_features=self.n_features,
+            allow_no_features=self.n_features == 0,  # a guest with labels only
+        )
         if len(decisions) != len(self.hosts):
             raise InputError(f"need decisions from {len(self.hosts)} hosts")
         used = self.used_trees(n_rounds)

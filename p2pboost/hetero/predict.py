@@ -55,7 +55,11 @@ async def guest_predict(
 
     ``channel``: the session's channel for it (a warm start asks inside its training
     session, beside the training's own channels)."""
-    arr = check_matrix(by_name(X, model.feature_names), n_features=model.n_features)
+    arr = check_matrix(
+        by_name(X, model.feature_names),
+        n_features=model.n_features,
+        allow_no_features=model.n_features == 0,  # a guest with labels only
+    )
     n = arr.shape[0]
     request = Predict(model.fingerprint, n)
 

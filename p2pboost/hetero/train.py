@@ -172,10 +172,14 @@ async def guest_train(
             raise InputError(f"init_model was trained with hosts {list(init_model.hosts)}")
         if init_model.feature_names is not None and given is not None:
             X, given = by_name(X, init_model.feature_names), init_model.feature_names
-    X_arr = check_matrix(X)
+    if X is None:  # a guest that holds only the labels
+        X = np.empty((y_arr.size, 0))
+    X_arr = check_matrix(X, allow_no_features=True)
     names = check_names(given, X_arr.shape[1])
     if X_arr.shape[0] != y_arr.size:
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
+    if X_arr.shape[1] == 0:
+        _check_label_only(config)
     if config.host_depth and config.host_depth + config.guest_depth != params.max_depth:
         raise InputError(
             f"layered mode grows host_depth + guest_depth = "
@@ -387,6 +391,16 @@ def _model(
         diagnostics=dict(diagnostics),
         privacy=None if loop.privacy is None else loop.privacy.record(),
     )
+
+
+def _check_label_only(config: HeteroConfig) -> None:
+    """A guest without features: the modes that need its features are refused, naming them."""
+    for name in ("complete_secure", "tree_num_per_party", "host_depth"):
+        if getattr(config, name):
+            raise InputError(
+                f"{name} needs the guest's features, and this guest holds only the labels "
+                f"(X has no columns): leave {name} at 0"
+            )
 
 
 def _private_mode(params: BoostParams) -> int:

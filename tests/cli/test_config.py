@@ -219,3 +219,17 @@ def test_train_table_reads_the_vertical_modes(tmp_path: Path) -> None:
         read({"host_depth": 2, "guest_depth": 3})
     with pytest.raises(ConfigError, match="not both"):
         read({"max_depth": 5, "host_depth": 2, "guest_depth": 3, "tree_num_per_party": 1})
+
+
+def test_a_guest_table_may_hold_labels_only(tmp_path: Path) -> None:
+    from p2pboost.app._tables import load_table
+    from p2pboost.app.config import DataConfig
+
+    (tmp_path / "g.csv").write_text("id,y\na,1\nb,0\nc,1\n")
+    table = load_table(DataConfig(tmp_path / "g.csv", "id", "y"), require_label=True)
+    assert table.X.shape == (3, 0)
+    assert table.y is not None
+    assert table.y.tolist() == [1.0, 0.0, 1.0]
+    (tmp_path / "h.csv").write_text("id\na\nb\n")
+    with pytest.raises(ConfigError, match="no feature columns"):
+        load_table(DataConfig(tmp_path / "h.csv", "id", "y"), require_label=False)

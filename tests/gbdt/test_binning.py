@@ -61,12 +61,23 @@ def test_bad_max_bin_raises(max_bin: object) -> None:
         BinMapper(max_bin)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    "X", [np.zeros((0, 3)), np.zeros((3, 0)), np.zeros(3), [["a", "b"]]], ids=str
-)
+@pytest.mark.parametrize("X", [np.zeros((0, 3)), np.zeros(3), [["a", "b"]]], ids=str)
 def test_bad_matrices_raise(X: object) -> None:
     with pytest.raises(InputError):
         BinMapper(8).fit(X)
+
+
+def test_rows_without_columns_bin_to_nothing_but_the_core_needs_a_feature() -> None:
+    """A vertical guest that holds only labels bins no column; training the core on no
+    feature stays an error."""
+    from p2pboost.gbdt.booster import train
+    from p2pboost.gbdt.params import BoostParams
+
+    mapper = BinMapper(8).fit(np.zeros((3, 0)))
+    assert mapper.n_features == 0
+    assert mapper.transform(np.zeros((3, 0))).n_rows == 3
+    with pytest.raises(InputError, match="0 feature"):
+        train(BoostParams(n_estimators=1), np.zeros((3, 0)), np.array([0.0, 1.0, 0.0]))
 
 
 def test_transform_checks_feature_count() -> None:

@@ -131,3 +131,42 @@ async def test_layered_mode_needs_max_depth_to_match(
     config = HeteroConfig(host_depth=2, guest_depth=2, key_bits=1024, allow_insecure_key=True)
     with pytest.raises(InputError, match="set max_depth to that, not 6"):
         await guest_train(cast(Any, object()), ["b"], X, y, BoostParams(), config=config)
+
+
+@pytest.mark.slow
+async def test_a_guest_with_labels_only_equals_the_core_on_the_hosts_features(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    from p2pboost.hetero.model import GuestModel
+
+    X, y = breast
+    params = BoostParams(n_estimators=3, max_depth=3, max_bin=16)
+    hosts = [X[:, :12], X[:, 12:]]
+    label_only = np.empty((y.size, 0))
+    async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+        fed = await federate(c, label_only, y, hosts, params, pool, keys)
+        margin = await predict(c, fed, label_only, hosts)
+    core = train(params, X, y)
+    assert_same_trees(fed.joined(), core)
+    np.testing.assert_array_equal(margin, core.predict_margin(X))
+    back = GuestModel.from_dict(fed.guest.to_dict())
+    assert back.mapper.n_features == 0
+    assert len(back.trees) == 3
+
+
+async def test_a_label_only_guest_refuses_the_modes_that_need_its_features(
+    breast: tuple[np.ndarray, np.ndarray],
+) -> None:
+    from typing import cast
+
+    from p2pboost.hetero.train import guest_train
+
+    _, y = breast
+    for config in (
+        HeteroConfig(complete_secure=1),
+        HeteroConfig(tree_num_per_party=1),
+        HeteroConfig(host_depth=1, guest_depth=2),
+    ):
+        params = BoostParams(max_depth=3)
+        with pytest.raises(InputError, match="needs the guest's features"):
+            await guest_train(cast(Any, object()), ["b"], None, y, params, config=config)
