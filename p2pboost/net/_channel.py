@@ -79,7 +79,9 @@ class _Item:
 
     __slots__ = ("cost", "data", "raw")
 
-    def __init__(self, data: bytes | memoryview | None, cost: int, raw: bool = False) -> None:
+    def __init__(
+        self, data: bytes | bytearray | memoryview | None, cost: int, raw: bool = False
+    ) -> None:
         self.data = data
         self.cost = cost
         self.raw = raw
@@ -149,7 +151,7 @@ class Channel:
         # -- receiving --
         self._queue: deque[_Item] = deque()
         self._queued = 0
-        self._partial: list[bytes | memoryview] = []
+        self._partial: list[bytes | bytearray | memoryview] = []
         self._partial_cost = 0
         self._partial_len = 0
         self._partial_raw = False
@@ -380,7 +382,16 @@ class Channel:
             # A view into a batched message would pin the whole batch: copy small parts (a
             # big one is most of its message anyway, and copying it would cost throughput).
             small = batched and n < _PIN_LIMIT
-            self._partial.append(bytes(frame.payload) if small else frame.payload)
+            if not self._partial or raw:
+                self._partial.append(bytes(frame.payload) if small else frame.payload)
+            else:
+                # A message of several fragments is assembled in one growing buffer as they
+                # arrive (each fragment freed at once), not joined at its end: its bytes are
+                # then held once, not twice (docs/explanation/node.md: memory per message).
+                head = self._partial[0]
+                buffer = head if isinstance(head, bytearray) else bytearray(head)
+                buffer += frame.payload
+                self._partial = [buffer]
             self._partial_cost += cost
             self._partial_raw = raw
             if end:
