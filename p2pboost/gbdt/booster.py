@@ -24,7 +24,7 @@ from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.categories import apply_categories, fit_categories, model_categories
-from p2pboost.gbdt.grower import DepthMask, TreeGrower
+from p2pboost.gbdt.grower import DepthMask, NodeColumns, TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
@@ -54,6 +54,7 @@ __all__ = [
     "bin_eval_sets",
     "check_warm_start",
     "initial_margin",
+    "node_columns",
     "refit_leaves",
     "rng_state_from",
     "train",
@@ -397,6 +398,7 @@ def train(
                 mapper.thresholds,
                 task.privacy,
                 features_by_depth,
+                node_columns(params, loop.rng, task.features),
             )
             tree = grower.grow()
             eval_leaves = [tree.leaves_binned(ev.data) for ev in evals]
@@ -458,6 +460,15 @@ def initial_margin(objective: Objective, params: BoostParams, y: F64) -> F64:
     if params.dp is not None:
         return np.zeros(objective.n_outputs)
     return objective.init_margin(y)
+
+
+def node_columns(
+    params: BoostParams, rng: np.random.Generator, tree: npt.NDArray[np.bool_]
+) -> NodeColumns | None:
+    """The per-depth and per-node column draws of a tree, if the parameters ask for any."""
+    if params.colsample_bylevel >= 1.0 and params.colsample_bynode >= 1.0:
+        return None
+    return NodeColumns(rng, tree, params.colsample_bylevel, params.colsample_bynode)
 
 
 def check_private_run(params: BoostParams, y: F64, warm: bool, weighted: bool) -> None:

@@ -59,6 +59,8 @@ _BOOST = (
     "min_samples_leaf",
     "subsample",
     "colsample_bytree",
+    "colsample_bylevel",
+    "colsample_bynode",
     "goss",
     "top_rate",
     "other_rate",
@@ -80,6 +82,8 @@ class _GBDTBase(BaseEstimator):
     min_samples_leaf: int
     subsample: float
     colsample_bytree: float
+    colsample_bylevel: float
+    colsample_bynode: float
     goss: bool
     top_rate: float
     other_rate: float
@@ -275,6 +279,8 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
         min_samples_leaf: int = 1,
         subsample: float = 1.0,
         colsample_bytree: float = 1.0,
+        colsample_bylevel: float = 1.0,
+        colsample_bynode: float = 1.0,
         goss: bool = False,
         top_rate: float = 0.2,
         other_rate: float = 0.1,
@@ -372,6 +378,8 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         min_samples_leaf: int = 1,
         subsample: float = 1.0,
         colsample_bytree: float = 1.0,
+        colsample_bylevel: float = 1.0,
+        colsample_bynode: float = 1.0,
         goss: bool = False,
         top_rate: float = 0.2,
         other_rate: float = 0.1,

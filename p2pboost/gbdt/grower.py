@@ -37,6 +37,7 @@ from p2pboost.gbdt.binning import BinnedData
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree
+from p2pboost.gbdt.sampling import sample_from
 from p2pboost.gbdt.split import LayerSplits, accepted, find_best_splits, leaf_weight
 from p2pboost.gbdt.tree import LOCAL, Tree, TreeBuilder
 
@@ -48,6 +49,7 @@ __all__ = [
     "GrowStep",
     "HistogramGrower",
     "LayerPlan",
+    "NodeColumns",
     "Partition",
     "Schedule",
     "TreeGrower",
@@ -77,6 +79,26 @@ class Frontier:
     hess: F64  # (k, K)
     count: I64  # (k,) rows of the sample in each node
     depth: int  # of these nodes (root: 0)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeColumns:
+    """``colsample_bylevel`` and ``colsample_bynode`` (XGBoost's): at each depth a share of
+    the tree's features ``tree``, and for each node a share of its depth's, drawn from the round
+    loop's generator ``rng`` when the depth's splits are chosen (so every booster that grows
+    the same tree with the same generator draws the same)."""
+
+    rng: np.random.Generator
+    tree: B8
+    bylevel: float
+    bynode: float
+
+    def draw(self, k: int) -> B8:
+        """The features each of ``k`` nodes of a new depth may split on: ``(k, F)``."""
+        level = sample_from(self.rng, self.tree, self.bylevel)
+        if self.bynode >= 1.0:
+            return np.broadcast_to(level, (k, level.size))
+        return np.stack([sample_from(self.rng, level, self.bynode) for _ in range(k)])
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -178,7 +200,8 @@ class HistogramGrower:
     things only: the core's split choice is its exponential mechanism, and the finished tree
     is released with noisy leaves. ``features_by_depth(depth)`` (a mask over the features, or
     None for all) restricts what the nodes of a depth may split on: vertical training's
-    layered mode (host features in the top layers, guest features below).
+    layered mode (host features in the top layers, guest features below). ``columns``
+    draws ``colsample_bylevel``/``colsample_bynode`` per depth and node.
     """
 
     def __init__(
@@ -189,12 +212,14 @@ class HistogramGrower:
         thresholds: ThresholdFn,
         privacy: PrivateTree | None = None,
         features_by_depth: DepthMask | None = None,
+        columns: NodeColumns | None = None,
     ) -> None:
         self.params = params
         self.candidates = candidates
         self.thresholds = thresholds
         self.privacy = privacy
         self.features_by_depth = features_by_depth
+        self.columns = columns
         self.tree = TreeBuilder(n_outputs=n_outputs)
         self._totals: list[tuple[F64, F64]] = []  # (g, h) of the nodes, in id order
 
@@ -222,6 +247,9 @@ class HistogramGrower:
         by the core's builders, only for ``min_samples_leaf > 1``); a private tree's choice
         is its exponential mechanism."""
         candidates = self.candidates_at(frontier.depth)
+        if self.columns is not None:  # per node: (k, F, B, 2)
+            nodes = self.columns.draw(frontier.nodes.size)
+            candidates = candidates[None] & nodes[:, :, None, None]
         if self.privacy is not None:
             return self.privacy.find_splits(frontier.hist, frontier.grad, frontier.hess, candidates)
         use_counts = self.params.min_samples_leaf > 1 and frontier.hist.count is not None
@@ -389,8 +417,11 @@ class TreeGrower(HistogramGrower):
         thresholds: ThresholdFn,
         privacy: PrivateTree | None = None,
         features_by_depth: DepthMask | None = None,
+        columns: NodeColumns | None = None,
     ) -> None:
-        super().__init__(params, grad.shape[1], candidates, thresholds, privacy, features_by_depth)
+        super().__init__(
+            params, grad.shape[1], candidates, thresholds, privacy, features_by_depth, columns
+        )
         self.data = data
         self.builder = builder
         self.grad = grad

@@ -124,7 +124,9 @@ class BoostParams:
 
     ``gamma`` is XGBoost's ``min_split_loss``: a node is split only if its best gain (see
     :func:`p2pboost.gbdt.split.split_gains`) exceeds it. ``min_samples_leaf`` counts rows;
-    ``min_child_weight`` bounds a child's hessian sum. ``top_rate``/``other_rate`` are GOSS's
+    ``min_child_weight`` bounds a child's hessian sum. ``colsample_bytree``,
+    ``colsample_bylevel`` and ``colsample_bynode`` are XGBoost's: a share of the features per
+    tree, of the tree's per depth, of the depth's per node. ``top_rate``/``other_rate`` are GOSS's
     ``a`` and ``b`` (used when ``goss`` is true). ``base_score`` is on the *prediction* scale
     (a probability for logistic, a mean for regression); ``None`` estimates it from the labels.
     ``dp`` (a :class:`DPParams`) trains a differentially private model instead (DPBoost).
@@ -142,6 +144,8 @@ class BoostParams:
     min_samples_leaf: int = 1
     subsample: float = 1.0
     colsample_bytree: float = 1.0
+    colsample_bylevel: float = 1.0
+    colsample_bynode: float = 1.0
     goss: bool = False
     top_rate: float = 0.2
     other_rate: float = 0.1
@@ -168,6 +172,8 @@ class BoostParams:
         _check_real("min_child_weight", self.min_child_weight, 0.0, None)
         _check_real("subsample", self.subsample, 0.0, 1.0, low_open=True)
         _check_real("colsample_bytree", self.colsample_bytree, 0.0, 1.0, low_open=True)
+        _check_real("colsample_bylevel", self.colsample_bylevel, 0.0, 1.0, low_open=True)
+        _check_real("colsample_bynode", self.colsample_bynode, 0.0, 1.0, low_open=True)
         _check_real("top_rate", self.top_rate, 0.0, 1.0, low_open=True)
         _check_real("other_rate", self.other_rate, 0.0, 1.0, low_open=True)
         _check_real("huber_delta", self.huber_delta, 0.0, None, low_open=True)
@@ -220,6 +226,11 @@ class BoostParams:
             raise InputError(
                 "differential privacy assigns rows to trees itself: use neither goss nor "
                 "subsample < 1 with dp"
+            )
+        if self.colsample_bylevel < 1.0 or self.colsample_bynode < 1.0:
+            raise InputError(
+                "differential privacy samples columns per tree only (colsample_bytree): "
+                "leave colsample_bylevel and colsample_bynode at 1 with dp"
             )
         if self.gamma != 0.0 or self.min_samples_leaf != 1:
             raise InputError(

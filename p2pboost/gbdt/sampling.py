@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["column_sample", "goss_sample", "row_sample"]
+__all__ = ["column_sample", "goss_sample", "row_sample", "sample_from"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -56,3 +56,16 @@ def column_sample(rng: np.random.Generator, n_features: int, rate: float) -> B8:
     mask[:] = False
     mask[rng.choice(n_features, size=size, replace=False)] = True
     return mask
+
+
+def sample_from(rng: np.random.Generator, mask: B8, rate: float) -> B8:
+    """A ``rate`` share of the features in ``mask`` (at least one; XGBoost's
+    ``colsample_bylevel`` and ``colsample_bynode`` draw so from the tree's, then the level's,
+    features). ``rate >= 1`` or an empty mask: ``mask`` itself, and nothing is drawn."""
+    chosen = np.flatnonzero(mask)
+    if rate >= 1.0 or chosen.size == 0:
+        return mask
+    size = max(1, round(rate * chosen.size))
+    out = np.zeros_like(mask)
+    out[rng.choice(chosen, size=size, replace=False)] = True
+    return out

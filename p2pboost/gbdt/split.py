@@ -169,7 +169,7 @@ def find_best_splits(
     ``hist`` holds ``k`` nodes' histograms (last bin of each feature = missing);
     ``node_grad``/``node_hess`` ``(k, K)`` are the nodes' totals; ``candidates``
     ``(F, B-1, 2)`` masks allowed candidates (see :func:`candidate_mask`; column subsampling
-    clears whole features).
+    clears whole features), or ``(k, F, B-1, 2)`` per node (``colsample_bynode``).
     """
     k, n_feat, n_slots, k_out = hist.grad.shape
     if n_feat == 0:  # no feature (a vertical guest that holds only labels): no candidate
@@ -201,7 +201,7 @@ def find_best_splits(
     parent = _node_score(node_grad, node_hess, lam)[:, None, None, None]
     gains = _children_score(gl, hl, gr, hr, lam)  # (k, F, B-1, n_dir)
     gains -= parent
-    valid &= candidates[None]
+    valid &= candidates if candidates.ndim == 4 else candidates[None]
     cl: I64 | None = None
     if hist.count is not None and node_count is not None:
         cl = np.empty((k, n_feat, n_thr, n_dir), dtype=np.int64)

@@ -160,6 +160,11 @@ async def guest_train(
     """
     config = config or HeteroConfig()
     params = params.validate()
+    if params.colsample_bylevel < 1.0 or params.colsample_bynode < 1.0:
+        raise InputError(
+            "vertical training samples columns per tree (colsample_bytree); "
+            "colsample_bylevel and colsample_bynode are not supported there yet: leave them at 1"
+        )
     if MultiStrategy(params.multi_strategy) is not MultiStrategy.ONE_OUTPUT_PER_TREE:
         raise InputError("hetero training grows one tree per output (one_output_per_tree)")
     if not hosts or len(set(hosts)) != len(hosts):

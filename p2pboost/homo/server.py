@@ -35,9 +35,16 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ProtocolError, RemoteProtocolError
 from p2pboost.gbdt.binning import BinMapper
-from p2pboost.gbdt.booster import Booster, check_warm_start
+from p2pboost.gbdt.booster import Booster, check_warm_start, node_columns
 from p2pboost.gbdt.callbacks import EarlyStopping
-from p2pboost.gbdt.grower import ChooseSplits, GrowStep, HistogramGrower, Partition, drive_async
+from p2pboost.gbdt.grower import (
+    ChooseSplits,
+    GrowStep,
+    HistogramGrower,
+    NodeColumns,
+    Partition,
+    drive_async,
+)
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree, tree_plan
@@ -153,7 +160,8 @@ async def server_train(
     for it in rounds:
         fed.phase = HomoPhase.TREES
         sample_seed = next(seeds)
-        candidates = all_candidates & rounds.sample_columns()[:, None, None]
+        columns = rounds.sample_columns()
+        candidates = all_candidates & columns[:, None, None]
         for out in rounds.outputs:
             while True:
                 mechanisms = None
@@ -161,7 +169,14 @@ async def server_train(
                     mechanisms = private.tree(tree_plan(params, len(rounds.trees)))
                 try:
                     tree = await _grow(
-                        fed, params, mapper, candidates, (it, out, sample_seed), k_out, mechanisms
+                        fed,
+                        params,
+                        mapper,
+                        candidates,
+                        (it, out, sample_seed),
+                        k_out,
+                        mechanisms,
+                        node_columns(params, rounds.rng, columns),
                     )
                     break
                 except Restart:
@@ -267,6 +282,7 @@ async def _grow(
     tree: tuple[int, int, int],
     k_obj: int,
     privacy: PrivateTree | None = None,
+    columns: NodeColumns | None = None,
 ) -> Tree:
     """One tree by the core's schedule, its histograms securely aggregated from the clients
     (``tree``: round, output and the round's row-sample seed; ``privacy``: a private tree's
@@ -287,7 +303,9 @@ async def _grow(
         h_mag=grid_h.magnitude_bits,
         n_rows=grid_g.max_rows,
     )
-    grower = HistogramGrower(params, layout.n_outputs, candidates, mapper.thresholds, privacy)
+    grower = HistogramGrower(
+        params, layout.n_outputs, candidates, mapper.thresholds, privacy, columns=columns
+    )
     hist = layout.read(await fed.aggregate(root_request, layout.length(1)), 1, grid_g, grid_h)
     assert hist.count is not None
     root = grower.start(

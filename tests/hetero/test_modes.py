@@ -170,3 +170,16 @@ async def test_a_label_only_guest_refuses_the_modes_that_need_its_features(
         params = BoostParams(max_depth=3)
         with pytest.raises(InputError, match="needs the guest's features"):
             await guest_train(cast(Any, object()), ["b"], None, y, params, config=config)
+
+
+async def test_vertical_training_refuses_level_and_node_column_draws(
+    breast: tuple[np.ndarray, np.ndarray],
+) -> None:
+    from typing import cast
+
+    from p2pboost.hetero.train import guest_train
+
+    X, y = breast
+    params = BoostParams(colsample_bynode=0.5)
+    with pytest.raises(InputError, match="colsample_bylevel and colsample_bynode are not"):
+        await guest_train(cast(Any, object()), ["b"], X, y, params)

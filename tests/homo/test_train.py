@@ -226,3 +226,24 @@ async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
         assert same_trees(model, core)
     # The sample mattered: all rows give other trees.
     assert not same_trees(core, train(params.with_updates(subsample=1.0), X, y))
+
+
+async def test_level_and_node_column_draws_are_the_cores(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    params = BoostParams(
+        n_estimators=3,
+        max_depth=3,
+        max_bin=16,
+        colsample_bytree=0.8,
+        colsample_bylevel=0.5,
+        colsample_bynode=0.5,
+    )
+    parts = {"c1": breast[0], "c2": breast[1]}
+    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    assert isinstance(run.result, HomoResult), run.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    core = train(params, X, y)
+    assert same_trees(run.result.booster, core)
+    assert not same_trees(core, train(params.with_updates(colsample_bynode=1.0), X, y))
