@@ -81,20 +81,36 @@ class Frontier:
     depth: int  # of these nodes (root: 0)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class NodeColumns:
     """``colsample_bylevel`` and ``colsample_bynode`` (XGBoost's): at each depth a share of
     the tree's features ``tree``, and for each node a share of its depth's, drawn from the round
     loop's generator ``rng`` when the depth's splits are chosen (so every booster that grows
-    the same tree with the same generator draws the same)."""
+    the same tree with the same generator draws the same). A vertical guest draws a depth's
+    masks a step early (:meth:`ahead`), to tell the hosts before they build its packages;
+    nothing else draws in between, so the sequence is the core's."""
 
-    rng: np.random.Generator
-    tree: B8
-    bylevel: float
-    bynode: float
+    def __init__(self, rng: np.random.Generator, tree: B8, bylevel: float, bynode: float) -> None:
+        self.rng = rng
+        self.tree = tree
+        self.bylevel = bylevel
+        self.bynode = bynode
+        self._ahead: B8 | None = None
+
+    def ahead(self, k: int) -> B8:
+        """Draw the next depth's masks now (``draw`` then returns them)."""
+        self._ahead = self._draw(k)
+        return self._ahead
 
     def draw(self, k: int) -> B8:
         """The features each of ``k`` nodes of a new depth may split on: ``(k, F)``."""
+        masks, self._ahead = self._ahead, None
+        if masks is not None:
+            if masks.shape[0] != k:
+                raise ValueError(f"masks were drawn for {masks.shape[0]} nodes, not {k}")
+            return masks
+        return self._draw(k)
+
+    def _draw(self, k: int) -> B8:
         level = sample_from(self.rng, self.tree, self.bylevel)
         if self.bynode >= 1.0:
             return np.broadcast_to(level, (k, level.size))
@@ -247,8 +263,8 @@ class HistogramGrower:
         by the core's builders, only for ``min_samples_leaf > 1``); a private tree's choice
         is its exponential mechanism."""
         candidates = self.candidates_at(frontier.depth)
-        if self.columns is not None:  # per node: (k, F, B, 2)
-            nodes = self.columns.draw(frontier.nodes.size)
+        if self.columns is not None:  # per node: (k, F, B, 2); a guest's are its first F
+            nodes = self.columns.draw(frontier.nodes.size)[:, : candidates.shape[0]]
             candidates = candidates[None] & nodes[:, :, None, None]
         if self.privacy is not None:
             return self.privacy.find_splits(frontier.hist, frontier.grad, frontier.hess, candidates)

@@ -37,7 +37,7 @@ B8 = npt.NDArray[np.bool_]
 
 #: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
 #: and fingerprint chain of checkpoints).
-VERSION = 3
+VERSION = 4
 
 
 class GuestPhase(Enum):

@@ -22,11 +22,9 @@ protocol and its messages are described in :mod:`p2pboost.hetero.train`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +43,7 @@ from p2pboost.gbdt.grower import (
     Frontier,
     GrowStep,
     LayerPlan,
+    NodeColumns,
     Partition,
     TreeGrower,
     drive_async,
@@ -77,7 +76,6 @@ __all__ = [
     "GrownTree",
     "GuestTrainer",
     "HostLink",
-    "model_fingerprint",
 ]
 
 
@@ -110,15 +108,6 @@ class _Winner:
     owner: int
     gain: float
     tied: npt.NDArray[np.uint64] | None = None
-
-
-def model_fingerprint(trees: Sequence[Tree]) -> str:
-    """Shared model id: a random nonce and the public shape of the trees."""
-    h = hashlib.sha256(b"p2pboost/hetero/model/v1" + secrets.token_bytes(16))
-    for tree in trees:
-        for arr in (tree.owner, tree.left, tree.right):
-            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
-    return h.hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -186,11 +175,18 @@ class GuestTrainer:
         await self._stop(wait=False)
 
     async def grow(
-        self, tree_id: int, task: TreeTask, chain: str, *, more: bool = True
+        self,
+        tree_id: int,
+        task: TreeTask,
+        chain: str,
+        *,
+        more: bool = True,
+        columns: NodeColumns | None = None,
     ) -> GrownTree:
         """Grow one tree of the round loop with the hosts (``chain``: the fingerprint chain
         after the trees before it; ``more``: another tree may follow, so it is worth making
-        randomisers while waiting for the hosts)."""
+        randomisers while waiting for the hosts; ``columns``: the tree's per-depth and
+        per-node column draws, whose root draw goes with the tree's start)."""
         self.progress.tree = tree_id
         await self._stop(wait=True)  # at most one short task per worker still running
         sample = task.sample
@@ -214,6 +210,7 @@ class GuestTrainer:
             for link, sl in zip(self.links, self.host_slices, strict=True)
             if task.features[sl].any()
         ]
+        first = None if columns is None else columns.ahead(1)[0]  # the root's column draw
         for link, sl in zip(self.links, self.host_slices, strict=True):
             start = TreeStart(
                 tree_id,
@@ -221,6 +218,7 @@ class GuestTrainer:
                 mask,
                 task.features[sl].astype(np.uint8),
                 chain,
+                None if first is None else first[sl].astype(np.uint8),
             )
             await send(link.ctl, start)
         grower = TreeGrower(
@@ -234,6 +232,7 @@ class GuestTrainer:
             self.mapper.thresholds,
             task.privacy,
             self.features_by_depth,
+            columns,
         )
         self.progress.enter(GuestPhase.ENCRYPT, 0)
         stream = asyncio.ensure_future(
@@ -569,6 +568,10 @@ class _TreeRound:
                 new[rows] = np.where(go_left, plan.left[j], plan.right[j])
             bitmaps.append(np.packbits(go_left))
         grower.positions = new
+        # The next depth's column draws, early, so each host knows its children's (the core's
+        # draws: nothing draws in between).
+        columns = grower.columns
+        draws = columns.ahead(2 * plan.nodes.size) if grow and columns is not None else None
         msg = Layer(
             plan.nodes.astype(np.int64),
             plan.left.astype(np.int64),
@@ -576,4 +579,11 @@ class _TreeRound:
             bitmaps,
             grow,
         )
-        await gather_or_cancel(*(send(link.ctl, msg) for link in self.links))
+
+        def to(link: HostLink) -> Layer:
+            if draws is None:
+                return msg
+            block = self.t.host_slices[link.index - 1]
+            return replace(msg, features=[d[block].astype(np.uint8) for d in draws])
+
+        await gather_or_cancel(*(send(link.ctl, to(link)) for link in self.links))

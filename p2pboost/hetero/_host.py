@@ -243,6 +243,10 @@ class _HostTree:
         self.positions = np.zeros(n, dtype=np.int64)
         self.n_nodes = 1
         self.frontier = [0]
+        #: Node -> the features its column draw allows (colsample_bylevel/bynode), if any.
+        self.node_features: dict[int, B8] = {}
+        if msg.root_features is not None:
+            self.node_features[0] = self._features(msg.root_features)
         self.lookups: dict[int, _Lookup] = {}
 
     async def run(self) -> None:
@@ -250,7 +254,8 @@ class _HostTree:
         h.progress.enter(HostPhase.ROOT, 0)
         await h.shards.each(k.shard_tree, self.sample, self.allowed)
         await self._root()
-        await self._send_package(0, await h.shards.each(k.shard_root))
+        root = self.node_features.get(0)
+        await self._send_package(0, await h.shards.each(k.shard_root, root))
         depth = 0
         while True:
             msg = await recv(h.ctl, (Decide, Layer))
@@ -358,10 +363,23 @@ class _HostTree:
             h.splits.append(HostSplit(self.tree_id, node, f, b, h.mapper.threshold(f, b), dl))
         await send(h.ctl, Decided(np.array(chosen, dtype=np.uint64), bitmaps, evals))
 
+    def _features(self, mask: npt.NDArray[np.uint8]) -> B8:
+        """A node's column draw, checked: one 0 or 1 per feature of this host."""
+        if mask.shape != (self.h.data.n_features,) or mask.max(initial=0) > 1:
+            raise reject(self.h.guest, "a node's feature mask must hold one 0 or 1 per feature")
+        return mask.astype(np.bool_)
+
     def _repartition(self, msg: Layer) -> bool:
         """Apply the guest's left-set bitmaps; returns whether the tree grows another layer."""
         peer = self.h.guest
         nodes, left, right, bitmaps, grow = msg.nodes, msg.left, msg.right, msg.bitmaps, msg.grow
+        if msg.features:
+            if len(msg.features) != 2 * nodes.size:
+                raise reject(peer, "one feature mask per child expected")
+            children = np.column_stack([left, right]).reshape(-1).tolist()
+            self.node_features = {
+                c: self._features(m) for c, m in zip(children, msg.features, strict=True)
+            }
         n_split = nodes.size
         fresh = self.n_nodes + 2 * np.arange(n_split)
         if (
@@ -398,8 +416,9 @@ class _HostTree:
         async def pair(node: int, left: int, right: int) -> None:
             small, big = (left, right) if counts[left] <= counts[right] else (right, left)
             rows = self.sample[sample_pos == small]
+            masks = (self.node_features.get(small), self.node_features.get(big))
             async with ahead:
-                results = await h.shards.each(k.shard_split, node, small, big, rows)
+                results = await h.shards.each(k.shard_split, node, small, big, rows, masks)
             await gather_or_cancel(
                 self._send_package(small, [r[0] for r in results]),
                 self._send_package(big, [r[1] for r in results]),

@@ -241,8 +241,12 @@ class _Shard:
             self.local_codes = [joined]
         return self.local_codes[0]
 
-    def candidates(self, hist: EncryptedHistogram, counts: I64) -> NodeCandidates:
-        f, b, dl, left = node_candidates(counts, self.allowed, self.min_rows)
+    def candidates(
+        self, hist: EncryptedHistogram, counts: I64, features: B8 | None = None
+    ) -> NodeCandidates:
+        """The node's candidates (``features``: the node's own column draw, if any)."""
+        allowed = self.allowed if features is None else self.allowed & features[:, None, None]
+        f, b, dl, left = node_candidates(counts, allowed, self.min_rows)
         sums = candidate_sums(hist, f, b, dl, counts[:, -1])
         data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
         return NodeCandidates(f, b, dl, left, data)
@@ -318,19 +322,25 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     shard.local_codes.append(codes)
 
 
-def shard_root(token: str) -> NodeCandidates:
+def shard_root(token: str, features: B8 | None = None) -> NodeCandidates:
     """The root's candidates with this shard's partial sums (after every chunk)."""
     shard = _get(token)
     shard.local()
-    return shard.candidates(*shard.hists[0])
+    return shard.candidates(*shard.hists[0], features)
 
 
 def shard_split(
-    token: str, parent: int, small: int, big: int, rows: I64
+    token: str,
+    parent: int,
+    small: int,
+    big: int,
+    rows: I64,
+    features: tuple[B8 | None, B8 | None] = (None, None),
 ) -> tuple[NodeCandidates, NodeCandidates]:
     """Split ``parent``: ``rows`` are the smaller child's (all shards' rows, sampled). Builds
     the partial histogram of ``small`` from this shard's rows, derives ``big`` as the parent
-    minus ``small``, frees the parent, and returns both children's candidates."""
+    minus ``small``, frees the parent, and returns both children's candidates (``features``:
+    the small and the big child's own column draws, if any)."""
     shard = _get(token)
     if parent not in shard.hists:
         raise InputError(f"no histogram of node {parent} in this shard")
@@ -354,7 +364,10 @@ def shard_split(
     big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
     shard.hists[small] = (small_hist, small_counts)
     shard.hists[big] = (big_hist, big_counts)
-    return shard.candidates(small_hist, small_counts), shard.candidates(big_hist, big_counts)
+    return (
+        shard.candidates(small_hist, small_counts, features[0]),
+        shard.candidates(big_hist, big_counts, features[1]),
+    )
 
 
 def shard_retain(token: str, nodes: list[int]) -> None:

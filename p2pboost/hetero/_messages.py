@@ -157,13 +157,16 @@ class Setup(TrainMessage, tag="setup"):
 class TreeStart(TrainMessage, tag="tree"):
     """Guest -> host: a tree begins; the gradients' fixed-point grids (g bits, g magnitude,
     h bits, h magnitude), the sampled rows (a bitmap; nil: all) and the host's features the
-    tree may use (0/1 per feature), and the fingerprint chain after the trees before it."""
+    tree may use (0/1 per feature), and the fingerprint chain after the trees before it.
+    ``root_features``: with ``colsample_bylevel``/``colsample_bynode``, the host's features
+    the root may split on (nil: the tree's)."""
 
     tree: Annotated[int, Int(0, MAX_NODE)]
     grid: Annotated[list[int], ListOf(Int(-1100, 1100), 4, min_len=4)]
     sample: Annotated[U8 | None, Optional(_BITMAP)]
     features: Annotated[U8, Array("uint8", max_len=MAX_FEATURES)]
     chain: Annotated[str, _DIGEST]
+    root_features: Annotated[U8 | None, Optional(Array("uint8", max_len=MAX_FEATURES))] = None
 
 
 @dataclass(frozen=True)
@@ -226,13 +229,18 @@ class Decided(TrainMessage, tag="decided"):
 @dataclass(frozen=True)
 class Layer(TrainMessage, tag="layer"):
     """Guest -> hosts: the layer's splits (node -> left, right children) with each node's
-    left set, and whether the tree grows another layer."""
+    left set, and whether the tree grows another layer. ``features``: with
+    ``colsample_bylevel``/``colsample_bynode`` and another layer, the host's features each
+    child may split on, in the order left0, right0, left1, ... (empty: the tree's)."""
 
     nodes: Annotated[I64, _NODES]
     left: Annotated[I64, _NODES]
     right: Annotated[I64, _NODES]
     bitmaps: Annotated[list[U8], ListOf(_BITMAP, MAX_LAYER)]
     grow: Annotated[bool, Bool()]
+    features: Annotated[list[U8], ListOf(Array("uint8", max_len=MAX_FEATURES), 2 * MAX_LAYER)] = (
+        field(default_factory=list)
+    )
 
     def check(self) -> str | None:
         return _same_length(

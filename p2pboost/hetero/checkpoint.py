@@ -67,6 +67,7 @@ __all__ = [
     "data_digest",
     "guest_checkpoint_path",
     "host_checkpoint_path",
+    "model_fingerprint",
     "new_chain_secret",
     "new_run_id",
     "resume_point",
@@ -344,3 +345,12 @@ def resume_point(
             "the guest keeps the state of its last two rounds only; start afresh"
         )
     return start
+
+
+def model_fingerprint(trees: Sequence[Tree]) -> str:
+    """Shared model id: a random nonce and the public shape of the trees."""
+    h = hashlib.sha256(b"p2pboost/hetero/model/v1" + secrets.token_bytes(16))
+    for tree in trees:
+        for arr in (tree.owner, tree.left, tree.right):
+            h.update(np.ascontiguousarray(arr, dtype="<i8").tobytes())
+    return h.hexdigest()[:32]

@@ -70,6 +70,7 @@ from p2pboost.gbdt.booster import (
     check_private_run,
     check_warm_start,
     initial_margin,
+    node_columns,
 )
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric, leaf_purity
@@ -85,7 +86,7 @@ from p2pboost.hetero._common import (
     Progress,
     logger,
 )
-from p2pboost.hetero._guest import GuestTrainer, HostLink, model_fingerprint
+from p2pboost.hetero._guest import GuestTrainer, HostLink
 from p2pboost.hetero._host import Host, Shards
 from p2pboost.hetero._messages import PRIVATE_ORDERED, PRIVATE_SHUFFLED, Bye, Done, Hello, Setup
 from p2pboost.hetero._start import (
@@ -101,6 +102,7 @@ from p2pboost.hetero.checkpoint import (
     RoundState,
     chain_next,
     data_digest,
+    model_fingerprint,
 )
 from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
 from p2pboost.hetero.modes import FeatureSchedule
@@ -160,11 +162,6 @@ async def guest_train(
     """
     config = config or HeteroConfig()
     params = params.validate()
-    if params.colsample_bylevel < 1.0 or params.colsample_bynode < 1.0:
-        raise InputError(
-            "vertical training samples columns per tree (colsample_bytree); "
-            "colsample_bylevel and colsample_bynode are not supported there yet: leave them at 1"
-        )
     if MultiStrategy(params.multi_strategy) is not MultiStrategy.ONE_OUTPUT_PER_TREE:
         raise InputError("hetero training grows one tree per output (one_output_per_tree)")
     if not hosts or len(set(hosts)) != len(hosts):
@@ -333,7 +330,8 @@ async def guest_train(
                 for task in loop.tasks(margins):
                     tree_id = len(loop.trees)
                     more = tree_id + 1 < n_trees
-                    grown = await trainer.grow(tree_id, task, chain[-1], more=more)
+                    columns = node_columns(params, loop.rng, task.features)
+                    grown = await trainer.grow(tree_id, task, chain[-1], more=more, columns=columns)
                     tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
                     loop.add_tree(tree, task.out)
                     if params.dp is None:  # a label statistic: not in a private model

@@ -172,14 +172,26 @@ async def test_a_label_only_guest_refuses_the_modes_that_need_its_features(
             await guest_train(cast(Any, object()), ["b"], None, y, params, config=config)
 
 
-async def test_vertical_training_refuses_level_and_node_column_draws(
-    breast: tuple[np.ndarray, np.ndarray],
+@pytest.mark.slow
+async def test_level_and_node_column_draws_reach_the_hosts_and_equal_the_core(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
 ) -> None:
-    from typing import cast
-
-    from p2pboost.hetero.train import guest_train
-
     X, y = breast
-    params = BoostParams(colsample_bynode=0.5)
-    with pytest.raises(InputError, match="colsample_bylevel and colsample_bynode are not"):
-        await guest_train(cast(Any, object()), ["b"], X, y, params)
+    params = BoostParams(
+        n_estimators=3,
+        max_depth=3,
+        max_bin=16,
+        colsample_bytree=0.8,
+        colsample_bylevel=0.6,
+        colsample_bynode=0.5,
+    )
+    blocks = _blocks(X)
+    async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+        fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys)
+        margin = await predict(c, fed, blocks[0], blocks[1:])
+    core = train(params, X, y)
+    assert_same_trees(fed.joined(), core)
+    np.testing.assert_array_equal(margin, core.predict_margin(X))
+    assert not np.array_equal(
+        train(params.with_updates(colsample_bynode=1.0), X, y).predict_margin(X), margin
+    )

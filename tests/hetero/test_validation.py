@@ -116,6 +116,28 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
             },
             "'grow' must be a boolean",
         ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.full(5, 255, np.uint8)],
+                "grow": True,
+                "features": [np.ones(3, np.uint8)],  # one mask for two children
+            },
+            "one feature mask per child expected",
+        ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.full(5, 255, np.uint8)],
+                "grow": True,
+                "features": [np.ones(3, np.uint8), np.full(3, 2, np.uint8)],
+            },
+            "one 0 or 1 per feature",
+        ),
     ],
 )
 async def test_host_refuses_a_malformed_layer(
@@ -157,6 +179,7 @@ async def test_host_refuses_a_malformed_layer(
                         "sample": None,
                         "features": np.ones(3, np.uint8),
                         "chain": chain_start(RUN),
+                        "root_features": None,
                     }
                 )
                 cts = [public_key.encrypt(1) for _ in range(N)]
@@ -168,7 +191,7 @@ async def test_host_refuses_a_malformed_layer(
                     }
                 )
                 await info.recv()  # the root package
-                await ctl.send({"t": "layer", **layer})
+                await ctl.send({"t": "layer", "features": [], **layer})
                 await asyncio.sleep(5)
 
         async def host() -> None:
