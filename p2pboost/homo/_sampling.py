@@ -3,8 +3,9 @@
 The core draws ``round(subsample * n)`` rows per round from one generator over all rows
 (:func:`~p2pboost.gbdt.sampling.row_sample`); no party of a horizontal federation sees all
 rows, so each client applies the same rule to its own: ``round(subsample * n_c)`` of its rows,
-without replacement, from a generator seeded by the round's seed (which the server draws from
-``params.seed`` and sends with the round's first request) and the client's name. A round's
+without replacement, from a generator seeded by the round's seed (which the server derives from
+``params.seed`` and the round number, and sends with the round's first request) and the
+client's name. A round's
 trees share its sample, as in the core. The union's sample is then a draw of the same kind
 (sizes rounded per client); given the same draws (``train(row_sample=...)``), the core grows
 the same trees, which the tests check. The server never learns which rows a client sampled,
@@ -14,7 +15,6 @@ only how many (the gradient grid's row count, as before).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -22,18 +22,19 @@ import numpy.typing as npt
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.sampling import row_sample
 
-__all__ = ["client_sample", "round_seeds"]
+__all__ = ["client_sample", "round_seed"]
 
 I64 = npt.NDArray[np.int64]
 #: Separates the round seeds' generator from every other use of ``params.seed``.
 _STREAM = 0x5A3D
 
 
-def round_seeds(params: BoostParams) -> Iterator[int]:
-    """The server's seed for each round (0: no sampling), in round order."""
-    rng = np.random.default_rng([params.seed, _STREAM])
-    while True:
-        yield int(rng.integers(1, 2**62)) if params.subsample < 1.0 else 0
+def round_seed(params: BoostParams, round_: int) -> int:
+    """The server's seed for round ``round_`` (0: no sampling): a function of the round alone,
+    so a warm start's rounds draw what the same rounds of one longer run draw."""
+    if params.subsample >= 1.0:
+        return 0
+    return int(np.random.default_rng([params.seed, _STREAM, round_]).integers(1, 2**62))
 
 
 def client_sample(seed: int, client: str, n_rows: int, rate: float) -> I64 | None:

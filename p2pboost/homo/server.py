@@ -66,7 +66,7 @@ from p2pboost.homo._messages import (
     Joined,
     ModelHeader,
 )
-from p2pboost.homo._sampling import round_seeds
+from p2pboost.homo._sampling import round_seed
 from p2pboost.homo._vectors import (
     GRID_LENGTH,
     HistLayout,
@@ -156,10 +156,9 @@ async def server_train(
     private = rounds.privacy  # a private model: the mechanisms run here, on the sums
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
     evaluation: list[float] = []
-    seeds = round_seeds(params)  # each client samples its own rows (homo/_sampling.py)
     for it in rounds:
         fed.phase = HomoPhase.TREES
-        sample_seed = next(seeds)
+        sample_seed = round_seed(params, it)  # each client samples its rows (homo/_sampling.py)
         columns = rounds.sample_columns()
         candidates = all_candidates & columns[:, None, None]
         for out in rounds.outputs:

@@ -38,6 +38,37 @@ async def test_warm_start_three_and_three_rounds_are_six_in_one_go(
     """The server continues its model file: bins, base margin, trees and column draws carry
     on, and the clients add its trees to their margins before the first new one."""
     params = BoostParams(n_estimators=3, max_depth=3, max_bin=16, colsample_bytree=0.7, seed=4)
+    await _three_and_three(params, breast, federation)
+
+
+async def test_warm_start_with_row_sampling_is_one_go_too(
+    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
+) -> None:
+    """Each round's row-sample seed is a function of the round: a warm start's rounds draw
+    what the same rounds of one longer run draw (the core is given those draws)."""
+    from p2pboost.homo._sampling import client_sample, round_seed
+
+    params = BoostParams(n_estimators=3, max_depth=3, max_bin=16, subsample=0.7, seed=4)
+    parts = {"c1": breast[0], "c2": breast[1]}
+
+    def draws(round_: int, n_rows: int) -> np.ndarray:
+        seed = round_seed(params, round_)
+        sizes = [p[1].size for p in parts.values()]
+        offsets = np.cumsum([0, *sizes[:-1]])
+        rows = [
+            client_sample(seed, c, n, params.subsample) for c, n in zip(parts, sizes, strict=True)
+        ]
+        return np.concatenate([r + o for r, o in zip(rows, offsets, strict=True) if r is not None])
+
+    await _three_and_three(params, breast, federation, row_sample=draws)
+
+
+async def _three_and_three(
+    params: BoostParams,
+    breast: list[tuple[np.ndarray, np.ndarray]],
+    federation: Path,
+    **core_hooks: object,
+) -> None:
     parts = {"c1": breast[0], "c2": breast[1]}
     config = HomoConfig(params=params, round_timeout=20)
     first = await run_homo(parts, config, federation)
@@ -47,7 +78,7 @@ async def test_warm_start_three_and_three_rounds_are_six_in_one_go(
     assert isinstance(more.result, HomoResult), more.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
-    core = train(BoostParams(**{**params.to_dict(), "n_estimators": 6}), X, y)
+    core = train(params.with_updates(n_estimators=6), X, y, **core_hooks)  # type: ignore[arg-type]
     assert len(more.result.booster.trees) == 6
     assert same_trees(more.result.booster, core)
     for model in more.models.values():
@@ -199,7 +230,7 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
 async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
     breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
 ) -> None:
-    from p2pboost.homo._sampling import client_sample, round_seeds
+    from p2pboost.homo._sampling import client_sample, round_seed
 
     params = BoostParams(n_estimators=4, max_depth=3, max_bin=16, subsample=0.6, seed=3)
     parts = {"c1": breast[0], "c2": breast[1]}
@@ -207,8 +238,7 @@ async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
-    seeds = round_seeds(params)
-    per_round = [next(seeds) for _ in range(params.n_estimators)]
+    per_round = [round_seed(params, r) for r in range(params.n_estimators)]
 
     def draws(round_: int, n_rows: int) -> np.ndarray:
         rows, offset = [], 0
