@@ -447,19 +447,41 @@ def report(model: Path, out: Path) -> int:
     help="The file format to write: XGBoost JSON or ONNX (needs p2pboost[onnx]).",
 )
 @click.option("--out", required=True, type=_FILE, help="The file to write.")
-def export(model: Path, fmt: str, out: Path) -> int:
-    """A plaintext or horizontal model as an XGBoost JSON or ONNX model file."""
+@click.option(
+    "--host-part",
+    "host_parts",
+    type=click.Path(dir_okay=False, path_type=Path),
+    multiple=True,
+    help="A vertical model: each host's model file, in the model's host order (its consent).",
+)
+def export(model: Path, fmt: str, out: Path, host_parts: tuple[Path, ...]) -> int:
+    """A plaintext, horizontal or (with every host's part) vertical model as an XGBoost JSON
+    or ONNX model file."""
     from p2pboost.app.model_info import load_model
     from p2pboost.files import atomic_write
     from p2pboost.gbdt.booster import Booster
     from p2pboost.gbdt.export import to_xgboost
     from p2pboost.gbdt.export_onnx import to_onnx
+    from p2pboost.hetero.model import GuestModel, HostModel, merged_model
 
     loaded = load_model(model)
+    if isinstance(loaded, GuestModel) and host_parts:
+        parts = [load_model(p) for p in host_parts]
+        if not all(isinstance(p, HostModel) for p in parts):
+            raise ConfigError("every --host-part must be a host's model file")
+        loaded = merged_model(loaded, [p for p in parts if isinstance(p, HostModel)])
+    elif host_parts:
+        raise ConfigError("--host-part goes with a vertical guest's model file")
+    if isinstance(loaded, GuestModel):
+        raise ConfigError(
+            f"{model} is the guest's part of a vertical model: give every host's part "
+            f"(--host-part FILE per host, in the order {', '.join(loaded.hosts)}), which each "
+            "host hands over only if it agrees to reveal its thresholds"
+        )
     if not isinstance(loaded, Booster):
         raise ConfigError(
-            f"{model} is one party's part of a vertical model: export takes a whole model "
-            "(plaintext or horizontal)"
+            f"{model} is a host's part of a vertical model: the guest exports the whole model "
+            "with every host's part"
         )
     if fmt == "onnx":
         atomic_write(out, to_onnx(loaded))

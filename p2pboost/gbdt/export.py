@@ -15,7 +15,8 @@ it: the trees are the same, node for node. Two things are translated:
 
 Binary logistic and squared-error models are exported (the objectives XGBoost and p2pboost
 compute alike); others are refused naming the objective. A vertical model is spread over the
-parties' files and is not exported here: merging it needs every party's consent.
+parties' files: merging it (:func:`p2pboost.hetero.model.merged_model`) needs every host's
+consent, its model file.
 """
 
 from __future__ import annotations

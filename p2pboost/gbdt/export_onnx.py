@@ -18,7 +18,8 @@ written as one graph:
 
 Only the rounds prediction uses are written (up to ``best_iteration``). Models with
 categorical columns are refused (their input would be category codes); a vertical model is
-spread over the parties and is not exported here. Needs the ``onnx`` package
+exported once merged with every host's consent (:func:`p2pboost.hetero.model.merged_model`).
+Needs the ``onnx`` package
 (``pip install 'p2pboost[onnx]'``).
 """
 

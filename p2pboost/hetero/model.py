@@ -31,7 +31,7 @@ import numpy.typing as npt
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, check_matrix
-from p2pboost.gbdt.booster import privacy_from, rng_state_from
+from p2pboost.gbdt.booster import Booster, privacy_from, rng_state_from
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.names import by_name, model_names
 from p2pboost.gbdt.objectives import Objective, get_objective
@@ -49,6 +49,7 @@ __all__ = [
     "HostModel",
     "HostSplit",
     "joined_trees",
+    "merged_model",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -381,6 +382,56 @@ def joined_trees(guest: GuestModel, hosts: Sequence[HostModel]) -> list[Tree]:
             )
         )
     return out
+
+
+def merged_model(guest: GuestModel, hosts: Sequence[HostModel]) -> Booster:
+    """One whole model from the guest's file and every host's part, in the guest's host order:
+    what the guest may build only when every host consents by handing over its part (it holds
+    the host's thresholds). It predicts from raw feature values as the federation does, and
+    exports (:mod:`p2pboost.gbdt.export`, :mod:`p2pboost.gbdt.export_onnx`).
+
+    A host's bins are not in its part; the merged model's bins of a host feature are the
+    thresholds its splits use (enough for every split, binned or raw, to send the same rows
+    left). :class:`ModelError` for files of different trainings.
+    """
+    trees = joined_trees(guest, hosts)
+    offsets = np.cumsum([guest.n_features] + [h.n_features for h in hosts])
+    edges = [e.copy() for e in guest.mapper.edges]
+    host_edges: list[F64] = []
+    for host in hosts:
+        for f in range(host.n_features):
+            cuts = {s.threshold for s in host.splits if s.feature == f and np.isfinite(s.threshold)}
+            host_edges.append(np.array(sorted(cuts), dtype=np.float64))
+    edges += host_edges
+    mapper = BinMapper.from_dict(
+        {"max_bin": guest.params.max_bin, "edges": [e.tolist() for e in edges]}
+    )
+    out = []
+    for tree in trees:
+        bins = tree.threshold_bin.copy()
+        for nd in np.flatnonzero(tree.feature >= offsets[0]).tolist():
+            cut = edges[int(tree.feature[nd])]
+            t = float(tree.threshold[nd])
+            bins[nd] = cut.size if not np.isfinite(t) else int(np.searchsorted(cut, t))
+        out.append(replace(tree, threshold_bin=bins))
+    names = None
+    parts = [guest.feature_names, *(h.feature_names for h in hosts)]
+    if all(p is not None for p in parts):
+        names = [n for p in parts for n in (p or [])]
+        if len(set(names)) != len(names):  # parties may reuse a name: then by position
+            names = None
+    return Booster(
+        guest.params,
+        mapper,
+        guest.base_margin,
+        out,
+        list(guest.tree_output),
+        guest.trees_per_round,
+        guest.best_iteration,
+        guest.history,
+        feature_names=names,
+        privacy=guest.privacy,
+    )
 
 
 def _guest_tree(d: Any, n_hosts: int, n_features: int) -> Tree:
