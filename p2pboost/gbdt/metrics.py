@@ -24,6 +24,7 @@ __all__ = [
     "gini",
     "ks",
     "leaf_purity",
+    "lift",
     "logloss",
     "mae",
     "mlogloss",
@@ -69,6 +70,25 @@ def ks(y: F64, pred: F64) -> float:
     tpr = np.cumsum(np.bincount(inverse, weights=pos, minlength=scores.size)) / n_pos
     fpr = np.cumsum(np.bincount(inverse, weights=~pos, minlength=scores.size)) / n_neg
     return float(np.max(np.abs(tpr - fpr)))
+
+
+def lift(y: F64, pred: F64, share: float) -> float:
+    """Lift at ``share`` (credit scoring's top-decile lift at 0.1): the positive rate among the
+    ``share`` of rows with the highest scores, over the positive rate of all rows. Rows tied
+    at the cut count in proportion (each tied row as the tied group's positive rate), so the
+    value does not depend on the rows' order."""
+    if not 0.0 < share <= 1.0:
+        raise InputError(f"lift needs a share in (0, 1], got {share}")
+    pos, pred, n_pos, _ = _two_classes("lift", y, pred)
+    n = pos.size
+    take = share * n
+    scores, inverse = np.unique(-pred, return_inverse=True)  # highest score first
+    counts = np.bincount(inverse, minlength=scores.size).astype(np.float64)
+    positives = np.bincount(inverse, weights=pos, minlength=scores.size)
+    before = np.concatenate([[0.0], np.cumsum(counts)[:-1]])
+    used = np.clip(take - before, 0.0, counts)  # how much of each tied group is in the top
+    top_positives = float(np.sum(positives * used / counts))
+    return (top_positives / take) / (n_pos / n)
 
 
 def logloss(y: F64, pred: F64) -> float:
@@ -161,10 +181,20 @@ def available_metrics() -> list[str]:
 
 
 def get_metric(name: str) -> Metric:
-    """The metric called ``name``; :class:`InputError` if there is none."""
+    """The metric called ``name`` (``lift@P``: lift in the top ``P`` percent, e.g. ``lift@10``);
+    :class:`InputError` if there is none."""
+    if isinstance(name, str) and name.startswith("lift@"):
+        try:
+            percent = float(name[5:])
+        except ValueError:
+            percent = float("nan")
+        if not 0.0 < percent <= 100.0:
+            raise InputError(f"{name!r}: lift@P needs a percentage P in (0, 100], e.g. lift@10")
+        return Metric(name, lambda y, p: lift(y, p, percent / 100.0), True)
     try:
         return _REGISTRY[name]
     except KeyError:
         raise InputError(
-            f"unknown metric {name!r}; choose one of {', '.join(available_metrics())}"
+            f"unknown metric {name!r}; choose one of {', '.join(available_metrics())} "
+            "or lift@P (the top P percent)"
         ) from None

@@ -83,3 +83,38 @@ def test_leaf_purity() -> None:
     values = np.array([1.0, 1.0, 5.0, 5.0])
     assert leaf_purity(values, np.array([3, 3, 4, 4]), classification=False) == 1.0
     assert leaf_purity(values, np.zeros(4, dtype=np.int64), classification=False) == 0.0
+
+
+def test_lift_in_the_top_share_of_scores() -> None:
+    from p2pboost.gbdt.metrics import get_metric, lift
+
+    y = np.array([1, 0, 1, 0, 0, 0, 0, 0, 0, 0], dtype=float)
+    score = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0])
+    # Top 20 %: rows 0 and 1, one positive: rate 0.5 against 0.2 overall.
+    assert lift(y, score, 0.2) == pytest.approx(2.5)
+    assert lift(y, score, 1.0) == pytest.approx(1.0)
+    assert get_metric("lift@20")(y, score) == pytest.approx(2.5)
+    assert get_metric("lift@20").higher_is_better
+    # Ties at the cut count in proportion: the order of tied rows does not matter.
+    tied = np.array([0.9, 0.5, 0.5, 0.5, 0.5, 0.1, 0.1, 0.1, 0.1, 0.1])
+    y2 = np.array([0, 1, 0, 0, 0, 1, 0, 0, 0, 0], dtype=float)
+    a = lift(y2, tied, 0.3)
+    order = np.array([0, 4, 3, 2, 1, 9, 8, 7, 6, 5])
+    assert lift(y2[order], tied[order], 0.3) == pytest.approx(a)
+    assert a == pytest.approx(((0 + 2 * 0.25) / 3) / 0.2)
+    with pytest.raises(InputError, match="lift@P needs a percentage"):
+        get_metric("lift@0")
+    with pytest.raises(InputError, match="or lift@P"):
+        get_metric("lifted")
+
+
+def test_lift_as_an_evaluation_metric_of_the_core() -> None:
+    from p2pboost.gbdt.booster import train
+    from p2pboost.gbdt.params import BoostParams
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 4))
+    y = (X[:, 0] + 0.5 * rng.normal(size=600) > 0.8).astype(float)
+    model = train(BoostParams(n_estimators=3), X, y, [(X, y)], eval_metrics=["lift@10", "ks"])
+    assert set(model.history["valid_0"]) == {"lift@10", "ks"}
+    assert all(v > 1.5 for v in model.history["valid_0"]["lift@10"])
