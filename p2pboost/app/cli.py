@@ -215,7 +215,8 @@ def demo(
     label_column: str,
     out: Path | None,
 ) -> int:
-    from p2pboost.app.demo import LabelledData, VerticalData, csv_labelled, csv_vertical, run_demo
+    from p2pboost.app.demo import run_demo
+    from p2pboost.app.demo_data import LabelledData, VerticalData, csv_labelled, csv_vertical
 
     if trees < 1 or depth < 1:
         raise ConfigError("--trees and --depth must be at least 1")
