@@ -17,6 +17,16 @@ Last line: ``{"benchmark": "modes", "dataset", "trees", "depth", "key_bits", "st
 "mix": {...}, "layered": {...}, "complete_secure": {...}, "mix_over_std",
 "layered_over_std"}`` with ``{"s_per_tree", "auc", "bytes_per_tree", "identical_to_core"}``
 per mode (the ratios are of ``s_per_tree``, measured back to back).
+
+A multi-class data set (``--dataset synth_mc11 --objective multi:softmax``) compares the two
+ways of growing its trees instead: ``per_class`` (one tree per class per round, ``--trees``
+rounds, default 25) and ``multi_output`` (one tree with vector leaves per round, SBT-MO), as
+many rounds as the plaintext core's multi-output model needs to reach ``per_class``'s test
+accuracy (at most ``--trees``; the federated model is the core's, so the core finds the count
+and the federation is timed for exactly that many rounds). Last line: ``{"benchmark": "modes",
+"dataset", "objective", "classes", ..., "per_class": {...}, "multi_output": {...},
+"multi_output_over_per_class"}`` with ``{"rounds", "trees", "total_s", "accuracy",
+"bytes", "identical_to_core"}`` each (the ratio is of ``total_s``, measured back to back).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +43,10 @@ import numpy as np
 from benchmarks._common import data_dir, emit_json, print_table
 from benchmarks._hetero_lossless import compare_trees
 from benchmarks.hetero import GUEST, run_federation
-from benchmarks.lossless import DATASETS, Task, load_hetero_split
+from benchmarks.lossless import DATASETS, HeteroSplit, Task, load_hetero_split
 from p2pboost import certs
 from p2pboost.gbdt.booster import train
-from p2pboost.gbdt.metrics import auc
+from p2pboost.gbdt.metrics import accuracy, auc
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.hetero.modes import FeatureSchedule
@@ -47,7 +58,13 @@ __all__ = ["main"]
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks modes", description=__doc__)
     ap.add_argument("--dataset", required=True, choices=DATASETS)
-    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--trees", type=int, default=None, help="rounds (10; multi-class: 25)")
+    ap.add_argument(
+        "--objective",
+        choices=["binary:logistic", "multi:softmax"],
+        default=None,
+        help="the data set's (checked): binary runs the modes, multi-class the tree kinds",
+    )
     ap.add_argument("--depth", type=int, default=5)
     ap.add_argument("--key-bits", type=int, default=1024, choices=[1024, 2048, 3072])
     ap.add_argument("--host-depth", type=int, default=2)
@@ -59,12 +76,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args(argv)
+    split = load_hetero_split(data_dir(args.data_dir), args.dataset)
+    objective = {Task.BINARY: "binary:logistic", Task.MULTICLASS: "multi:softmax"}.get(split.task)
+    if objective is None or args.objective not in (None, objective):
+        ap.error(f"{args.dataset} is a {split.task} task, not {args.objective or 'a classifier'}")
+    blocks = np.array_split(np.arange(split.host_train.shape[1]), args.hosts)
+    if split.task is Task.MULTICLASS:
+        return _tree_kinds(args, split, blocks)
+    args.trees = args.trees or 10
     if not 0 < args.host_depth < args.depth:
         ap.error("--host-depth must leave the guest at least one layer")
-    split = load_hetero_split(data_dir(args.data_dir), args.dataset)
-    if split.task is not Task.BINARY:
-        ap.error(f"{args.dataset} is not a binary task (this benchmark reports AUC)")
-    blocks = np.array_split(np.arange(split.host_train.shape[1]), args.hosts)
     params = BoostParams(
         n_estimators=args.trees, max_depth=args.depth, max_bin=args.bins, learning_rate=args.lr
     ).validate()
@@ -116,6 +137,68 @@ def main(argv: list[str]) -> int:
     out["layered_over_std"] = round(out["layered"]["s_per_tree"] / out["std"]["s_per_tree"], 4)
     rows += [("mix / std", out["mix_over_std"]), ("layered / std", out["layered_over_std"])]
     print_table(rows, f"vertical modes on {args.dataset} ({args.key_bits}-bit keys)")
+    emit_json(out)
+    return 0
+
+
+def _tree_kinds(args: argparse.Namespace, split: HeteroSplit, blocks: list[np.ndarray]) -> int:
+    """``per_class`` against ``multi_output`` on a multi-class set (module docstring)."""
+    rounds = args.trees or 25
+    per_class = BoostParams(
+        objective="multi:softmax",
+        num_class=split.n_classes,
+        n_estimators=rounds,
+        max_depth=args.depth,
+        max_bin=args.bins,
+        learning_rate=args.lr,
+    ).validate()
+    vector = replace(per_class, multi_strategy="multi_output_tree")
+    workers = args.workers or default_workers()
+    X_train, X_test = split.X_train, split.X_test
+    pc_core = train(per_class, X_train, split.y_train)
+    target = accuracy(split.y_test, pc_core.predict(X_test))
+    mo_core = train(vector, X_train, split.y_train)
+    staged = [accuracy(split.y_test, mo_core.predict(X_test, r)) for r in range(1, rounds + 1)]
+    needed = next((r for r, acc in enumerate(staged, 1) if acc >= target), rounds)
+    out: dict[str, Any] = {
+        "benchmark": "modes",
+        "dataset": args.dataset,
+        "objective": "multi:softmax",
+        "classes": split.n_classes,
+        "rows": int(split.y_train.size),
+        "depth": args.depth,
+        "key_bits": args.key_bits,
+        "hosts": args.hosts,
+        "core_accuracy": {"per_class": round(target, 6), "multi_output": round(staged[-1], 6)},
+    }
+    table: list[tuple[str, Any]] = []
+    for name, params in (
+        ("per_class", per_class),
+        ("multi_output", replace(vector, n_estimators=needed)),
+    ):
+        with tempfile.TemporaryDirectory(prefix="p2pboost-modes-") as tmp:
+            fed = Path(tmp)
+            certs.init(fed, [GUEST, *(f"host{k}" for k in range(1, args.hosts + 1))])
+            result = run_federation(
+                fed, split, blocks, params, key_bits=args.key_bits, workers=workers
+            )
+        guest = GuestModel.from_dict(result.guest["model"])
+        hosts = [HostModel.from_dict(h["model"]) for h in result.hosts]
+        core = train(params, X_train, split.y_train)
+        run = {
+            "rounds": params.n_estimators,
+            "trees": len(guest.trees),
+            "total_s": round(result.guest["seconds"], 3),
+            "accuracy": round(accuracy(split.y_test, result.guest["proba"]), 6),
+            "bytes": int(result.guest["bytes"]),
+            "identical_to_core": compare_trees(joined_trees(guest, hosts), core.trees),
+        }
+        out[name] = run
+        table.append((name, "  ".join(f"{k} {v}" for k, v in run.items())))
+    ratio = out["multi_output"]["total_s"] / out["per_class"]["total_s"]
+    out["multi_output_over_per_class"] = round(ratio, 4)
+    table.append(("multi_output / per_class", out["multi_output_over_per_class"]))
+    print_table(table, f"tree kinds on {args.dataset} ({args.key_bits}-bit keys)")
     emit_json(out)
     return 0
 

@@ -133,14 +133,11 @@ def encrypt_packed_task(
     h: I64,
     factors: bytes,
 ) -> bytes:
-    """Pack rows of integer g/h into one plaintext each, encrypt, return ciphertext bytes."""
+    """Pack rows of integer g/h, encrypt, return ciphertext bytes (a row's planes in order)."""
     state = worker_key(fingerprint, material)
     planes = pack(spec, g, h)
-    if len(planes) != 1:
-        raise InputError("encrypt_packed needs one plaintext per row")
-    return CiphertextBatch.from_ciphertexts(
-        state.public_key, state.encrypt(planes[0], factors)
-    ).data
+    rows = planes[0] if len(planes) == 1 else [v for row in zip(*planes, strict=True) for v in row]
+    return CiphertextBatch.from_ciphertexts(state.public_key, state.encrypt(rows, factors)).data
 
 
 def prepare_task(fingerprint: bytes, material: KeyMaterial | None) -> int:

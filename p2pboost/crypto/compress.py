@@ -65,61 +65,65 @@ class _Item:
     width: int
 
 
-def compression_layout(spec: PackingSpec, n_infos: int) -> list[list[_Item]]:
-    """Greedy layout of ``n_infos`` split-infos (``plaintexts_per_row`` sums each).
+def block_size(spec: PackingSpec) -> int:
+    """Split-infos per block of the layout: the least common multiple of the per-plane
+    capacities ``floor(plaintext_bits / row_bits[p])``, so every plane of a block fills whole
+    ciphertexts (for one plaintext per row, simply the capacity)."""
+    return math.lcm(*(spec.plaintext_bits // bits for bits in spec.row_bits))
 
-    Each ciphertext takes sums while they fit ``plaintext_bits``; the first sum of a ciphertext
-    sits in its highest bits.
+
+def compression_layout(spec: PackingSpec, n_infos: int) -> list[list[_Item]]:
+    """Layout of ``n_infos`` split-infos (``plaintexts_per_row`` packed sums each).
+
+    The split-infos are cut in blocks of :func:`block_size`; within a block, plane by plane,
+    each ciphertext takes as many of that plane's sums as fit ``plaintext_bits`` (the first
+    sum of a ciphertext sits in its highest bits). Plane-major blocks pack a vector row's
+    short last plane (a multi-output tree's leftover outputs) with the same plane of other
+    split-infos instead of leaving most of a ciphertext empty, and a run of whole blocks is
+    laid out as a package of its own (:func:`cut_points`).
     """
-    widths = spec.row_bits
-    groups: list[list[tuple[int, int, int]]] = []
-    current: list[tuple[int, int, int]] = []
-    used = 0
-    for info in range(n_infos):
-        for plane, width in enumerate(widths):
-            if used + width > spec.plaintext_bits:
-                groups.append(current)
-                current, used = [], 0
-            current.append((info, plane, width))
-            used += width
-    if current:
-        groups.append(current)
-    layout = []
-    for group in groups:
-        shift = sum(w for _, _, w in group)
-        items = []
-        for info, plane, width in group:
-            shift -= width
-            items.append(_Item(info, plane, shift, width))
-        layout.append(items)
+    block = block_size(spec)
+    layout: list[list[_Item]] = []
+    for first in range(0, n_infos, block):
+        infos = range(first, min(first + block, n_infos))
+        for plane, width in enumerate(spec.row_bits):
+            per_ct = spec.plaintext_bits // width
+            for start in range(0, len(infos), per_ct):
+                group = infos[start : start + per_ct]
+                shift = width * len(group)
+                items = []
+                for info in group:
+                    shift -= width
+                    items.append(_Item(info, plane, shift, width))
+                layout.append(items)
     return layout
 
 
 def compressed_count(spec: PackingSpec, n_infos: int) -> int:
-    """How many ciphertexts :func:`compression_layout` uses for ``n_infos`` split-infos.
-
-    Closed form for one plaintext per row (what the vertical protocol sends), so a receiver
-    can check a package's size without building its layout.
-    """
-    if spec.plaintexts_per_row == 1:
-        return -(-n_infos // spec.split_infos_per_plaintext)
-    return len(compression_layout(spec, n_infos))
+    """How many ciphertexts :func:`compression_layout` uses for ``n_infos`` split-infos
+    (closed form, so a receiver checks a package's size without building its layout)."""
+    block = block_size(spec)
+    whole, rest = divmod(n_infos, block)
+    return sum(
+        whole * (block // per_ct) + -(-rest // per_ct)
+        for per_ct in (spec.plaintext_bits // bits for bits in spec.row_bits)
+    )
 
 
 def cut_points(spec: PackingSpec, n_infos: int, pieces: int) -> list[int]:
     """Split-info indices ``0 = c_0 < c_1 < ... = n_infos`` cutting a package in at most
-    ``pieces`` runs of whole ciphertexts.
+    ``pieces`` runs of whole blocks (:func:`block_size`).
 
-    A run that starts on a ciphertext boundary is laid out exactly as a package of its own, so
-    each run can be compressed or opened by a separate task and the results concatenated. Only
-    one-plaintext rows are cut (a split-info of several plaintexts may straddle ciphertexts).
+    A run that starts on a block boundary is laid out exactly as a package of its own, and
+    its ciphertexts are ``compressed_count(c_i) .. compressed_count(c_i+1)`` of the package,
+    so each run can be compressed or opened by a separate task and the results concatenated.
     """
     if n_infos <= 0:
         return [0]
-    if spec.plaintexts_per_row != 1 or pieces <= 1:
+    if pieces <= 1:
         return [0, n_infos]
-    per_ct = spec.split_infos_per_plaintext
-    per_piece = per_ct * math.ceil(compressed_count(spec, n_infos) / pieces)
+    block = block_size(spec)
+    per_piece = block * math.ceil(math.ceil(n_infos / block) / pieces)
     return [*range(0, n_infos, per_piece), n_infos]
 
 
@@ -154,20 +158,24 @@ def compress(
 def compress_parts(public_key: AnyPublicKey, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
     """Worker kernel: multiply partial sums and compress them, bytes in and out.
 
-    ``parts[k]`` holds one ciphertext per split-info (one plaintext per row), fixed-width
-    big-endian, all in the same split-info order; split-info ``i``'s sum is the product of the
-    ``i``-th ciphertext of every part. Returns the compressed ciphertexts, same encoding.
+    ``parts[k]`` holds ``plaintexts_per_row`` ciphertexts per split-info (its planes in
+    order), fixed-width big-endian, all in the same split-info order; a sum is the product of
+    the same ciphertext of every part. Returns the compressed ciphertexts, same encoding.
     """
-    if spec.plaintexts_per_row != 1 or not parts:
-        raise InputError("compress_parts takes one or more parts of one-plaintext split-infos")
+    planes = spec.plaintexts_per_row
+    if not parts:
+        raise InputError("compress_parts takes one or more parts")
     n2 = public_key.modulus
     if len({len(part) for part in parts}) != 1:
         raise InputError("partial sums differ in length")
-    sums = CiphertextBatch.of(public_key, parts[0]).ciphertexts(public_key)
+    flat = CiphertextBatch.of(public_key, parts[0]).ciphertexts(public_key)
     for part in parts[1:]:
         other = CiphertextBatch.of(public_key, part).ciphertexts(public_key)
-        sums = [a * b % n2 for a, b in zip(sums, other, strict=True)]
-    compressed = compress(public_key, spec, [[s] for s in sums])
+        flat = [a * b % n2 for a, b in zip(flat, other, strict=True)]
+    if len(flat) % planes:
+        raise InputError(f"partial sums must hold {planes} ciphertexts per split-info")
+    sums = [flat[i : i + planes] for i in range(0, len(flat), planes)]
+    compressed = compress(public_key, spec, sums)
     return CiphertextBatch.from_ciphertexts(public_key, compressed).data
 
 

@@ -334,12 +334,13 @@ class CryptoEngine:
         return await self._run(decrypt_task, self._chunks(list(ciphertexts)))
 
     async def encrypt_packed(self, spec: PackingSpec, g: I64, h: I64) -> bytes:
-        """Pack rows of integer-form ``g``, ``h`` (one plaintext each) and encrypt them, in one
-        task, using stashed randomisers first; returns the ciphertexts as fixed-width bytes.
+        """Pack rows of integer-form ``g``, ``h`` (``(rows,)`` or ``(rows, outputs)``) and
+        encrypt them, in one task, using stashed randomisers first; returns the ciphertexts as
+        fixed-width bytes, row by row (a row's ``spec.plaintexts_per_row`` planes in order).
 
         The caller decides the chunking (one task per call): a chunk of rows to stream.
         """
-        factors = self._take(len(g))
+        factors = self._take(len(g) * spec.plaintexts_per_row)
         return cast(bytes, await self._call(encrypt_packed_task, spec, g, h, factors))
 
     async def open_split_infos(
@@ -359,7 +360,6 @@ class CryptoEngine:
         if n == 0:
             empty = np.zeros((0, spec.n_outputs), dtype=np.int64)
             return empty, empty.copy()
-        per_ct = max(1, spec.split_infos_per_plaintext)
         pieces = max(1, min(self.workers, compressed_count(spec, n) // MIN_OPEN_PIECE))
         cuts = cut_points(spec, n, pieces)
         if len(cuts) <= 2:
@@ -369,7 +369,7 @@ class CryptoEngine:
                 self._call(
                     open_task,
                     spec,
-                    data[a // per_ct * width : -(-b // per_ct) * width],
+                    data[compressed_count(spec, a) * width : compressed_count(spec, b) * width],
                     counts[a:b],
                 )
                 for a, b in itertools.pairwise(cuts)
@@ -383,7 +383,7 @@ class CryptoEngine:
     async def compress_parts(self, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
         """Multiply the partial sums of each split-info across ``parts`` and compress them
         (:func:`~p2pboost.crypto.compress.compress_parts`), in pieces that run in parallel."""
-        width = self.public_key.ciphertext_bytes
+        width = self.public_key.ciphertext_bytes * spec.plaintexts_per_row  # per split-info
         n = len(parts[0]) // width if parts else 0
         cuts = cut_points(spec, n, self.workers)
         out = await asyncio.gather(

@@ -58,6 +58,7 @@ __all__ = [
     "add_tree",
     "on_grid",
     "refit_leaves",
+    "trees_per_round",
 ]
 
 F64 = npt.NDArray[np.float64]
@@ -95,6 +96,12 @@ class TreeTask:
     sample: I64 | None
     features: B8
     privacy: PrivateTree | None = None
+
+
+def trees_per_round(params: BoostParams, n_outputs: int) -> int:
+    """Trees a round grows: one per output, or one with vector leaves (``multi_output_tree``)."""
+    vector = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
+    return 1 if vector else n_outputs
 
 
 def add_tree(margin: F64, values: F64, out: int) -> None:
@@ -180,8 +187,7 @@ class RoundLoop:
         self.privacy = None if params.dp is None else PrivateRounds(params, row_keys)
         self.n_features = n_features
         self.features_by_round = features_by_round
-        vector = MultiStrategy(params.multi_strategy) is MultiStrategy.MULTI_OUTPUT_TREE
-        self.trees_per_round = 1 if vector or n_outputs == 1 else n_outputs
+        self.trees_per_round = trees_per_round(params, n_outputs)
         self.outputs = [-1] if self.trees_per_round == 1 else list(range(n_outputs))
         self.rng = np.random.default_rng(params.seed)
         self.callbacks = list(callbacks)

@@ -36,8 +36,8 @@ I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
 
 #: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
-#: and fingerprint chain of checkpoints).
-VERSION = 4
+#: and fingerprint chain of checkpoints; 5: a tree's start says how many outputs a row packs).
+VERSION = 5
 
 
 class GuestPhase(Enum):
@@ -151,8 +151,12 @@ def grid_wire(g: Grid, h: Grid) -> list[int]:
     return [g.bits, g.magnitude_bits, h.bits, h.magnitude_bits]
 
 
-def packing_spec(n_rows: int, grids: tuple[Grid, Grid], public_key: AnyPublicKey) -> PackingSpec:
-    """The packing of a tree's rows under the key's own plaintext budget (smaller for OU)."""
+def packing_spec(
+    n_rows: int, grids: tuple[Grid, Grid], public_key: AnyPublicKey, outputs: int = 1
+) -> PackingSpec:
+    """The packing of a tree's rows under the key's own plaintext budget (smaller for OU):
+    ``outputs`` gradient/hessian pairs per row (a multi-output tree's) in as few plaintexts as
+    they fit."""
     return PackingSpec.for_grids(
-        n_rows, grids[0], grids[1], plaintext_bits=public_key.plaintext_bits
+        n_rows, grids[0], grids[1], plaintext_bits=public_key.plaintext_bits, n_outputs=outputs
     )

@@ -197,7 +197,8 @@ class GuestTrainer:
             )
         rows = np.arange(self.data.n_rows) if sample is None else sample
         g_grid, h_grid = task.grids
-        spec = packing_spec(int(rows.size), task.grids, self.engine.public_key)
+        outputs = int(task.grad.shape[1])  # a multi-output tree packs every class in a row
+        spec = packing_spec(int(rows.size), task.grids, self.engine.public_key, outputs)
         mask = None
         if sample is not None:
             bits = np.zeros(self.data.n_rows, dtype=np.bool_)
@@ -219,6 +220,7 @@ class GuestTrainer:
                 task.features[sl].astype(np.uint8),
                 chain,
                 None if first is None else first[sl].astype(np.uint8),
+                outputs,
             )
             await send(link.ctl, start)
         grower = TreeGrower(
@@ -272,8 +274,8 @@ class GuestTrainer:
         wraps bytes."""
         if not active:
             return
-        gi = to_fixed(gq[rows, 0], g_grid)
-        hi = to_fixed(hq[rows, 0], h_grid)
+        gi = to_fixed(gq[rows], g_grid)  # (rows, outputs)
+        hi = to_fixed(hq[rows], h_grid)
         step = self.config.chunk_rows
         starts = list(range(0, rows.size, step))
         pk = self.engine.public_key
@@ -493,9 +495,10 @@ class _TreeRound:
                 if len(pkg.ids) == 0:
                     continue
                 gains = split_gains(pkg.grad, pkg.hess, G, H, p.reg_lambda)
-                # The core's validity rules (min_child_weight; min_samples_leaf on counts).
-                valid = (pkg.hess[:, 0] >= p.min_child_weight) & (
-                    H[0, 0] - pkg.hess[:, 0] >= p.min_child_weight
+                # The core's validity rules (min_child_weight for every output; min_samples_leaf
+                # on counts).
+                valid = np.all(pkg.hess >= p.min_child_weight, axis=1) & np.all(
+                    H - pkg.hess >= p.min_child_weight, axis=1
                 )
                 if p.min_samples_leaf > 1:
                     n = int(frontier.count[i])

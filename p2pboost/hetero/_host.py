@@ -235,11 +235,9 @@ class _HostTree:
             grids = (Grid(grid[0], grid[1], m), Grid(grid[2], grid[3], m))
             if any(gr.value_bits > 62 for gr in grids):
                 raise InputError("grid exponents out of range")
-            self.spec = packing_spec(m, grids, host.public_key)
+            self.spec = packing_spec(m, grids, host.public_key, msg.outputs)
         except InputError as exc:
             raise reject(peer, f"bad gradient grid: {exc}") from None
-        if self.spec.plaintexts_per_row != 1:
-            raise reject(peer, "packed gradients must fit one plaintext")
         self.positions = np.zeros(n, dtype=np.int64)
         self.n_nodes = 1
         self.frontier = [0]
@@ -252,7 +250,7 @@ class _HostTree:
     async def run(self) -> None:
         h = self.h
         h.progress.enter(HostPhase.ROOT, 0)
-        await h.shards.each(k.shard_tree, self.sample, self.allowed)
+        await h.shards.each(k.shard_tree, self.sample, self.allowed, self.spec.plaintexts_per_row)
         await self._root()
         root = self.node_features.get(0)
         await self._send_package(0, await h.shards.each(k.shard_root, root))
@@ -273,9 +271,11 @@ class _HostTree:
 
     async def _root(self) -> None:
         """Hand each gradient chunk to the shards as it arrives: shard ``s`` gets the slots
-        ``s, s + W, ...`` (their ciphertext bytes, cut out with numpy)."""
+        ``s, s + W, ...`` (their ciphertext bytes, a row's planes together, cut out with
+        numpy)."""
         h, peer = self.h, self.h.guest
         m, n_shards = int(self.sample.size), h.shards.n
+        planes = self.spec.plaintexts_per_row
         width = h.public_key.ciphertext_bytes
         pending: deque[asyncio.Future[Any]] = deque()
         received = 0
@@ -285,7 +285,8 @@ class _HostTree:
                 start, batch = msg.start, msg.ct
                 if start != received:
                     raise reject(peer, "gradient chunks out of order or malformed")
-                if not 0 < len(batch) <= m - start:
+                rows, odd = divmod(len(batch), planes)
+                if odd or not 0 < rows <= m - start:
                     raise reject(peer, "gradient chunk of a wrong size")
                 if (
                     batch.scheme != h.public_key.scheme
@@ -293,9 +294,11 @@ class _HostTree:
                     or batch.width != width
                 ):
                     raise reject(peer, "bad gradient ciphertexts: not under the training key")
-                for shard, first, part in k.chunk_parts(start, batch.data, width, n_shards):
+                for shard, first, part in k.chunk_parts(
+                    start, batch.data, width * planes, n_shards
+                ):
                     pending.append(h.shards.call(shard, k.shard_chunk, first, part))
-                received += len(batch)
+                received += rows
                 while len(pending) > CHUNKS_AHEAD * n_shards or (pending and pending[0].done()):
                     await self._chunk_done(pending.popleft())
             while pending:
@@ -314,7 +317,7 @@ class _HostTree:
     async def _send_package(self, node: int, parts: list[k.NodeCandidates]) -> None:
         """The shards' candidates of ``node`` -> shuffled, ids, compressed -> the guest."""
         h = self.h
-        width = h.public_key.ciphertext_bytes
+        width = h.public_key.ciphertext_bytes * self.spec.plaintexts_per_row  # one candidate's
         head = parts[0]
         n = len(head)
         # A private run with a test seed keeps the core's order (the host allowed it).

@@ -78,7 +78,8 @@ Codes = npt.NDArray[np.unsignedinteger[Any]]
 @dataclass(frozen=True, eq=False)
 class NodeCandidates:
     """Split candidates of one node, in (feature, bin, direction) order, with one shard's
-    partial left sums: ``sums`` holds one ciphertext per candidate, fixed-width big-endian."""
+    partial left sums: ``sums`` holds a candidate's ciphertexts (one per plane of a packed
+    row) after another's, fixed-width big-endian."""
 
     feature: I64
     bin: I64
@@ -133,20 +134,22 @@ def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, 
 def candidate_sums(
     hist: EncryptedHistogram, feature: I64, bin_: I64, default_left: B8, missing: I64
 ) -> list[Any]:
-    """Encrypted left sums of candidates over the rows of ``hist`` (one plane).
+    """Encrypted left sums of candidates over the rows of ``hist``: each candidate's
+    ciphertexts, one per plane, after the previous candidate's.
 
     Prefix sums over the value bins (:meth:`EncryptedHistogram.cumulative`), times the missing
     slot for "missing left" where the node (``missing[f]``: all shards' rows) has missing values.
     """
     n2, n_slots = hist.public_key.modulus, hist.n_bins
-    plane = hist.planes[0]
-    cumulative = hist.cumulative().planes[0]
+    pairs = list(zip(hist.planes, hist.cumulative().planes, strict=True))
     sums = []
     for f, b, dl in zip(feature.tolist(), bin_.tolist(), default_left.tolist(), strict=True):
-        s = cumulative[f * n_slots + b]
-        if dl and missing[f] > 0:
-            s = s * plane[f * n_slots + n_slots - 1] % n2
-        sums.append(s)
+        cell, miss = f * n_slots + b, f * n_slots + n_slots - 1
+        for plane, cumulative in pairs:
+            s = cumulative[cell]
+            if dl and missing[f] > 0:
+                s = s * plane[miss] % n2
+            sums.append(s)
     return sums
 
 
@@ -226,13 +229,15 @@ class _Shard:
     #: Ciphertext products of this tree's histogram builds (reported at the end of the tree).
     additions: int = 0
     local_codes: list[Codes] = field(default_factory=list)
-    cts: list[Any] = field(default_factory=list)
+    #: This tree's ciphertexts of the shard's rows, one list per plane of a packed row.
+    cts: tuple[list[Any], ...] = field(default_factory=lambda: ([],))
     #: node -> (partial histogram over this shard's rows, counts over all the node's rows)
     hists: dict[int, tuple[EncryptedHistogram, I64]] = field(default_factory=dict)
 
     def empty(self) -> EncryptedHistogram:
         n_feat = self.codes.shape[1]
-        return build_histogram(self.public_key, np.zeros((0, n_feat), np.uint8), self.n_slots, [[]])
+        none = np.zeros((0, n_feat), np.uint8)
+        return build_histogram(self.public_key, none, self.n_slots, [[] for _ in self.cts])
 
     def local(self) -> Codes:
         """Bins of this shard's rows in slot order (the chunks' parts joined once)."""
@@ -289,14 +294,15 @@ def shard_open(
     _SHARDS[token] = shard
 
 
-def shard_tree(token: str, sample: I64, allowed: B8) -> None:
-    """A tree begins: its sampled rows (slot order) and candidate mask; nothing else kept."""
+def shard_tree(token: str, sample: I64, allowed: B8, planes: int = 1) -> None:
+    """A tree begins: its sampled rows (slot order), candidate mask and the plaintexts per
+    packed row; nothing else kept."""
     shard = _get(token)
     shard.sample, shard.allowed = sample, allowed
     shard.used = np.flatnonzero(allowed.reshape(allowed.shape[0], -1).any(axis=1))
     shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
     shard.slot_of_row[sample] = np.arange(sample.size)
-    shard.local_codes, shard.cts = [], []
+    shard.local_codes, shard.cts = [], tuple([] for _ in range(planes))
     shard.hists = {0: (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))}
 
 
@@ -306,19 +312,24 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     them to the root's partial histogram."""
     shard = _get(token)
     pk = shard.public_key
-    if first % shard.shards != shard.index or first // shard.shards != len(shard.cts):
+    planes = len(shard.cts)
+    if first % shard.shards != shard.index or first // shard.shards != len(shard.cts[0]):
         raise InputError("chunk slots out of order for this shard")
-    cts = CiphertextBatch.of(pk, data).ciphertexts(pk)
-    slots = np.arange(first, first + shard.shards * len(cts), shard.shards)
+    flat = CiphertextBatch.of(pk, data).ciphertexts(pk)
+    if len(flat) % planes:
+        raise InputError("a chunk's rows must each hold every plane")
+    cts = [flat[p::planes] for p in range(planes)]  # a row's planes are consecutive
+    slots = np.arange(first, first + shard.shards * len(cts[0]), shard.shards)
     codes = shard.codes[shard.sample[slots]]
     before = products_made()
     part = build_histogram(
-        pk, codes, shard.n_slots, [cts], features=shard.used, zero_bins=shard.zero_bins
+        pk, codes, shard.n_slots, cts, features=shard.used, zero_bins=shard.zero_bins
     )
     shard.additions += products_made() - before
     root, counts = shard.hists[0]
     shard.hists[0] = (root.merge(part), counts)
-    shard.cts.extend(cts)
+    for kept, new in zip(shard.cts, cts, strict=True):
+        kept.extend(new)
     shard.local_codes.append(codes)
 
 
@@ -354,7 +365,7 @@ def shard_split(
         shard.public_key,
         shard.local(),
         shard.n_slots,
-        [shard.cts],
+        shard.cts,
         mine,
         features=shard.used,
         zero_bins=shard.zero_bins,
@@ -380,7 +391,7 @@ def shard_end_tree(token: str) -> int:
     """The tree ended: free its ciphertexts and histograms (the run's settings stay); returns
     the ciphertext products of the tree's histogram builds in this shard."""
     shard = _get(token)
-    shard.cts, shard.local_codes, shard.hists = [], [], {}
+    shard.cts, shard.local_codes, shard.hists = ([],), [], {}
     shard.sample = shard.slot_of_row = np.zeros(0, np.int64)
     additions, shard.additions = shard.additions, 0
     return additions

@@ -84,6 +84,8 @@ MAX_ID_CHARS = 256
 _VERSION = Int(0, 1 << 16)
 #: Trees one training may grow (bounds a resuming host's chain).
 MAX_TREES = 1_000_000
+#: Outputs of one multi-output tree (a host keeps about outputs / 9 ciphertexts per row).
+MAX_OUTPUTS = 1024
 _RUN = Str(0, 64)
 _DIGEST = Str(0, 64)
 _NODES = Array("int64", max_len=MAX_LAYER)
@@ -159,7 +161,8 @@ class TreeStart(TrainMessage, tag="tree"):
     h bits, h magnitude), the sampled rows (a bitmap; nil: all) and the host's features the
     tree may use (0/1 per feature), and the fingerprint chain after the trees before it.
     ``root_features``: with ``colsample_bylevel``/``colsample_bynode``, the host's features
-    the root may split on (nil: the tree's)."""
+    the root may split on (nil: the tree's). ``outputs``: the gradient/hessian pairs packed
+    per row (a multi-output tree's classes; 1: one output per tree)."""
 
     tree: Annotated[int, Int(0, MAX_NODE)]
     grid: Annotated[list[int], ListOf(Int(-1100, 1100), 4, min_len=4)]
@@ -167,6 +170,7 @@ class TreeStart(TrainMessage, tag="tree"):
     features: Annotated[U8, Array("uint8", max_len=MAX_FEATURES)]
     chain: Annotated[str, _DIGEST]
     root_features: Annotated[U8 | None, Optional(Array("uint8", max_len=MAX_FEATURES))] = None
+    outputs: Annotated[int, Int(1, MAX_OUTPUTS)] = 1
 
 
 @dataclass(frozen=True)

@@ -239,6 +239,9 @@ class GuestModel:
             raise ModelError("invalid guest model: trees do not make whole rounds")
         if any(not -1 <= o < k for o in out):
             raise ModelError("invalid guest model: bad tree output")
+        # One output per tree, or every output in each (multi-output trees: output -1).
+        if any(t.value.shape[1] != (k if o < 0 else 1) for t, o in zip(trees, out, strict=True)):
+            raise ModelError("invalid guest model: a tree's leaves do not match its output")
         return model
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -439,8 +442,8 @@ def _guest_tree(d: Any, n_hosts: int, n_features: int) -> Tree:
     if not isinstance(d, Mapping) or "owner" not in d:
         raise ModelError("invalid tree: a guest tree names the owner of every node")
     tree = Tree.from_dict(d, n_hosts, n_features)
-    if tree.value.shape != (tree.n_nodes, 1):
-        raise ModelError("invalid tree: a guest tree has one output per leaf")
+    if tree.value.ndim != 2 or tree.value.shape[0] != tree.n_nodes:
+        raise ModelError("invalid tree: a guest tree has a value per node")
     return tree
 
 

@@ -76,8 +76,8 @@ from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.metrics import get_metric, leaf_purity
 from p2pboost.gbdt.names import by_name, check_names, names_of
 from p2pboost.gbdt.objectives import get_objective
-from p2pboost.gbdt.params import BoostParams, MultiStrategy
-from p2pboost.gbdt.rounds import Margins, RoundLoop, check_weights
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.rounds import Margins, RoundLoop, check_weights, trees_per_round
 from p2pboost.hetero._common import (
     VERSION,
     GuestPhase,
@@ -162,8 +162,6 @@ async def guest_train(
     """
     config = config or HeteroConfig()
     params = params.validate()
-    if MultiStrategy(params.multi_strategy) is not MultiStrategy.ONE_OUTPUT_PER_TREE:
-        raise InputError("hetero training grows one tree per output (one_output_per_tree)")
     if not hosts or len(set(hosts)) != len(hosts):
         raise InputError("give at least one host, each once")
     objective = get_objective(params)
@@ -252,7 +250,8 @@ async def guest_train(
         raise InputError(f"keys are {keys[0].scheme} keys but config.scheme is {config.scheme!r}")
     public_key, private_key = keys
     named = [(link.name, hello) for link, hello in zip(links, hellos, strict=True)]
-    begin = guest_start(saved, init_model, named, objective.n_outputs)
+    per_round = trees_per_round(params, objective.n_outputs)
+    begin = guest_start(saved, init_model, named, per_round)
     if begin.resumed is not None:
         logger.info(
             "resuming at tree %d of %d (every party holds it)",
@@ -300,7 +299,7 @@ async def guest_train(
         warm,
         schedule.by_round(),
     )
-    n_trees = params.n_estimators * objective.n_outputs
+    n_trees = params.n_estimators * per_round
     kept = begin.resumed.model if begin.resumed is not None else begin.warm
     diagnostics = dict(kept.diagnostics) if kept is not None else {}
     classification = objective.name in ("binary:logistic", "multi:softmax")

@@ -183,6 +183,35 @@ async def test_fused_steps_round_trip(engine: CryptoEngine, public_key: PublicKe
         await engine.open_split_infos(spec, compressed[:-1], counts)
 
 
+async def test_fused_steps_carry_vector_rows(engine: CryptoEngine, public_key: PublicKey) -> None:
+    """Eleven outputs per row (a multi-output tree): two plaintexts per row under a 1024-bit
+    key, encrypted row by row; a package of vector sums opens, whole or in pieces, to the
+    exact sums of every output."""
+    import numpy as np
+
+    from p2pboost.crypto.compress import compressed_count
+    from p2pboost.crypto.packing import PackingSpec
+    from p2pboost.gbdt.fixedpoint import choose_grid
+
+    rng = np.random.default_rng(5)
+    n, k = 400, 11
+    g, h = rng.integers(-(2**20), 2**20, (n, k)), rng.integers(0, 2**20, (n, k))
+    grid = choose_grid(np.array([2.0**20]), n)
+    spec = PackingSpec.for_grids(n, grid, grid, key_bits=public_key.bits, n_outputs=k)
+    assert spec.plaintexts_per_row == 2
+    data = await engine.encrypt_packed(spec, g, h)
+    width = public_key.ciphertext_bytes
+    assert len(data) == 2 * n * width  # a row's two planes, row after row
+    half = len(data) // 2
+    infos = n // 2  # split-info i = rows i and i + 200 (two shards' partial sums)
+    compressed = await engine.compress_parts(spec, [data[:half], data[half:]])
+    assert len(compressed) == compressed_count(spec, infos) * width < 2 * infos * width
+    counts = np.full(infos, 2, dtype=np.int64)
+    G, H = await engine.open_split_infos(spec, compressed, counts)
+    np.testing.assert_array_equal(G, g[:infos] + g[infos:])
+    np.testing.assert_array_equal(H, h[:infos] + h[infos:])
+
+
 async def test_precomputed_factors_are_used_once(engine: CryptoEngine) -> None:
     made = await engine.precompute(300)
     assert 0 < made <= 300

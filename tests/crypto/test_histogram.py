@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from p2pboost.codec import decode, encode
 from p2pboost.crypto.compress import (
+    block_size,
     compress,
     compress_parts,
     compressed_count,
@@ -216,49 +217,62 @@ def test_capacity_matches_the_spec(public_key: PublicKey) -> None:
     assert len(layout) == -(-100 // spec.split_infos_per_plaintext)
 
 
+@pytest.mark.parametrize("k", [1, 11])
 def test_byte_kernels_round_trip_and_validate(
-    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable
+    public_key: PublicKey, private_key: PrivateKey, table: FixedBaseTable, k: int
 ) -> None:
     """Partial sums -> compress_parts -> the wire -> open_split_infos: the exact sums, whole or
-    cut at cut_points; foreign, out-of-range or wrongly counted ciphertexts are refused."""
+    cut at cut_points; foreign, out-of-range or wrongly counted ciphertexts are refused. With
+    11 outputs a row takes two plaintexts of a 1024-bit key, and the short second planes of
+    several split-infos share ciphertexts."""
     rng = np.random.default_rng(4)
     n, m = 300, 40
-    g, h = rng.integers(-1000, 1000, n), rng.integers(0, 1000, n)
+    g, h = rng.integers(-1000, 1000, (n, k)), rng.integers(0, 1000, (n, k))
     grid = choose_grid(np.array([1.0]), n)
-    spec = PackingSpec.for_grids(n, grid, grid, key_bits=public_key.bits)
+    spec = PackingSpec.for_grids(n, grid, grid, key_bits=public_key.bits, n_outputs=k)
+    planes = spec.plaintexts_per_row
+    assert planes == (1 if k == 1 else 2)
     width = public_key.ciphertext_bytes
     rows = [rng.choice(n, size=int(rng.integers(1, n)), replace=False) for _ in range(m)]
-    cts = table.encrypt_many(pack(spec, g, h)[0])
-    # Two shards: each holds a part of every split-info's rows.
+    cts = [table.encrypt_many(plane) for plane in pack(spec, g, h)]
+    # Two shards: each holds a part of every split-info's rows (a split-info's planes in order).
     halves = [[r[r % 2 == s] for r in rows] for s in (0, 1)]
     parts = [
         CiphertextBatch.from_ciphertexts(
-            public_key, [product([cts[i] for i in r], public_key.n2) for r in half]
+            public_key,
+            [product([c[i] for i in r], public_key.n2) for r in half for c in cts],
         ).data
         for half in halves
     ]
     counts = np.array([r.size for r in rows], dtype=np.int64)
     data = compress_parts(public_key, spec, parts)
     assert len(data) == compressed_count(spec, m) * width
+    assert len(data) // width == len(compression_layout(spec, m))
+    if k > 1:  # the short planes share ciphertexts: fewer than two per split-info
+        assert m < len(data) // width < planes * m
     wire = decode(encode(CiphertextBatch(public_key.fingerprint, width, data)))
     assert isinstance(wire, CiphertextBatch)
     G, H = open_split_infos(private_key, spec, wire.data, counts)
-    assert G[:, 0].tolist() == [int(g[r].sum()) for r in rows]
-    assert H[:, 0].tolist() == [int(h[r].sum()) for r in rows]
+    assert G.tolist() == [g[r].sum(axis=0).tolist() for r in rows]
+    assert H.tolist() == [h[r].sum(axis=0).tolist() for r in rows]
 
-    per_ct = spec.split_infos_per_plaintext
     cuts = cut_points(spec, m, 3)
     assert cuts[0] == 0
     assert cuts[-1] == m
-    assert all(c % per_ct == 0 for c in cuts[:-1])
+    assert len(cuts) > 2
+    assert all(c % block_size(spec) == 0 for c in cuts[:-1])
+    step = planes * width  # one split-info's partial sums
     pieces = [
-        compress_parts(public_key, spec, [p[a * width : b * width] for p in parts])
+        compress_parts(public_key, spec, [p[a * step : b * step] for p in parts])
         for a, b in itertools.pairwise(cuts)
     ]
     assert b"".join(pieces) == data
     opened = [
         open_split_infos(
-            private_key, spec, data[a // per_ct * width : -(-b // per_ct) * width], counts[a:b]
+            private_key,
+            spec,
+            data[compressed_count(spec, a) * width : compressed_count(spec, b) * width],
+            counts[a:b],
         )[0]
         for a, b in itertools.pairwise(cuts)
     ]
@@ -270,3 +284,6 @@ def test_byte_kernels_round_trip_and_validate(
         open_split_infos(private_key, spec, data[:width], counts)
     with pytest.raises(InputError):
         compress_parts(public_key, spec, [parts[0], parts[1][:width]])
+    if planes > 1:  # a split-info cut in half
+        with pytest.raises(InputError):
+            compress_parts(public_key, spec, [parts[0][:width]])

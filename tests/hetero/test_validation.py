@@ -180,6 +180,7 @@ async def test_host_refuses_a_malformed_layer(
                         "features": np.ones(3, np.uint8),
                         "chain": chain_start(RUN),
                         "root_features": None,
+                        "outputs": 1,
                     }
                 )
                 cts = [public_key.encrypt(1) for _ in range(N)]
