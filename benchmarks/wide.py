@@ -1,7 +1,7 @@
 """Wide, sparse host data: what the host's sparse path and column sampling save.
 
 ``python -m benchmarks wide --dataset synth_wide --trees 3 --depth 4 --key-bits 1024
-[--bins 32 --lr 0.3 --colsample 0.2 --workers 2 --seed 0 --data-dir DIR]``
+[--bins 32 --lr 0.3 --colsample 0.2 --workers 2 --seed 0 --memory-budget-mb M --data-dir DIR]``
 
 ``synth_wide`` (10,000 rows; the guest 20 dense features and the label, the host 1,000
 features, 95 % zeros) is split 2/3 : 1/3 as in ``lossless``. The guest and the host train in
@@ -12,7 +12,12 @@ shards in a pinned pool of ``--workers`` processes) three times, back to back:
 * ``sparse``: the host derives each sparse feature's common bin from the node total
   (``sparse="auto"``, the default);
 * ``colsample``: as ``sparse``, with ``colsample_bytree = --colsample``: the host accumulates
-  only the features a tree samples.
+  only the features a tree samples;
+* ``budget`` (with ``--memory-budget-mb M``): as ``sparse``, the host's histograms kept
+  between layers bounded by ``M`` MiB (``host_train(memory_budget_mb=M)``).
+
+``host_hist_peak_mb_*``: the largest measured size of the host's cached encrypted histograms
+in one tree (each shard measures the integer objects it holds; summed over the shards' peaks).
 
 ``host_additions_*`` are the ciphertext additions (products) of the host's histogram builds over
 the whole run (``Progress.additions``: every shard, every tree); ``s_per_tree_*`` the guest's
@@ -53,6 +58,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lr", type=float, default=0.3)
     parser.add_argument("--colsample", type=float, default=0.2)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--memory-budget-mb", type=float, default=None, help="adds a run with this host budget"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
@@ -60,14 +68,17 @@ def main(argv: list[str]) -> int:
         parser.error("--colsample must be in (0, 1]")
     split = load_hetero_split(data_dir(args.data_dir), args.dataset)
     base = _params(args, split)
-    runs: dict[str, tuple[Any, Any]] = {
-        "dense": (base, False),
-        "sparse": (base, "auto"),
-        "colsample": (dataclasses.replace(base, colsample_bytree=args.colsample), "auto"),
+    runs: dict[str, tuple[Any, Any, float | None]] = {
+        "dense": (base, False, None),
+        "sparse": (base, "auto", None),
+        "colsample": (dataclasses.replace(base, colsample_bytree=args.colsample), "auto", None),
     }
+    if args.memory_budget_mb is not None:
+        runs["budget"] = (base, "auto", args.memory_budget_mb)
     measured: dict[str, dict[str, Any]] = {}
-    for name, (params, sparse) in runs.items():
+    for name, (params, sparse, budget) in runs.items():
         progress = Progress(HostPhase.SETUP)
+        host = {"sparse": sparse, "progress": progress, "memory_budget_mb": budget}
         guest_model, host_models, _, seconds = asyncio.run(
             run_federation(
                 split.guest_train,
@@ -78,12 +89,13 @@ def main(argv: list[str]) -> int:
                 params,
                 key_bits=args.key_bits,
                 workers=args.workers,
-                host_kwargs=[{"sparse": sparse, "progress": progress}],
+                host_kwargs=[host],
             )
         )
         core = train(params, split.X_train, split.y_train)
         measured[name] = {
             "additions": progress.additions,
+            "hist_peak_mb": round(progress.hist_peak_bytes / 2**20, 4),
             "s_per_tree": seconds / max(1, len(guest_model.trees)),
             "identical": compare_trees(joined_trees(guest_model, host_models), core.trees),
         }
@@ -100,8 +112,18 @@ def main(argv: list[str]) -> int:
         "s_per_tree_dense": round(dense["s_per_tree"], 4),
         "s_per_tree_sparse": round(sparse_run["s_per_tree"], 4),
         "s_per_tree_colsample": round(col["s_per_tree"], 4),
+        "host_hist_peak_mb_sparse": sparse_run["hist_peak_mb"],
         "identical_trees": all(m["identical"] for m in measured.values()),
     }
+    budgeted = measured.get("budget")
+    if budgeted is not None:
+        result |= {
+            "memory_budget_mb": args.memory_budget_mb,
+            "host_hist_peak_mb_budget": budgeted["hist_peak_mb"],
+            "host_additions_budget": budgeted["additions"],
+            "s_per_tree_budget": round(budgeted["s_per_tree"], 4),
+            "under_budget": budgeted["hist_peak_mb"] <= args.memory_budget_mb,
+        }
     zeros = float((split.host_train == 0).mean())
     print_table(
         [
@@ -122,6 +144,17 @@ def main(argv: list[str]) -> int:
                 " / ".join(f"{m['s_per_tree']:.3f}" for m in measured.values()),
             ),
             ("  sparse / dense", sparse_run["s_per_tree"] / dense["s_per_tree"]),
+            ("host histogram peak MiB, sparse", sparse_run["hist_peak_mb"]),
+            *(
+                []
+                if budgeted is None
+                else [
+                    (
+                        f"  with a {args.memory_budget_mb:g} MiB budget",
+                        f"{budgeted['hist_peak_mb']} (additions {budgeted['additions']})",
+                    )
+                ]
+            ),
             ("identical trees (each run = plaintext core)", result["identical_trees"]),
         ],
         f"wide sparse host data, {args.dataset}",

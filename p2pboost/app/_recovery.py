@@ -7,7 +7,10 @@ their training fails with :class:`~p2pboost.exceptions.PeerDisconnected` (``rest
 Instead of ending there, a party whose own checkpoints are on runs its task again, resuming:
 the parties redo the settings check and PSI (the restarted one needs them), agree on the last
 tree every one of them holds (:mod:`p2pboost.hetero.checkpoint`) and grow the rest, to the
-model an uninterrupted run grows. Any other failure, or more than :data:`RESUMES` restarts,
+model an uninterrupted run grows. A horizontal client whose server restarted joins its new
+run the same way (it keeps no state: the server resumes from its checkpoint and sends the
+model so far); a restarted client is taken back by the running server itself
+(:mod:`p2pboost.homo._federation`). Any other failure, or more than :data:`RESUMES` restarts,
 ends the run with an error that says what to check (:func:`explain`).
 """
 
@@ -30,12 +33,12 @@ T = TypeVar("T")
 async def resume_on_restart(
     config: PartyConfig, attempt: Callable[[PartyConfig], Awaitable[T]], info: Callable[[str], None]
 ) -> T:
-    """``attempt(config)``; if it is vertical training with checkpoints and a peer restarts,
-    ``attempt`` again resuming, up to :data:`RESUMES` times (``info`` says so each time)."""
-    resumable = (
-        config.task is Task.TRAIN
-        and config.role in (Role.GUEST, Role.HOST)
-        and config.checkpoint_path is not None
+    """``attempt(config)``; if it is vertical training with checkpoints, or a horizontal
+    client, and a peer restarts, ``attempt`` again resuming, up to :data:`RESUMES` times
+    (``info`` says so each time)."""
+    resumable = config.task is Task.TRAIN and (
+        config.role is Role.CLIENT
+        or (config.role in (Role.GUEST, Role.HOST) and config.checkpoint_path is not None)
     )
     current = config
     for n in range(1, RESUMES + 1):

@@ -116,8 +116,9 @@ class TrainConfig:
     progress bar); it costs the hosts one bit per row and split node, and both hetero parties
     must agree on it (the guest checks that the hosts' evaluation sets match its own).
     ``checkpoint_dir`` (relative to ``workdir``; ``""`` turns checkpoints off) is where a
-    vertical party saves its progress after every tree; ``p2pboost party --resume`` continues
-    from there. ``init_model`` (in ``workdir``) is this party's file of a model that training
+    vertical party, or a horizontal server, saves its progress after every tree or round;
+    ``p2pboost party --resume`` continues from there (a horizontal client keeps none: it
+    rejoins). ``init_model`` (in ``workdir``) is this party's file of a model that training
     continues with ``n_estimators`` more trees (hetero: every party gives its own file; homo:
     the server's file, the clients receive its trees).
     """
@@ -129,7 +130,8 @@ class TrainConfig:
     psi: bool = True
     model: Path = Path("model.json")
     eval_train: bool = True
-    #: Checkpoints after every tree, in ``workdir`` (hetero; None: none are written).
+    #: Checkpoints after every tree or round, in ``workdir`` (hetero parties and the homo
+    #: server; None: none are written).
     checkpoint_dir: Path | None = Path("checkpoints")
     #: Continue from the checkpoints (the CLI's ``--resume``; not a file key).
     resume: bool = False
@@ -141,6 +143,8 @@ class TrainConfig:
     tree_num_per_party: int = 0
     host_depth: int = 0
     guest_depth: int = 0
+    #: Hetero host: bytes of encrypted histograms kept between layers, in MiB (None: no bound).
+    memory_budget_mb: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,12 +222,10 @@ class PartyConfig:
 
     def with_resume(self) -> PartyConfig:
         """The same party continuing its training from its checkpoints (the CLI's
-        ``--resume``): vertical training only, and only with checkpoints on."""
-        if self.role in (Role.SERVER, Role.CLIENT):
-            raise ConfigError(
-                f"{self.source}: --resume continues vertical (hetero) training; horizontal "
-                "training cannot resume from checkpoints yet"
-            )
+        ``--resume``), which must be on; a horizontal client keeps none (it rejoins the run
+        as it is), so for it this changes nothing."""
+        if self.role is Role.CLIENT:
+            return self
         if self.train.checkpoint_dir is None:
             raise ConfigError(f"{self.source}: --resume needs [train] checkpoint_dir")
         return dataclasses.replace(self, train=dataclasses.replace(self.train, resume=True))
@@ -258,6 +260,7 @@ _TRAIN_EXTRA = (
     "tree_num_per_party",
     "host_depth",
     "guest_depth",
+    "memory_budget_mb",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -458,6 +461,11 @@ def _train(reader: _Reader) -> TrainConfig:
             f"layered mode grows host_depth + guest_depth layers: max_depth must be "
             f"{host_depth + guest_depth}, not {params.max_depth}",
         )
+    budget = (
+        reader.get_float("memory_budget_mb", -1.0) if "memory_budget_mb" in reader.table else None
+    )
+    if budget is not None and budget < 0:
+        raise reader.fail("memory_budget_mb", "bounds the host's histograms in MiB: >= 0")
     scheme = reader.get_str("scheme", "paillier") or "paillier"
     if scheme not in SCHEMES:
         raise reader.fail("scheme", f"unknown encryption scheme {scheme!r}; one of {SCHEMES}")
@@ -475,6 +483,7 @@ def _train(reader: _Reader) -> TrainConfig:
         tree_num_per_party=per_party,
         host_depth=host_depth,
         guest_depth=guest_depth,
+        memory_budget_mb=budget,
     )
 
 

@@ -329,7 +329,9 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
     t0 = time.perf_counter()
     eval_set = [table.X] if run.config.train.eval_train else []
     host = await HeteroHost(
-        session_id=HETERO_SESSION, checkpoint_dir=run.config.checkpoint_path
+        session_id=HETERO_SESSION,
+        checkpoint_dir=run.config.checkpoint_path,
+        memory_budget_mb=run.config.train.memory_budget_mb,
     ).afit(
         node,
         run.peer,
@@ -356,8 +358,14 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
     run.reporter.info(f"coordinating {n} trees with {', '.join(clients)}...")
     await agree(node, run.config, clients)
     t0 = time.perf_counter()
-    server = await HomoServer(run.config.train.params, session=HOMO_SESSION).afit(
-        node, clients, init_model=run.config.init_model_path
+    server = await HomoServer(
+        run.config.train.params, session=HOMO_SESSION, checkpoint_dir=run.config.checkpoint_path
+    ).afit(
+        node,
+        clients,
+        init_model=run.config.init_model_path,
+        resume=run.config.train.resume,
+        before_rejoin=lambda client: agree(node, run.config, [client]),
     )
     seconds = time.perf_counter() - t0
     server.model_.save(run.config.model_path)

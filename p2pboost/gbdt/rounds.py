@@ -145,13 +145,14 @@ class RoundStart:
     the state of the random generator after them (``None``: a fresh one from the seed, so row
     and column draws differ from an uninterrupted run). ``extend``: ``n_estimators`` more
     rounds follow (a warm start); False: the run ends at ``n_estimators`` rounds in all (a
-    resumed run)."""
+    resumed run), counted after the ``base_rounds`` of the model the run continued, if any."""
 
     trees: Sequence[Tree]
     tree_output: Sequence[int]
     history: History
     rng_state: dict[str, Any] | None
     extend: bool = True
+    base_rounds: int = 0
 
 
 class RoundLoop:
@@ -206,7 +207,7 @@ class RoundLoop:
             self._first = len(self.trees) // self.trees_per_round
         self._last = self._first + params.n_estimators
         if start is not None and not start.extend:
-            self._last = params.n_estimators
+            self._last = start.base_rounds + params.n_estimators
         self._record = RecordEvaluation(self.history)
         self._iteration = self._first - 1
         self._stopped = False

@@ -73,6 +73,9 @@ class Progress:
     depth: int = -1
     #: A host's ciphertext additions in histogram builds so far (all its shards, whole trees).
     additions: int = 0
+    #: A host's largest measured bytes of histograms kept between layers in one tree (summed
+    #: over its shards' peaks).
+    hist_peak_bytes: int = 0
 
     def enter(self, phase: GuestPhase | HostPhase, depth: int = -1) -> None:
         self.phase, self.depth = phase, depth

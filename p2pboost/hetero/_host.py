@@ -153,6 +153,8 @@ class Host:
     min_rows: int
     progress: Progress
     sparse: bool | str = "auto"
+    #: Bytes the histograms kept between layers may take, over all shards (None: no bound).
+    hist_budget: int | None = None
     #: A private run (``Setup.private``): 0 none, else every candidate, shuffled or ordered.
     private: int = 0
     shards: Shards = field(init=False)
@@ -208,7 +210,10 @@ class Host:
             except BaseException:
                 await self.shards.release(k.shard_end_tree)
                 raise
-            self.progress.additions += sum(await self.shards.each(k.shard_end_tree))
+            ended = await self.shards.each(k.shard_end_tree)
+            self.progress.additions += sum(a for a, _ in ended)
+            peak = sum(b for _, b in ended)  # an upper bound of the shards' peak together
+            self.progress.hist_peak_bytes = max(self.progress.hist_peak_bytes, peak)
             n_trees += 1
 
 
@@ -246,6 +251,33 @@ class _HostTree:
         if msg.root_features is not None:
             self.node_features[0] = self._features(msg.root_features)
         self.lookups: dict[int, _Lookup] = {}
+        #: Nodes whose histograms the shards keep for the next layer, and how many may be kept
+        #: (the budget over one node's histograms in every shard: each filled cell is a
+        #: ciphertext, every used feature may fill all its bins in every plane).
+        self.cached = {0}
+        used = int(self.allowed.reshape(self.allowed.shape[0], -1).any(axis=1).sum())
+        cell = host.public_key.ciphertext_bytes + 40  # an integer object's own header
+        node = max(1, used * host.data.n_slots * self.spec.plaintexts_per_row * cell)
+        budget = host.hist_budget
+        self.capacity = None if budget is None else budget // (node * host.shards.n)
+
+    def _keep(self, splits: list[tuple[int, int, int]], counts: I64) -> list[tuple[bool, bool]]:
+        """Which children of ``splits`` (parent, small, big) stay cached: within the capacity
+        at every step (a split frees its parent, then may keep children), the larger child
+        first (keeping a node saves building its larger child from rows at the next layer,
+        so the splits come in order of size)."""
+        if self.capacity is None:
+            return [(True, True)] * len(splits)
+        held = sum(parent in self.cached for parent, _, _ in splits)
+        out = []
+        for parent, small, _ in splits:
+            held -= parent in self.cached
+            keep_big = held < self.capacity
+            held += keep_big
+            keep_small = held < self.capacity and counts[small] > 0
+            held += keep_small
+            out.append((keep_small, keep_big))
+        return out
 
     async def run(self) -> None:
         h = self.h
@@ -253,7 +285,9 @@ class _HostTree:
         await h.shards.each(k.shard_tree, self.sample, self.allowed, self.spec.plaintexts_per_row)
         await self._root()
         root = self.node_features.get(0)
-        await self._send_package(0, await h.shards.each(k.shard_root, root))
+        keep = self.capacity != 0  # else not even the root stays: children built from rows
+        await self._send_package(0, await h.shards.each(k.shard_root, root, keep))
+        self.cached = {0} if keep else set()
         depth = 0
         while True:
             msg = await recv(h.ctl, (Decide, Layer))
@@ -414,30 +448,48 @@ class _HostTree:
         sample_pos = self.positions[self.sample]
         counts = np.bincount(sample_pos, minlength=self.n_nodes)
         await h.shards.each(k.shard_retain, self.layer_nodes.tolist())
-        ahead = asyncio.Semaphore(SPLITS_AHEAD)
-
-        async def pair(node: int, left: int, right: int) -> None:
+        splits = []
+        for node, left, right in zip(
+            self.layer_nodes.tolist(),
+            self.layer_left.tolist(),
+            self.layer_right.tolist(),
+            strict=True,
+        ):
             small, big = (left, right) if counts[left] <= counts[right] else (right, left)
+            splits.append((node, small, big))
+        if self.capacity is not None:  # the largest first: they keep the most worth keeping
+            splits.sort(key=lambda split: -int(counts[split[1]] + counts[split[2]]))
+        keep = self._keep(splits, counts)
+        # The shards run each one's tasks in order: splits go in in this order, SPLITS_AHEAD
+        # at a time, so what they hold follows the plan of _keep.
+        ahead = [asyncio.Event() for _ in range(len(splits) + SPLITS_AHEAD)]
+        for event in ahead[:SPLITS_AHEAD]:
+            event.set()
+
+        async def pair(i: int) -> None:
+            node, small, big = splits[i]
             rows = self.sample[sample_pos == small]
+            big_rows = None if node in self.cached else self.sample[sample_pos == big]
             masks = (self.node_features.get(small), self.node_features.get(big))
-            async with ahead:
-                results = await h.shards.each(k.shard_split, node, small, big, rows, masks)
+            await ahead[i].wait()
+            try:
+                results = await h.shards.each(
+                    k.shard_split, node, small, big, rows, masks, keep[i], big_rows
+                )
+            finally:
+                ahead[i + SPLITS_AHEAD].set()
             await gather_or_cancel(
                 self._send_package(small, [r[0] for r in results]),
                 self._send_package(big, [r[1] for r in results]),
             )
 
-        await gather_or_cancel(
-            *(
-                pair(n, lf, rt)
-                for n, lf, rt in zip(
-                    self.layer_nodes.tolist(),
-                    self.layer_left.tolist(),
-                    self.layer_right.tolist(),
-                    strict=True,
-                )
-            )
-        )
+        await gather_or_cancel(*(pair(i) for i in range(len(splits))))
+        self.cached = {
+            child
+            for (_, small, big), (ks, kb) in zip(splits, keep, strict=True)
+            for child, kept in ((small, ks), (big, kb))
+            if kept
+        }
 
 
 def _random_order(n: int) -> I64:

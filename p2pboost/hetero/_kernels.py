@@ -24,6 +24,13 @@ several hosts (or runs) can share one pinned pool. A tree's state is dropped whe
 (:func:`shard_end_tree`), a parent's histogram as soon as its children are built, and
 everything by :func:`shard_close`.
 
+**A memory bound.** The histograms kept from one layer to the next (to derive each split's
+larger child by subtraction) are most of a host's memory on wide data. The host decides which
+children each split keeps (:func:`shard_split`'s ``keep``) so that no more than a budget's worth
+stays; a split whose parent was not kept builds both children from their rows (more additions,
+the same sums). Each shard measures what it holds (the sizes of the ciphertext objects of its
+cached histograms) and reports the tree's peak.
+
 Candidate enumeration (:func:`node_candidates`) follows the plaintext core's split rule exactly
 (:func:`p2pboost.gbdt.split.find_best_splits`): candidate ``(feature, bin, direction)`` sends
 value bins ``<= bin`` left, and missing values left for direction 0 ("missing left") or right
@@ -42,6 +49,7 @@ That also cuts the guest's decryptions.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +241,19 @@ class _Shard:
     cts: tuple[list[Any], ...] = field(default_factory=lambda: ([],))
     #: node -> (partial histogram over this shard's rows, counts over all the node's rows)
     hists: dict[int, tuple[EncryptedHistogram, I64]] = field(default_factory=dict)
+    #: node -> bytes its cached histogram takes; the tree's peak of their sum.
+    sizes: dict[int, int] = field(default_factory=dict)
+    peak: int = 0
+
+    def keep(self, node: int, hist: EncryptedHistogram, counts: I64) -> None:
+        """Cache ``node``'s histogram for the next layer (and measure it)."""
+        self.hists[node] = (hist, counts)
+        self.sizes[node] = _measure(hist) + counts.nbytes
+        self.peak = max(self.peak, sum(self.sizes.values()))
+
+    def drop(self, node: int) -> tuple[EncryptedHistogram, I64] | None:
+        self.sizes.pop(node, None)
+        return self.hists.pop(node, None)
 
     def empty(self) -> EncryptedHistogram:
         n_feat = self.codes.shape[1]
@@ -255,6 +276,16 @@ class _Shard:
         sums = candidate_sums(hist, f, b, dl, counts[:, -1])
         data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
         return NodeCandidates(f, b, dl, left, data)
+
+
+def _measure(hist: EncryptedHistogram) -> int:
+    """Bytes ``hist``'s ciphertexts take: every filled cell's integer object and every slot of
+    the plane lists (an empty cell is one shared object)."""
+    total = 0
+    for plane in hist.planes:
+        total += sys.getsizeof(plane)
+        total += sum(sys.getsizeof(c) for c in plane if c != 1)
+    return total
 
 
 _SHARDS: dict[str, _Shard] = {}
@@ -303,7 +334,8 @@ def shard_tree(token: str, sample: I64, allowed: B8, planes: int = 1) -> None:
     shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
     shard.slot_of_row[sample] = np.arange(sample.size)
     shard.local_codes, shard.cts = [], tuple([] for _ in range(planes))
-    shard.hists = {0: (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))}
+    shard.hists, shard.sizes, shard.peak = {}, {}, 0
+    shard.hists[0] = (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))
 
 
 def shard_chunk(token: str, first: int, data: bytes) -> None:
@@ -327,17 +359,21 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     )
     shard.additions += products_made() - before
     root, counts = shard.hists[0]
-    shard.hists[0] = (root.merge(part), counts)
+    shard.hists[0] = (root.merge(part), counts)  # being built: kept (and measured) once whole
     for kept, new in zip(shard.cts, cts, strict=True):
         kept.extend(new)
     shard.local_codes.append(codes)
 
 
-def shard_root(token: str, features: B8 | None = None) -> NodeCandidates:
-    """The root's candidates with this shard's partial sums (after every chunk)."""
+def shard_root(token: str, features: B8 | None = None, keep: bool = True) -> NodeCandidates:
+    """The root's candidates with this shard's partial sums (after every chunk); ``keep``:
+    the root's histogram stays cached for the first layer (else it is dropped now)."""
     shard = _get(token)
     shard.local()
-    return shard.candidates(*shard.hists[0], features)
+    hist, counts = shard.hists.pop(0)
+    if keep:
+        shard.keep(0, hist, counts)
+    return shard.candidates(hist, counts, features)
 
 
 def shard_split(
@@ -347,21 +383,47 @@ def shard_split(
     big: int,
     rows: I64,
     features: tuple[B8 | None, B8 | None] = (None, None),
+    keep: tuple[bool, bool] = (True, True),
+    big_rows: I64 | None = None,
 ) -> tuple[NodeCandidates, NodeCandidates]:
     """Split ``parent``: ``rows`` are the smaller child's (all shards' rows, sampled). Builds
     the partial histogram of ``small`` from this shard's rows, derives ``big`` as the parent
     minus ``small``, frees the parent, and returns both children's candidates (``features``:
-    the small and the big child's own column draws, if any)."""
+    the small and the big child's own column draws, if any). ``keep``: which children stay
+    cached for the next layer. A parent that was not kept needs ``big_rows`` (the larger
+    child's rows): both children are then built from their rows."""
     shard = _get(token)
-    if parent not in shard.hists:
+    held = shard.drop(parent)
+    if held is None and big_rows is None:
         raise InputError(f"no histogram of node {parent} in this shard")
-    parent_hist, parent_counts = shard.hists.pop(parent)
+    small_hist, small_counts = _build(shard, rows)
+    if held is not None:
+        parent_hist, parent_counts = held
+        big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
+    else:
+        assert big_rows is not None
+        big_hist, big_counts = _build(shard, big_rows)
+    for node, hist, counts, wanted in (
+        (small, small_hist, small_counts, keep[0]),
+        (big, big_hist, big_counts, keep[1]),
+    ):
+        if wanted:
+            shard.keep(node, hist, counts)
+    return (
+        shard.candidates(small_hist, small_counts, features[0]),
+        shard.candidates(big_hist, big_counts, features[1]),
+    )
+
+
+def _build(shard: _Shard, rows: I64) -> tuple[EncryptedHistogram, I64]:
+    """A child's partial histogram from this shard's share of ``rows`` (all shards' rows of
+    the child, sampled), and its counts over all of them."""
     slots = shard.slot_of_row[rows]
     if slots.size and slots.min() < 0:
         raise InputError("split rows outside the tree's sample")
     mine = slots[slots % shard.shards == shard.index] // shard.shards
     before = products_made()
-    small_hist = build_histogram(
+    hist = build_histogram(
         shard.public_key,
         shard.local(),
         shard.n_slots,
@@ -371,30 +433,26 @@ def shard_split(
         zero_bins=shard.zero_bins,
     )
     shard.additions += products_made() - before
-    small_counts = node_counts(shard.codes[rows], shard.n_slots)
-    big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
-    shard.hists[small] = (small_hist, small_counts)
-    shard.hists[big] = (big_hist, big_counts)
-    return (
-        shard.candidates(small_hist, small_counts, features[0]),
-        shard.candidates(big_hist, big_counts, features[1]),
-    )
+    return hist, node_counts(shard.codes[rows], shard.n_slots)
 
 
 def shard_retain(token: str, nodes: list[int]) -> None:
     """Drop the histograms of every node but ``nodes`` (the frontier nodes being split)."""
     shard = _get(token)
-    shard.hists = {n: shard.hists[n] for n in nodes if n in shard.hists}
+    for node in set(shard.hists) - set(nodes):
+        shard.drop(node)
 
 
-def shard_end_tree(token: str) -> int:
+def shard_end_tree(token: str) -> tuple[int, int]:
     """The tree ended: free its ciphertexts and histograms (the run's settings stay); returns
-    the ciphertext products of the tree's histogram builds in this shard."""
+    the ciphertext products of the tree's histogram builds in this shard and the peak bytes of
+    its cached histograms."""
     shard = _get(token)
-    shard.cts, shard.local_codes, shard.hists = ([],), [], {}
+    shard.cts, shard.local_codes, shard.hists, shard.sizes = ([],), [], {}, {}
     shard.sample = shard.slot_of_row = np.zeros(0, np.int64)
     additions, shard.additions = shard.additions, 0
-    return additions
+    peak, shard.peak = shard.peak, 0
+    return additions, peak
 
 
 def shard_close(token: str) -> None:

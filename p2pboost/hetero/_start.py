@@ -132,11 +132,14 @@ def round_loop(
     start: GuestStart,
     warm: tuple[Any, list[Any]] | None = None,
     features_by_round: Callable[[int], Any] | None = None,
+    warm_rounds: int = 0,
 ) -> tuple[RoundLoop, list[str], list[RoundState]]:
     """The core's round loop (the same draws, refits, margins, callbacks and early stop), the
     fingerprint chain (from the run's start) and the round states a checkpoint keeps: fresh,
     resumed (``margins`` restored from the checkpoint) or warm (``margins`` set to ``warm``).
-    ``features_by_round``: the loop's restriction of each round's features (complete_secure)."""
+    ``features_by_round``: the loop's restriction of each round's features (complete_secure);
+    ``warm_rounds``: the rounds of the model a resumed run had continued (they do not count
+    towards ``n_estimators``)."""
     chain = [chain_start(start.run), *start.prefix]
     if start.resumed is not None:
         model = start.resumed.model
@@ -150,6 +153,7 @@ def round_loop(
             history,
             state.rng_state,
             extend=False,
+            base_rounds=warm_rounds,
         )
         loop = RoundLoop(
             params, n_features, n_outputs, callbacks, start=at, features_by_round=features_by_round

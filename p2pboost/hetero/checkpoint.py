@@ -29,10 +29,11 @@ the host), and tells the hosts ``T`` in the setup. Every party then drops what l
 uninterrupted run grows, because the guest continues the same random generator from the same
 margins, and the protocol is lossless.
 
-**Integrity**: a file is a magic line, the SHA-256 of its body and the body (msgpack, the
-wire codec); a truncated, edited or foreign file is refused with :class:`CheckpointError`
-naming the cause, and so is a checkpoint written for other data or other parameters (a digest
-of both is kept; the differing parameters are named).
+**Integrity** (:mod:`p2pboost.protocols.checkpoint_files`): a file is a magic line, the
+SHA-256 of its body and the body (msgpack, the wire codec); a truncated, edited or foreign
+file is refused with :class:`CheckpointError` naming the cause, and so is a checkpoint
+written for other data or other parameters (a digest of both is kept; the differing
+parameters are named).
 
 What a checkpoint reveals is what the party's model file already holds, plus (guest only)
 its margins on its training and evaluation rows, which its labels and model give anyway.
@@ -52,11 +53,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.codec import Limits, decode, encode
-from p2pboost.exceptions import CheckpointError, CodecError
-from p2pboost.files import atomic_write
+from p2pboost.exceptions import CheckpointError
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.model import GuestModel, HostModel
+from p2pboost.protocols.checkpoint_files import read_checkpoint, write_checkpoint
 
 __all__ = [
     "GuestCheckpoint",
@@ -75,18 +75,8 @@ __all__ = [
 
 F64 = npt.NDArray[np.float64]
 
-_MAGIC = b"p2pboost checkpoint v1\n"
 _GUEST = "hetero-guest-checkpoint"
 _HOST = "hetero-host-checkpoint"
-#: A checkpoint holds margins of every training row: allow what a large party writes.
-_FILE_LIMITS = Limits(
-    max_message_bytes=1 << 40,
-    max_ext_bytes=1 << 40,
-    max_array_elements=1 << 36,
-    max_elements=1 << 28,
-    max_container_len=1 << 28,
-    max_str_bytes=1 << 28,
-)
 
 
 def new_run_id() -> str:
@@ -134,32 +124,6 @@ def host_checkpoint_path(directory: str | os.PathLike[str], guest: str) -> Path:
     """A host may train with several guests: one file per guest."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in guest)
     return Path(directory) / f"hetero-host-of-{safe}.ckpt"
-
-
-def _write(path: Path, body: dict[str, Any]) -> None:
-    payload = encode(body)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, _MAGIC + hashlib.sha256(payload).digest() + payload)
-
-
-def _read(path: Path, kind: str) -> dict[str, Any]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {exc}") from None
-    head = len(_MAGIC)
-    if not raw.startswith(_MAGIC) or len(raw) < head + 32:
-        raise CheckpointError(f"{str(path)!r} is not a p2pboost checkpoint")
-    digest, payload = raw[head : head + 32], raw[head + 32 :]
-    if hashlib.sha256(payload).digest() != digest:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupted (its digest does not match)")
-    try:
-        body = decode(payload, limits=_FILE_LIMITS)
-    except CodecError as exc:
-        raise CheckpointError(f"checkpoint {str(path)!r} cannot be decoded: {exc}") from None
-    if not isinstance(body, dict) or body.get("format") != kind:
-        raise CheckpointError(f"{str(path)!r} is not a {kind} file")
-    return body
 
 
 def _chain(value: Any) -> list[str]:
@@ -218,10 +182,10 @@ class GuestCheckpoint:
         return self.model.fingerprint
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        _write(
+        write_checkpoint(
             guest_checkpoint_path(directory),
+            _GUEST,
             {
-                "format": _GUEST,
                 "model": json.dumps(self.model.to_dict()),  # JSON: the generator's 128-bit state
                 "chain": self.chain,
                 "states": [s.to_dict() for s in self.states],
@@ -236,7 +200,7 @@ class GuestCheckpoint:
         path = guest_checkpoint_path(directory)
         if not path.exists():
             return None
-        body = _read(path, _GUEST)
+        body = read_checkpoint(path, _GUEST)
         try:
             model = GuestModel.from_dict(json.loads(body["model"]))
             states = [RoundState.from_dict(s) for s in body["states"]]
@@ -281,10 +245,10 @@ class HostCheckpoint:
         return self.model.fingerprint
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        _write(
+        write_checkpoint(
             host_checkpoint_path(directory, self.model.guest),
+            _HOST,
             {
-                "format": _HOST,
                 "model": json.dumps(self.model.to_dict()),
                 "chain": self.chain,
                 "digest": self.digest,
@@ -296,7 +260,7 @@ class HostCheckpoint:
         path = host_checkpoint_path(directory, guest)
         if not path.exists():
             return None
-        body = _read(path, _HOST)
+        body = read_checkpoint(path, _HOST)
         try:
             ckpt = cls(
                 HostModel.from_dict(json.loads(body["model"])),

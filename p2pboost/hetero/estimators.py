@@ -238,7 +238,9 @@ class HeteroHost:
     ``sparse``: how the host treats features that are mostly one value (``"auto"``, True,
     False; see ``host_train``); it changes the host's work, never the trees.
     ``checkpoint_dir``: write a checkpoint there after every tree, offered to the guest by
-    ``afit(..., resume=True)``.
+    ``afit(..., resume=True)``. ``memory_budget_mb``: the most the encrypted histograms kept
+    between layers may take (None: no bound; see ``host_train``); it changes the host's work,
+    never the trees.
     """
 
     def __init__(
@@ -249,12 +251,14 @@ class HeteroHost:
         workers: int | None = None,
         sparse: bool | str = "auto",
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        memory_budget_mb: float | None = None,
     ) -> None:
         self.session_id = session_id
         self.executor = executor
         self.workers = workers
         self.sparse = sparse
         self.checkpoint_dir = checkpoint_dir
+        self.memory_budget_mb = memory_budget_mb
 
     @property
     def model_(self) -> HostModel:
@@ -310,6 +314,7 @@ class HeteroHost:
                 resume=resume,
                 feature_names=names,
                 init_model=init_model,
+                memory_budget_mb=self.memory_budget_mb,
             )
         return self
 

@@ -298,6 +298,7 @@ async def guest_train(
         begin,
         warm,
         schedule.by_round(),
+        0 if init_model is None else init_model.n_rounds,
     )
     n_trees = params.n_estimators * per_round
     kept = begin.resumed.model if begin.resumed is not None else begin.warm
@@ -477,6 +478,7 @@ async def host_train(
     feature_names: Sequence[str] | None = None,
     init_model: HostModel | None = None,
     dp_replay: bool = False,
+    memory_budget_mb: float | None = None,
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
@@ -492,6 +494,9 @@ async def host_train(
     ``init_model``: this host's part of the model the guest continues (warm start).
     ``dp_replay``: take part in a differentially private run with a test noise seed, whose
     candidates go to the guest in the core's order instead of shuffled (tests only).
+    ``memory_budget_mb`` bounds the encrypted histograms kept from one layer to the next
+    (over all shards): past it, a split's children are built from their rows instead of by
+    subtraction (more additions, the same trees; :mod:`p2pboost.hetero._kernels`).
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a
@@ -511,6 +516,8 @@ async def host_train(
     names = check_names(given, X_arr.shape[1])
     if sparse not in (True, False, "auto"):
         raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
+    if memory_budget_mb is not None and not memory_budget_mb >= 0:
+        raise InputError(f"memory_budget_mb must be >= 0 (or None), not {memory_budget_mb!r}")
     evals = [check_matrix(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
     progress = progress or Progress(HostPhase.SETUP)
     progress.enter(HostPhase.SETUP)
@@ -566,6 +573,7 @@ async def host_train(
         progress=progress,
         private=setup.private,
         sparse=sparse,
+        hist_budget=None if memory_budget_mb is None else int(memory_budget_mb * 2**20),
         splits=kept,
         start=setup.start,
         on_tree=ledger.tree_done,

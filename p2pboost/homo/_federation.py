@@ -13,7 +13,16 @@ active client's vector for a request. Everything about who is still there lives 
 - masking needs keys among exactly the active clients: after a dropout the round is still
   completed (the survivors reveal that round's keys; a client that died after sending is
   recovered from ``t`` Shamir shares), then :class:`Restart` tells the caller to start its
-  stage again, and the next aggregate renews the keys among the survivors (a new epoch).
+  stage again, and the next aggregate renews the keys among the survivors (a new epoch);
+- a client whose process *restarted* (its node says so: a new process that lost its state) is
+  not dropped when the server can take it back (``rejoin``): it is set aside, and
+  :meth:`Federation.readmit`, called by the training code before each stage, opens its new
+  session (waiting up to ``round_timeout`` for it), greets it (hello), replays everything
+  broadcast so far (the model header and every finished tree: the client's state) and adds
+  it back; the stage then runs again with every
+  client, so the model is the one an uninterrupted run grows. Too few clients left to
+  complete a round while one is on its way back abandons the round unmasked (nothing of it is
+  revealed) and restarts the stage.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -37,13 +46,22 @@ from p2pboost.crypto.secagg import (
     shamir_combine,
     unmask,
 )
-from p2pboost.exceptions import CryptoError, P2PBoostError, ProtocolError, RemoteProtocolError
+from p2pboost.exceptions import (
+    CryptoError,
+    P2PBoostError,
+    PeerDisconnected,
+    ProtocolError,
+    RemoteProtocolError,
+)
 from p2pboost.homo._messages import (
     Advert,
     Adverts,
     Collect,
     Command,
     Epoch,
+    FinishedTree,
+    Hello,
+    Joined,
     Masked,
     Ready,
     Recover,
@@ -58,7 +76,7 @@ from p2pboost.homo.config import CHANNEL, HomoConfig, HomoPhase, Tap
 from p2pboost.net.node import Channel, Session
 from p2pboost.protocols._messages import decode, send
 
-__all__ = ["Federation", "Restart"]
+__all__ = ["Federation", "Rejoin", "Restart"]
 
 logger = logging.getLogger("p2pboost.homo.estimators")
 
@@ -67,12 +85,22 @@ U64 = npt.NDArray[np.uint64]
 R = TypeVar("R", bound=Reply)
 
 
+#: ``rejoin(client)``: the new session of a client whose process restarted (it waits until the
+#: client opens it).
+Rejoin = Callable[[str], Awaitable[Session]]
+
+
 class Restart(Exception):
     """Membership changed: the current stage starts again with the survivors."""
 
 
 class _Dropped(Exception):
-    """A client did not answer in time or its session ended (``args[0]``: why)."""
+    """A client did not answer in time or its session ended (``args[0]``: why;
+    ``restarted``: its process restarted, so it may come back)."""
+
+    def __init__(self, why: str, *, restarted: bool = False) -> None:
+        super().__init__(why)
+        self.restarted = restarted
 
 
 class Federation:
@@ -83,7 +111,12 @@ class Federation:
     """
 
     def __init__(
-        self, sessions: Mapping[str, Session], config: HomoConfig, tap: Tap | None, run_id: str
+        self,
+        sessions: Mapping[str, Session],
+        config: HomoConfig,
+        tap: Tap | None,
+        run_id: str,
+        rejoin: Rejoin | None = None,
     ) -> None:
         self.channels: dict[str, Channel] = {c: s.channel(c, CHANNEL) for c, s in sessions.items()}
         self.sessions = dict(sessions)
@@ -99,6 +132,11 @@ class Federation:
         self.threshold = 0
         self.phase = HomoPhase.HELLO
         self.mask_publics: dict[str, bytes] = {}
+        self.rejoin = rejoin
+        #: Restarted clients on their way back (readmitted before the next stage).
+        self.returning: set[str] = set()
+        #: Everything broadcast so far, in order: what a readmitted client is sent.
+        self.replay: list[Command] = []
 
     def _tap(self, kind: str, who: str, obj: object) -> None:
         if self.tap is not None:
@@ -121,7 +159,8 @@ class Federation:
             raise
         except (P2PBoostError, ConnectionError) as exc:
             logger.warning("client %s dropped (%s): %s", client, self.phase.value, exc)
-            raise _Dropped(f"{exc} ({self.phase.value})") from None
+            restarted = isinstance(exc, PeerDisconnected) and exc.restarted
+            raise _Dropped(f"{exc} ({self.phase.value})", restarted=restarted) from None
         self._tap("recv", client, reply)
         return decode(reply, expect, client)
 
@@ -130,47 +169,94 @@ class Federation:
     ) -> dict[str, R]:
         """Send each client its message and collect replies; silent clients are dropped."""
 
-        async def one(c: str) -> tuple[str, R | str]:
+        async def one(c: str) -> tuple[str, R | _Dropped]:
             try:
                 return c, await self._ask(c, msgs[c], expect)
             except _Dropped as why:
-                return c, str(why)
+                return c, why
 
         results = await asyncio.gather(*(one(c) for c in clients))
-        replies = {c: r for c, r in results if not isinstance(r, str)}
+        replies = {c: r for c, r in results if not isinstance(r, _Dropped)}
         for c, r in results:
-            if isinstance(r, str):
-                await self.drop(c, r)
+            if isinstance(r, _Dropped):
+                await self.drop(c, str(r), restarted=r.restarted)
         return replies
 
     async def ask_same(self, clients: Sequence[str], msg: Command, expect: type[R]) -> dict[str, R]:
         """:meth:`ask_all` with one message for everyone."""
         return await self.ask_all(clients, dict.fromkeys(clients, msg), expect)
 
-    async def drop(self, client: str, reason: str) -> None:
+    async def drop(self, client: str, reason: str, *, restarted: bool = False) -> None:
+        """Take ``client`` out of the run (``restarted`` and a ``rejoin``: until it is back)."""
         if client in self.active:
             self.active.remove(client)
-            self.dropped[client] = reason
-            logger.warning(
-                "client %s dropped out (%s); %d remain", client, reason, len(self.active)
-            )
-            with contextlib.suppress(Exception):
-                await self.sessions[client].abort("dropped from the federation")
-        if len(self.active) < self.config.min_clients:
+            if restarted and self.rejoin is not None:
+                logger.warning("client %s restarted (%s): taking it back", client, reason)
+                self.returning.add(client)
+            else:
+                self.dropped[client] = reason
+                logger.warning(
+                    "client %s dropped out (%s); %d remain", client, reason, len(self.active)
+                )
+                with contextlib.suppress(Exception):
+                    await self.sessions[client].abort("dropped from the federation")
+        self._check_quorum()
+
+    def _check_quorum(self) -> None:
+        if len(self.active) + len(self.returning) < self.config.min_clients:
             raise ProtocolError(
                 f"only {len(self.active)} clients remain, fewer than min_clients "
                 f"{self.config.min_clients}"
             )
 
+    async def readmit(self, hello: Hello, n_features: int) -> None:
+        """Take back every restarted client whose new session opens within ``round_timeout``:
+        ``hello`` (its answer must name ``n_features``), then everything broadcast so far.
+        A client that does not come back, or fails on the way, is dropped."""
+        for client in sorted(self.returning):
+            self.returning.discard(client)
+            assert self.rejoin is not None  # only then is a client returning
+            with contextlib.suppress(Exception):  # the old process's session: ended, free its id
+                await self.sessions[client].close()
+            try:
+                async with asyncio.timeout(self.config.round_timeout):
+                    session = await self.rejoin(client)
+                self.sessions[client] = session
+                self.channels[client] = session.channel(client, CHANNEL)
+                joined = await self._ask(client, hello, Joined)  # RemoteProtocolError: ends
+                if joined.n_features != n_features:
+                    raise RemoteProtocolError(
+                        f"came back with {joined.n_features} features, not {n_features}",
+                        peer=client,
+                    )
+                for msg in self.replay:
+                    async with asyncio.timeout(self.config.round_timeout):
+                        await send(self.channels[client], msg)
+            except RemoteProtocolError:
+                raise
+            except (TimeoutError, _Dropped, P2PBoostError, ConnectionError) as exc:
+                self.dropped[client] = f"restarted and did not come back: {exc or 'timed out'}"
+                logger.warning("client %s: %s", client, self.dropped[client])
+                self._check_quorum()
+                continue
+            trees = sum(isinstance(m, FinishedTree) for m in self.replay)
+            logger.info("client %s is back (%d finished trees replayed)", client, trees)
+            self.active = sorted([*self.active, client])
+            self.members = None  # new keys among everyone
+
     async def broadcast(self, msg: Command) -> None:
-        """Send ``msg`` to every active client (one-way: no answer is expected)."""
+        """Send ``msg`` to every active client (one-way: no answer is expected); it is kept
+        for clients readmitted later."""
+        self.replay.append(msg)
 
         async def one(c: str) -> None:
             try:
                 async with asyncio.timeout(self.config.round_timeout):
                     await send(self.channels[c], msg)
             except (TimeoutError, P2PBoostError, ConnectionError) as exc:
-                await self.drop(c, f"{msg.TAG!r} could not be delivered: {exc or 'timed out'}")
+                restarted = isinstance(exc, PeerDisconnected) and exc.restarted
+                why = f"{msg.TAG!r} could not be delivered: {exc or 'timed out'}"
+                await self.drop(c, why, restarted=restarted)
 
         await asyncio.gather(*(one(c) for c in list(self.active)))
 
@@ -247,6 +333,9 @@ class Federation:
                 y_vecs[c] = y
         survivors = sorted(z_vecs)
         if len(survivors) < self.config.min_clients:
+            if self.returning:  # abandoned unmasked; again once they are back
+                self.members = None
+                raise Restart(msg.TAG)
             raise ProtocolError(f"round {r}: only {len(survivors)} clients sent a vector")
         changed = len(survivors) < len(members)
         total = np.zeros(length, dtype=np.uint64)

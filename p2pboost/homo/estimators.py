@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo.client import client_train
 from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoResult, Tap
 from p2pboost.homo.server import server_train
-from p2pboost.net.node import Node
+from p2pboost.net.node import Node, Session
 from p2pboost.protocols._blocking import run_with_node
 
 __all__ = ["DEFAULT_SESSION", "HomoClient", "HomoServer"]
@@ -90,7 +90,12 @@ class _Settings:
 
 
 class HomoServer(_Settings):
-    """The coordinator: holds no data; ends with the model (``model_``) and run statistics."""
+    """The coordinator: holds no data; ends with the model (``model_``) and run statistics.
+
+    ``checkpoint_dir``: write a checkpoint there after every round, from which
+    ``afit(..., resume=True)`` continues (:mod:`p2pboost.homo.checkpoint`). A client whose
+    process restarts during the run is taken back (its session reopened) rather than dropped.
+    """
 
     def __init__(
         self,
@@ -104,6 +109,7 @@ class HomoServer(_Settings):
         early_stopping_rounds: int | None = None,
         session: str = DEFAULT_SESSION,
         tap: Tap | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(
             params,
@@ -116,6 +122,7 @@ class HomoServer(_Settings):
             session=session,
         )
         self.tap = tap
+        self.checkpoint_dir = checkpoint_dir
 
     async def afit(
         self,
@@ -123,20 +130,39 @@ class HomoServer(_Settings):
         clients: Sequence[str],
         *,
         init_model: Booster | str | os.PathLike[str] | None = None,
+        resume: bool = False,
+        before_rejoin: Callable[[str], Awaitable[None]] | None = None,
     ) -> HomoServer:
         """Coordinate one training run with ``clients`` (their party ids); ``init_model`` (a
-        model or its file) is continued with more rounds (warm start)."""
+        model or its file) is continued with more rounds (warm start); ``resume``: continue
+        from ``checkpoint_dir``. ``before_rejoin(client)`` runs before a restarted client's
+        session is reopened (the command line agrees on the settings with it again)."""
         config = self._make_config()
         if init_model is not None and not isinstance(init_model, Booster):
             init_model = Booster.load(os.fspath(init_model))
         async with contextlib.AsyncExitStack() as stack:
+
+            async def rejoin(client: str) -> Session:
+                if before_rejoin is not None:
+                    await before_rejoin(client)
+                session = node.session(_session_id(self.session, client), peers=[client])
+                return await stack.enter_async_context(session)
+
             sessions = {
                 c: await stack.enter_async_context(
                     node.session(_session_id(self.session, c), peers=[c])
                 )
                 for c in clients
             }
-            result = await server_train(sessions, config, tap=self.tap, init_model=init_model)
+            result = await server_train(
+                sessions,
+                config,
+                tap=self.tap,
+                init_model=init_model,
+                checkpoint=self.checkpoint_dir,
+                resume=resume,
+                rejoin=rejoin,
+            )
         self.result_: HomoResult = result
         self.model_: Booster = result.booster
         return self

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
 import secrets
 from collections.abc import Mapping
 from functools import partial
@@ -52,7 +54,7 @@ from p2pboost.gbdt.rounds import RoundLoop, RoundStart
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import EdgeSearch
-from p2pboost.homo._federation import Federation, Restart
+from p2pboost.homo._federation import Federation, Rejoin, Restart
 from p2pboost.homo._messages import (
     CollectBins,
     CollectChildren,
@@ -77,10 +79,13 @@ from p2pboost.homo._vectors import (
     read_stats,
     stats_length,
 )
+from p2pboost.homo.checkpoint import ServerCheckpoint
 from p2pboost.homo.config import VERSION, HomoConfig, HomoPhase, HomoResult, Tap
 from p2pboost.net.node import Session
 
 __all__ = ["server_train"]
+
+logger = logging.getLogger("p2pboost.homo.server")
 
 
 async def server_train(
@@ -91,6 +96,9 @@ async def server_train(
     run_id: str | None = None,
     tap: Tap | None = None,
     init_model: Booster | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    rejoin: Rejoin | None = None,
 ) -> HomoResult:
     """Coordinate training among the clients of ``sessions`` (one session per client).
 
@@ -99,6 +107,12 @@ async def server_train(
     generator carry on (no statistics or binning round), and every client receives its trees
     and adds them to its margins, in order, before the first new tree.
 
+    ``checkpoint``: a directory where the server writes its state after every round;
+    ``resume``: continue from it (if it holds one) to the model an uninterrupted run grows
+    (:mod:`p2pboost.homo.checkpoint`). ``rejoin(client)``: the new session of a client whose
+    process restarted; with it such a client is taken back instead of dropped, and the tree
+    it interrupted is grown again with it.
+
     ``n_features``, if given, is checked against every client's. ``run_id`` (default:
     random) names this run in every signature and key derivation, so nothing from another
     run can be replayed. ``tap`` (for audits and tests) is called with ``("recv", client,
@@ -106,16 +120,25 @@ async def server_train(
     {...})`` for every aggregate: everything the server ever learns.
     """
     config = config.validate()
-    if config.params.dp is not None and init_model is not None:
+    if config.params.dp is not None and (init_model is not None or resume):
         raise InputError(
-            "differential privacy cannot continue a model (init_model): its budget and row "
-            "assignment were spent by the run that made it"
+            "differential privacy cannot continue a model (init_model, resume): its budget "
+            "and row assignment were spent by the run that made it"
         )
     if len(sessions) < config.min_clients:
         raise InputError(f"need at least {config.min_clients} clients, got {len(sessions)}")
+    if resume and checkpoint is None:
+        raise InputError("resume needs the checkpoint directory to resume from")
+    saved = ServerCheckpoint.load(checkpoint) if resume and checkpoint is not None else None
+    if saved is not None:
+        saved.check(config, list(sessions))
+        total = saved.warm_rounds + config.params.n_estimators
+        logger.info("resuming at round %d of %d", saved.model.n_rounds, total)
+    elif resume:
+        logger.info("no checkpoint to resume from: starting afresh")
     loop = asyncio.get_running_loop()
     start = loop.time()
-    fed = Federation(sessions, config, tap, run_id or secrets.token_hex(16))
+    fed = Federation(sessions, config, tap, run_id or secrets.token_hex(16), rejoin)
     params = config.params
     objective = get_objective(params)
     k_out = objective.n_outputs
@@ -129,19 +152,30 @@ async def server_train(
     if n_features is None:
         raise ProtocolError("no client answered hello")
 
-    if init_model is None:
-        mapper, base = await _bins_and_base(fed, params, objective, n_features)
-    else:  # the core's warm start: the model's bins and base margin carry on
-        check_warm_start(init_model.params, params, init_model.n_features, n_features)
-        mapper, base = init_model.mapper, [float(v) for v in init_model.base_margin]
+    # Where the rounds start: afresh, a warm start (init_model) or a resumed run (saved).
+    begin = saved.model if saved is not None else init_model
+    warm_rounds = saved.warm_rounds if saved is not None else 0
+    if begin is None:
+        mapper, base = await _bins_and_base(fed, hello, params, objective, n_features)
+    else:  # the model's bins and base margin carry on
+        check_warm_start(begin.params, params, begin.n_features, n_features)
+        mapper, base = begin.mapper, [float(v) for v in begin.base_margin]
     await fed.broadcast(ModelHeader(edges=mapper.edges, base=base))
     warm = None
-    if init_model is not None:
-        per_round = init_model.trees_per_round
-        for t, (tree, out) in enumerate(zip(init_model.trees, init_model.tree_output, strict=True)):
+    if begin is not None:
+        per_round = begin.trees_per_round
+        for t, (tree, out) in enumerate(zip(begin.trees, begin.tree_output, strict=True)):
             await fed.broadcast(FinishedTree(t // per_round, out, tree.to_dict()))
+        if saved is None:
+            assert init_model is not None
+            warm_rounds = init_model.n_rounds
         warm = RoundStart(
-            init_model.trees, init_model.tree_output, init_model.history, init_model.rng_state
+            begin.trees,
+            begin.tree_output,
+            begin.history,
+            begin.rng_state,
+            extend=saved is None,
+            base_rounds=warm_rounds,
         )
     setup_done = loop.time()
 
@@ -153,9 +187,28 @@ async def server_train(
     )
     # The core's round loop: the same column draws, trees per round and early stop.
     rounds = RoundLoop(params, n_features, k_out, stopper, start=warm)
+    evaluation: list[float] = []
+    if saved is not None:
+        rounds.replay_callbacks()  # early stopping's best round and patience, as they were
+        evaluation = list(saved.model.history.get("valid", {}).get(config.metric, []))
+        evaluation = evaluation[warm_rounds:]
     private = rounds.privacy  # a private model: the mechanisms run here, on the sums
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
-    evaluation: list[float] = []
+
+    def model_so_far() -> Booster:
+        return Booster(
+            params,
+            mapper,
+            np.asarray(base),
+            rounds.trees,
+            rounds.tree_output,
+            rounds.trees_per_round,
+            rounds.best_iteration,
+            rounds.history,  # the aggregated metric per round: report draws the learning curve
+            rounds.rng_state,  # a warm start continues the draws
+            privacy=None if private is None else private.record(filtered_known=False),
+        )
+
     for it in rounds:
         fed.phase = HomoPhase.TREES
         sample_seed = round_seed(params, it)  # each client samples its rows (homo/_sampling.py)
@@ -163,6 +216,7 @@ async def server_train(
         candidates = all_candidates & columns[:, None, None]
         for out in rounds.outputs:
             while True:
+                await fed.readmit(hello, n_features)  # restarted clients, back for this tree
                 mechanisms = None
                 if private is not None:
                     mechanisms = private.tree(tree_plan(params, len(rounds.trees)))
@@ -186,25 +240,16 @@ async def server_train(
                 private.released(mechanisms)
             rounds.add_tree(tree, out)
             await fed.broadcast(FinishedTree(it, out, tree.to_dict()))
-        if not config.evaluating:
-            continue
-        fed.phase = HomoPhase.EVAL
-        score = await _evaluate(fed, config)
-        if score is not None:
-            evaluation.append(score)
-            rounds.end_round({"valid": {config.metric: score}})
-    booster = Booster(
-        params,
-        mapper,
-        np.asarray(base),
-        rounds.trees,
-        rounds.tree_output,
-        rounds.trees_per_round,
-        rounds.best_iteration,
-        rounds.history,  # the aggregated metric per round: report draws the learning curve
-        rounds.rng_state,  # a warm start continues the draws
-        privacy=None if private is None else private.record(filtered_known=False),
-    )
+        if config.evaluating:
+            fed.phase = HomoPhase.EVAL
+            score = await _evaluate(fed, config, hello, n_features)
+            if score is not None:
+                evaluation.append(score)
+                rounds.end_round({"valid": {config.metric: score}})
+        if checkpoint is not None:
+            ckpt = ServerCheckpoint(model_so_far(), warm_rounds, config.shared(), list(sessions))
+            await asyncio.to_thread(ckpt.save, checkpoint)
+    booster = model_so_far()
     fed.phase = HomoPhase.DONE
     record = "" if booster.privacy is None else json.dumps(booster.privacy)
     await fed.broadcast(
@@ -225,11 +270,12 @@ async def server_train(
 
 
 async def _bins_and_base(
-    fed: Federation, params: BoostParams, objective: Objective, n_features: int
+    fed: Federation, hello: Hello, params: BoostParams, objective: Objective, n_features: int
 ) -> tuple[BinMapper, list[float]]:
     """The union's bin edges and base margin from aggregated statistics and binning sketches
-    (restarted whenever a client drops)."""
+    (restarted whenever a client drops, or comes back after a restart)."""
     while True:
+        await fed.readmit(hello, n_features)
         try:
             fed.phase = HomoPhase.STATS
             stats = read_stats(await fed.aggregate(CollectStats, stats_length(objective.n_outputs)))
@@ -351,9 +397,12 @@ def _int64(a: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
     return np.asarray(a, dtype=np.int64)
 
 
-async def _evaluate(fed: Federation, config: HomoConfig) -> float | None:
+async def _evaluate(
+    fed: Federation, config: HomoConfig, hello: Hello, n_features: int
+) -> float | None:
     """The round's validation metric over every client's validation rows (``None``: none)."""
     while True:
+        await fed.readmit(hello, n_features)
         try:
             total = await fed.aggregate(CollectEval, eval_length(config.metric))
             break

@@ -233,3 +233,15 @@ def test_a_guest_table_may_hold_labels_only(tmp_path: Path) -> None:
     (tmp_path / "h.csv").write_text("id\na\nb\n")
     with pytest.raises(ConfigError, match="no feature columns"):
         load_table(DataConfig(tmp_path / "h.csv", "id", "y"), require_label=False)
+
+
+def test_train_table_reads_the_host_memory_budget(tmp_path: Path) -> None:
+    from p2pboost.app.config import _Reader, _train
+
+    def read(table: dict[str, object]) -> object:
+        return _train(_Reader(tmp_path / "h.toml", table, "train."))
+
+    assert read({}).memory_budget_mb is None  # type: ignore[attr-defined]
+    assert read({"memory_budget_mb": 512}).memory_budget_mb == 512.0  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="memory_budget_mb"):
+        read({"memory_budget_mb": -1})

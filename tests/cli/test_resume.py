@@ -99,15 +99,24 @@ def test_a_killed_party_resumes_and_the_model_is_the_uninterrupted_one(
     _assert_same(_trees(root), _trees(tmp_path / "reference"))
 
 
-def test_resume_is_for_vertical_training_with_checkpoints(tmp_path: Path) -> None:
+def test_resume_needs_checkpoints_but_for_a_horizontal_client(tmp_path: Path) -> None:
     common = {"certs": "certs", "task": "train"}
     server = write_config(
         tmp_path / "server.toml",
         {"id": "server", "role": "server", "listen": "127.0.0.1:9000", **common},
         peers={"c1": ""},
+        train={"checkpoint_dir": ""},
     )
-    with pytest.raises(ConfigError, match="horizontal training cannot resume"):
+    with pytest.raises(ConfigError, match="--resume needs"):
         load_config(server).with_resume()
+    client = write_config(
+        tmp_path / "client.toml",
+        {"id": "c1", "role": "client", **common},
+        peers={"server": "wss://127.0.0.1:9000"},
+        data={"path": "c1.csv", "label_column": "y"},
+    )
+    loaded = load_config(client)
+    assert loaded.with_resume() is loaded  # a client keeps no checkpoint: it rejoins
     guest = write_config(
         tmp_path / "guest.toml",
         {"id": "guest", "role": "guest", "workdir": "out", **common},

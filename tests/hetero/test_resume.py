@@ -59,8 +59,10 @@ async def _run(
     callbacks: Sequence[Any] = (),
     params: BoostParams = PARAMS,
     evals: bool = True,
+    init: Federated | None = None,
 ) -> Federated:
-    """Guest ``a`` and host ``b`` with checkpoints in ``dirs``; raises what either raised."""
+    """Guest ``a`` and host ``b`` with checkpoints in ``dirs`` (``init``: the model a warm
+    start continues); raises what either raised."""
     X_eval, y_eval = X[:100], y[:100]
 
     async def guest() -> GuestModel:
@@ -78,6 +80,7 @@ async def _run(
                 keys=keys,
                 checkpoint=dirs["a"],
                 resume=resume,
+                init_model=None if init is None else init.guest,
             )
 
     async def host() -> HostModel:
@@ -91,6 +94,7 @@ async def _run(
                 workers=2,
                 checkpoint=dirs["b"],
                 resume=resume,
+                init_model=None if init is None else init.hosts[0],
             )
 
     g, h = await asyncio.gather(guest(), host(), return_exceptions=True)
@@ -191,6 +195,45 @@ async def test_resuming_a_finished_run_grows_nothing_more(
         again = await _run(c, X, y, dirs, pool, keys, session="t2", resume=True)
     assert_same_trees(first.joined(), _core(X, y))
     assert_same_trees(again.joined(), _core(X, y))
+
+
+@pytest.mark.slow
+async def test_a_warm_started_run_that_dies_resumes_to_all_its_rounds(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys, tmp_path: Path
+) -> None:
+    """Two rounds, then a warm start of four more that dies after its first: resumed, it
+    grows the other three (the continued model's rounds do not count towards them)."""
+    X, y = breast
+    two = replace(PARAMS, n_estimators=2)
+    four = replace(PARAMS, n_estimators=4)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        first = await _run(
+            c, X, y, _dirs(tmp_path / "first"), pool, keys, session="t0", resume=False, params=two
+        )
+        dirs = _dirs(tmp_path / "warm")
+        with pytest.raises(Crash):
+            await _run(
+                c,
+                X,
+                y,
+                dirs,
+                pool,
+                keys,
+                session="t1",
+                resume=False,
+                params=four,
+                init=first,
+                callbacks=[_crash_at(3)],
+            )
+        saved = GuestCheckpoint.load(dirs["a"])
+        assert saved is not None
+        assert saved.model.n_rounds == 3  # two continued, one new
+        fed = await _run(
+            c, X, y, dirs, pool, keys, session="t2", resume=True, params=four, init=first
+        )
+    core = train(replace(PARAMS, n_estimators=6), X, y, eval_sets=[(X[:100], y[:100])])
+    assert fed.guest.n_rounds == 6
+    assert_same_trees(fed.joined(), core)
 
 
 async def test_foreign_damaged_or_other_checkpoints_are_refused(

@@ -37,6 +37,7 @@ def test_sparse_host_features_cost_fewer_additions_for_the_same_trees(
     )
     argv = ["--dataset", "synth_wide", "--trees", "2", "--depth", "3", "--bins", "8"]
     argv += ["--colsample", "0.5", "--workers", "1", "--data-dir", str(tmp_path)]
+    argv += ["--memory-budget-mb", "0.05"]  # about two nodes' histograms
     assert wide.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["benchmark"] == "wide"
@@ -46,3 +47,9 @@ def test_sparse_host_features_cost_fewer_additions_for_the_same_trees(
     assert 0 < sparse < dense / 2  # 90 % zeros: most additions are skipped
     assert 0 < col < sparse
     assert result["s_per_tree_dense"] > 0
+    # The budget binds (the unbounded run keeps more) and still gives the core's trees.
+    budgeted, unbounded = result["host_hist_peak_mb_budget"], result["host_hist_peak_mb_sparse"]
+    assert 0 < budgeted <= 0.05
+    assert budgeted < unbounded
+    assert result["under_budget"] is True
+    assert result["host_additions_budget"] >= sparse  # built from rows where not kept

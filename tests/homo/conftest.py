@@ -19,7 +19,7 @@ from p2pboost.homo.client import client_train
 from p2pboost.homo.config import VERSION, ClientIdentity, HomoConfig, HomoPhase, HomoResult
 from p2pboost.homo.server import server_train
 from p2pboost.net.node import Node
-from p2pboost.testing import FAST, wait_until
+from p2pboost.testing import FAST, FaultyTransport, wait_until
 from transports.memory import MemoryNetwork, MemoryTransport
 
 SERVER = "server"
@@ -74,6 +74,9 @@ def breast() -> list[tuple[np.ndarray, np.ndarray]]:
 class Star:
     server: Node
     clients: dict[str, Node]
+    net: MemoryNetwork
+    #: Each client's transport: ``faults[c].silent = True`` is its process dying mid-run.
+    faults: dict[str, FaultyTransport]
 
 
 @contextlib.asynccontextmanager
@@ -90,18 +93,14 @@ async def star(clients: Sequence[str]) -> AsyncIterator[Star]:
                 config=TRAINING,
             )
         )
-        nodes = {}
+        nodes, faults = {}, {}
         for c in clients:
+            faults[c] = FaultyTransport(MemoryTransport(net, c, allowed_peers=[SERVER]))
             nodes[c] = await stack.enter_async_context(
-                Node(
-                    c,
-                    peers={SERVER: f"mem://{SERVER}"},
-                    transport=MemoryTransport(net, c, allowed_peers=[SERVER]),
-                    config=TRAINING,
-                )
+                Node(c, peers={SERVER: f"mem://{SERVER}"}, transport=faults[c], config=TRAINING)
             )
         await wait_until(lambda: all(p.connected for p in server.stats().peers.values()))
-        yield Star(server, nodes)
+        yield Star(server, nodes, net, faults)
 
 
 @dataclass
@@ -123,10 +122,13 @@ async def run_homo(
     n_features: int | None = None,
     init_model: Booster | None = None,
     weights: dict[str, np.ndarray] | None = None,
+    tap: Callable[[str, str, Any], None] | None = None,
+    **server_options: Any,
 ) -> Run:
     """Train with one client per entry of ``parts``. ``hooks[c](reply, phase)`` returns what
     ``c`` sends instead of ``reply``; raising :class:`Crash` kills ``c`` there (its task ends
-    and its node closes, as when its process dies)."""
+    and its node closes, as when its process dies). ``tap`` sees what the server receives
+    too; ``server_options`` go to :func:`server_train` (checkpoint, resume)."""
     received: list[tuple[str, str, Any]] = []
     plain: dict[str, dict[int, tuple[str, np.ndarray]]] = {c: {} for c in parts}
     names = list(parts)
@@ -139,12 +141,19 @@ async def run_homo(
                     c: await stack.enter_async_context(s.server.session(f"homo/{c}", peers=[c]))
                     for c in names
                 }
+
+                def record(kind: str, who: str, obj: Any) -> None:
+                    received.append((kind, who, obj))
+                    if tap is not None:
+                        tap(kind, who, obj)
+
                 return await server_train(
                     sessions,
                     config,
                     n_features=features,
-                    tap=lambda kind, who, obj: received.append((kind, who, obj)),
+                    tap=record,
                     init_model=init_model,
+                    **server_options,
                 )
 
         async def client(c: str) -> Booster:
