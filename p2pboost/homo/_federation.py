@@ -19,10 +19,9 @@ active client's vector for a request. Everything about who is still there lives 
   :meth:`Federation.readmit`, called by the training code before each stage, opens its new
   session (waiting up to ``round_timeout`` for it), greets it (hello), replays everything
   broadcast so far (the model header and every finished tree: the client's state) and adds
-  it back; the stage then runs again with every
-  client, so the model is the one an uninterrupted run grows. Too few clients left to
-  complete a round while one is on its way back abandons the round unmasked (nothing of it is
-  revealed) and restarts the stage.
+  it back; the stage then runs again with every client, so the model is the one an
+  uninterrupted run grows. Too few clients left to complete a round while one is on its way
+  back abandons the round unmasked (nothing of it is revealed) and restarts the stage.
 """
 
 from __future__ import annotations
