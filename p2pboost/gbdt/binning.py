@@ -27,7 +27,14 @@ import numpy.typing as npt
 from p2pboost.exceptions import InputError, InputTypeError, ModelError
 from p2pboost.gbdt.params import MAX_BIN_LIMIT
 
-__all__ = ["BinMapper", "BinnedData", "check_matrix"]
+__all__ = [
+    "BinMapper",
+    "BinnedData",
+    "check_features",
+    "check_matrix",
+    "feature_values",
+    "is_sparse",
+]
 
 #: Up to this many cut points, bins are found by comparisons rather than binary search.
 _COMPARE_EDGES = 64
@@ -72,6 +79,57 @@ def check_matrix(
     return arr
 
 
+def is_sparse(X: Any) -> bool:
+    """Whether ``X`` is a scipy.sparse matrix or array (without importing scipy)."""
+    return hasattr(X, "tocsc") and hasattr(X, "nnz")
+
+
+def check_features(
+    X: Any, name: str = "X", n_features: int | None = None, *, allow_no_features: bool = False
+) -> Any:
+    """``X`` checked as :func:`check_matrix` does, but a scipy.sparse matrix stays sparse: a
+    float64 CSC matrix (its implicit entries are zeros; an explicit NaN is a missing value),
+    which :class:`BinMapper` bins and :func:`feature_values` reads column by column, so wide
+    sparse data is never made dense."""
+    if not is_sparse(X):
+        return check_matrix(X, name, n_features, allow_no_features=allow_no_features)
+    if X.dtype.kind == "c":
+        raise InputTypeError(f"Complex data not supported: {name} holds complex numbers")
+    if X.dtype.kind not in "biuf":
+        raise InputTypeError(f"{name} must hold numbers, not {X.dtype}")
+    csc = X.tocsc().astype(np.float64)
+    csc.sum_duplicates()
+    shape = csc.shape
+    if len(shape) != 2 or shape[0] == 0 or (shape[1] == 0 and not allow_no_features):
+        raise InputError(f"{name} must be 2-D with rows and features, got shape {shape}")
+    if n_features is not None and shape[1] != n_features:
+        raise InputError(f"{name} has {shape[1]} features, the model expects {n_features}")
+    return csc
+
+
+def _column(X: Any, f: int) -> npt.NDArray[np.float64]:
+    """Column ``f`` of a dense array or a CSC matrix, as a dense float64 vector."""
+    if not is_sparse(X):
+        return np.ascontiguousarray(X[:, f], dtype=np.float64)
+    col = np.zeros(X.shape[0], dtype=np.float64)
+    lo, hi = X.indptr[f], X.indptr[f + 1]
+    col[X.indices[lo:hi]] = X.data[lo:hi]
+    return col
+
+
+def feature_values(X: Any, features: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """``X``'s values of ``features`` (repeats allowed), shape ``(len(features), rows)``:
+    for a sparse ``X`` only those columns are made dense."""
+    if not is_sparse(X):
+        return np.asarray(X[:, features].T, dtype=np.float64)
+    if getattr(X, "format", None) != "csc":
+        X = check_features(X)
+    out = np.empty((len(features), X.shape[0]), dtype=np.float64)
+    for i, f in enumerate(np.asarray(features).tolist()):
+        out[i] = _column(X, f)
+    return out
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class BinnedData:
     """Bin codes of a data set, stored feature-major: ``codes[f, i]`` is row ``i``'s bin.
@@ -114,7 +172,14 @@ class BinMapper:
     # -- learning ----------------------------------------------------------------------------
 
     def fit(self, X: Any) -> BinMapper:
-        """Learn cut points for every column of ``X`` (NaN ignored)."""
+        """Learn cut points for every column of ``X`` (NaN ignored; a scipy.sparse ``X`` one
+        column at a time, the same cuts as its dense form)."""
+        if is_sparse(X):
+            csc = check_features(X, allow_no_features=True)
+            self.edges = [_cuts(_column(csc, f), self.max_bin) for f in range(csc.shape[1])]
+            self._table = None
+            self._fitted = True
+            return self
         cols = np.ascontiguousarray(check_matrix(X, allow_no_features=True).T)
         self.edges = [_cuts(col, self.max_bin) for col in cols]
         self._table = None
@@ -148,6 +213,8 @@ class BinMapper:
     def transform(self, X: Any) -> BinnedData:
         """Bin codes of ``X`` (feature-major), with NaN mapped to the missing bin."""
         self._require_fitted()
+        if is_sparse(X):
+            return self._transform_sparse(check_features(X, n_features=self.n_features))
         arr = check_matrix(X, n_features=self.n_features, allow_no_features=True)
         cols = np.ascontiguousarray(arr.T)  # feature-major: each search reads contiguous data
         codes = np.empty(cols.shape, dtype=self.dtype)
@@ -158,6 +225,25 @@ class BinMapper:
             if missing.any():
                 codes[f, missing] = self.missing_bin
                 has_missing = True
+        return BinnedData(codes=codes, n_slots=self.n_slots, has_missing=has_missing)
+
+    def _transform_sparse(self, csc: Any) -> BinnedData:
+        """Codes of a CSC matrix: each column filled with the code of 0, then its stored
+        entries binned (no dense float matrix)."""
+        n_rows, n_feat = csc.shape
+        codes = np.empty((n_feat, n_rows), dtype=self.dtype)
+        zero = np.zeros(1)
+        has_missing = False
+        for f, edges in enumerate(self.edges):
+            codes[f].fill(_bin_codes(edges, zero, self.dtype)[0])
+            lo, hi = csc.indptr[f], csc.indptr[f + 1]
+            rows, values = csc.indices[lo:hi], csc.data[lo:hi]
+            stored = _bin_codes(edges, values, self.dtype)
+            missing = np.isnan(values)
+            if missing.any():
+                stored[missing] = self.missing_bin
+                has_missing = True
+            codes[f, rows] = stored
         return BinnedData(codes=codes, n_slots=self.n_slots, has_missing=has_missing)
 
     def fit_transform(self, X: Any) -> BinnedData:

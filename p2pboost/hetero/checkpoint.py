@@ -54,6 +54,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import CheckpointError
+from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.protocols.checkpoint_files import read_checkpoint, write_checkpoint
@@ -104,10 +105,15 @@ def chain_next(previous: str, tree: Tree, secret: str) -> str:
 
 
 def data_digest(*parts: Any) -> str:
-    """SHA-256 over arrays (dtype, shape and bytes) and JSON-able settings, in order."""
+    """SHA-256 over arrays (dtype, shape and bytes; a CSC matrix by its canonical arrays) and
+    JSON-able settings, in order."""
     h = hashlib.sha256(b"p2pboost/hetero/data/v1")
     for part in parts:
-        if isinstance(part, np.ndarray):
+        if is_sparse(part):
+            h.update(f"csc{part.shape}".encode())
+            for arr in (part.indptr, part.indices, part.data):
+                h.update(np.ascontiguousarray(arr).tobytes())
+        elif isinstance(part, np.ndarray):
             arr = np.ascontiguousarray(part)
             h.update(f"{arr.dtype.str}{arr.shape}".encode())
             h.update(arr.tobytes())

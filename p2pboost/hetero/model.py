@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
-from p2pboost.gbdt.binning import BinMapper, check_matrix
+from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix, feature_values
 from p2pboost.gbdt.booster import Booster, privacy_from, rng_state_from
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.names import by_name, model_names
@@ -288,10 +288,12 @@ class HostModel:
     def decisions(self, X: Any) -> HostDecisions:
         """``go_left`` of every split this host owns for every row of its features ``X`` (a
         DataFrame's columns matched by name)."""
-        arr = check_matrix(by_name(X, self.feature_names), n_features=self.n_features)
+        arr = check_features(by_name(X, self.feature_names), n_features=self.n_features)
+        features = np.array([s.feature for s in self.splits], dtype=np.int64)
+        values = feature_values(arr, features)  # sparse: only the split features made dense
         go_left = np.zeros((len(self.splits), arr.shape[0]), dtype=np.bool_)
         for i, s in enumerate(self.splits):
-            x = arr[:, s.feature]
+            x = values[i]
             go_left[i] = np.where(np.isnan(x), s.default_left, x <= s.threshold)
         trees = np.array([s.tree for s in self.splits], dtype=np.int64)
         nodes = np.array([s.node for s in self.splits], dtype=np.int64)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
-from p2pboost.gbdt.binning import check_matrix
+from p2pboost.gbdt.binning import check_features, check_matrix
 from p2pboost.gbdt.names import by_name
 from p2pboost.hetero._messages import Predict, PredictBits
 from p2pboost.hetero.inference import (
@@ -87,7 +87,7 @@ def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int
 async def host_predict(session: Session, model: HostModel, X: Any, *, channel: str = "ctl") -> None:
     """Answer one prediction request of the guest for this host's rows ``X`` (on
     ``channel``, as the guest asks)."""
-    arr = check_matrix(by_name(X, model.feature_names), n_features=model.n_features)
+    arr = check_features(by_name(X, model.feature_names), n_features=model.n_features)
     ctl = session.channel(model.guest, channel)
     msg = await recv(ctl, Predict)
     if msg.fingerprint != model.fingerprint:

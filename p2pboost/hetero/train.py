@@ -64,7 +64,7 @@ from p2pboost.exceptions import (
     DeadlineExceeded,
     InputError,
 )
-from p2pboost.gbdt.binning import BinMapper, check_matrix
+from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix
 from p2pboost.gbdt.booster import (
     bin_eval_sets,
     check_private_run,
@@ -512,13 +512,13 @@ async def host_train(
             raise InputError(f"init_model was trained with guest {init_model.guest!r}")
         if init_model.feature_names is not None and given is not None:
             X, given = by_name(X, init_model.feature_names), init_model.feature_names
-    X_arr = check_matrix(X)
+    X_arr = check_features(X)  # a scipy.sparse matrix stays sparse
     names = check_names(given, X_arr.shape[1])
     if sparse not in (True, False, "auto"):
         raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
     if memory_budget_mb is not None and not memory_budget_mb >= 0:
         raise InputError(f"memory_budget_mb must be >= 0 (or None), not {memory_budget_mb!r}")
-    evals = [check_matrix(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
+    evals = [check_features(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
     progress = progress or Progress(HostPhase.SETUP)
     progress.enter(HostPhase.SETUP)
     ctl, grad, info = (session.channel(guest, n) for n in ("ctl", "grad", "info"))
