@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, NotFittedError
+from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
 from p2pboost.gbdt.names import names_of
 from p2pboost.gbdt.params import BoostParams
@@ -293,7 +294,8 @@ class HeteroHost:
         names = names_of(X) if feature_names is None else list(feature_names)
         if init_model is not None and not isinstance(init_model, HostModel):
             init_model = HostModel.load(init_model)
-        X_arr = np.asarray(X, dtype=np.float64)
+        # A scipy.sparse matrix stays sparse (host_train bins it column by column).
+        X_arr = X.tocsr() if is_sparse(X) else np.asarray(X, dtype=np.float64)
         _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
         if ids is not None:
             keep = await _aligned_positions(

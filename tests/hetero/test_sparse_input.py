@@ -107,3 +107,31 @@ async def test_a_host_with_sparse_features_trains_and_predicts_as_the_dense_one(
     np.testing.assert_array_equal(margin, core.predict_margin(joined))
     decisions = host_model.decisions(X_host)
     np.testing.assert_array_equal(decisions.go_left, host_model.decisions(dense_host).go_left)
+
+
+@pytest.mark.slow
+async def test_the_host_facade_keeps_a_sparse_matrix_sparse_through_psi(
+    pool: Executor,
+) -> None:
+    """``HeteroHost.fit`` with a CSR matrix and ids: aligned by PSI, trained as the dense
+    form (a COO matrix, which has no row indexing, is taken too)."""
+    from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
+
+    n = 240
+    rng = np.random.default_rng(5)
+    X_guest = rng.normal(size=(n, 2))
+    X_host = _sparse_features(n, 6, seed=6)
+    y = (X_guest[:, 0] + np.nan_to_num(X_host.toarray()[:, 0]) > 0.3).astype(np.float64)
+    ids = np.arange(n)
+    host_rows = rng.permutation(n)[:200]  # the host holds a shuffled subset
+    params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
+    guest = HeteroGuest(params, config=CONFIG, executor=pool)
+    host = HeteroHost(executor=pool, workers=2)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        await asyncio.gather(
+            guest.afit(c["a"], ["b"], X_guest, y, ids=ids),
+            host.afit(c["b"], "a", X_host[host_rows].tocoo(), ids=ids[host_rows]),
+        )
+    common = guest.aligned_ids_
+    joined = np.hstack([X_guest[common], X_host.toarray()[common]])
+    assert_same_trees(joined_trees(guest.model_, [host.model_]), train(params, joined, y[common]))
