@@ -107,13 +107,11 @@ def check_features(
     return csc
 
 
-def _column(X: Any, f: int) -> npt.NDArray[np.float64]:
-    """Column ``f`` of a dense array or a CSC matrix, as a dense float64 vector."""
-    if not is_sparse(X):
-        return np.ascontiguousarray(X[:, f], dtype=np.float64)
-    col = np.zeros(X.shape[0], dtype=np.float64)
-    lo, hi = X.indptr[f], X.indptr[f + 1]
-    col[X.indices[lo:hi]] = X.data[lo:hi]
+def _column(csc: Any, f: int) -> npt.NDArray[np.float64]:
+    """Column ``f`` of a CSC matrix, as a dense float64 vector."""
+    col = np.zeros(csc.shape[0], dtype=np.float64)
+    lo, hi = csc.indptr[f], csc.indptr[f + 1]
+    col[csc.indices[lo:hi]] = csc.data[lo:hi]
     return col
 
 
