@@ -262,9 +262,10 @@ class Federation:
     # -- keys ---------------------------------------------------------------------------------
 
     async def renew_keys(self) -> None:
-        """AdvertiseKeys and ShareKeys among the active clients (a new epoch)."""
+        """AdvertiseKeys and ShareKeys among the active clients (a new epoch); none while a
+        restarted client is on its way back (the stage restarts with it first)."""
         self.phase = HomoPhase.KEYS
-        while True:
+        while not self.returning:  # a client restarted: keys after it is back
             self.epoch += 1
             members = list(self.active)
             n = len(members)
@@ -302,10 +303,14 @@ class Federation:
         """The sum over the active clients of their vectors of length ``length`` (int64,
         exact) for ``request(round)``.
 
-        Raises :class:`Restart` after completing the round if membership changed.
+        Raises :class:`Restart` after completing the round if membership changed, and before
+        starting one while a restarted client is on its way back (found here or during the key
+        renewal): the stage must run again with it, after :meth:`readmit`.
         """
-        if self.config.masking and self.members != self.active:
+        if self.config.masking and self.members != self.active and not self.returning:
             await self.renew_keys()
+        if self.returning:
+            raise Restart("a restarted client is on its way back")
         self.round += 1
         r = self.round
         members = list(self.active)
