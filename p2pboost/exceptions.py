@@ -27,7 +27,10 @@ families keeps working.
     │   │   └── PeerUnreachable            ...every time: waiting will not help; names the peer
     │   ├── PeerDisconnected               a peer went away and did not come back in time
     │   └── FrameTooLarge                  a frame larger than the configured limit
-    └── DeadlineExceeded (TimeoutError)    an operation ran past its deadline
+    ├── DeadlineExceeded (TimeoutError)    an operation ran past its deadline
+    ├── ClusterError (ConnectionError)     the party's compute cluster is unreachable or gone
+    └── WorkerStateLost                    a worker lost the state a task needs (rebuilt by
+                                           the executor; escapes only when it cannot be)
 
 Local versus remote: a :class:`LocalProtocolError` means the code in this process misused an
 API; a :class:`RemoteProtocolError` means a peer did, and carries ``peer`` so operators know whom
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "ClusterError",
     "CodecError",
     "ConfigError",
     "CryptoError",
@@ -58,6 +62,7 @@ __all__ = [
     "SessionClosed",
     "TransportError",
     "UnknownIdError",
+    "WorkerStateLost",
 ]
 
 
@@ -180,3 +185,25 @@ class FrameTooLarge(TransportError):
 
 class DeadlineExceeded(P2PBoostError, TimeoutError):
     """An operation ran past its deadline."""
+
+
+class ClusterError(P2PBoostError, ConnectionError):
+    """The party's compute cluster (its Dask scheduler) is unreachable, refused us, or went
+    away during a run; the message names the scheduler."""
+
+
+class WorkerStateLost(P2PBoostError):
+    """A task found no state under its name in the worker that ran it: the worker that held it
+    was lost (a cluster worker killed and replaced) or the state was never made there.
+
+    ``address`` names the worker the task ran in. A cluster executor catches this, rebuilds
+    the state there by replaying the calls that made it, and runs the task again
+    (:mod:`p2pboost.workers`)."""
+
+    def __init__(self, message: str, address: str = "") -> None:
+        super().__init__(message, address)
+        self.message = message
+        self.address = address
+
+    def __str__(self) -> str:
+        return self.message + (f" (worker {self.address})" if self.address else "")

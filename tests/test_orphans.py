@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from p2pboost.testing import time_factor
-from p2pboost.workers import _PARENT_POLL_SECONDS, process_pool
+from p2pboost.workers import process_pool
+from p2pboost.workers._local import _PARENT_POLL_SECONDS
 
 pytestmark = pytest.mark.skipif(
     sys.platform != "linux", reason="reads the process tree from Linux's /proc"

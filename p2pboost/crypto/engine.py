@@ -63,9 +63,12 @@ from p2pboost.crypto.compress import compressed_count, cut_points
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, AnyTable, make_table
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.exceptions import InputError, KeyMismatchError
-from p2pboost.workers import PinnedPool, default_workers, process_pool, spare_cpus
+from p2pboost.workers import PinnedExecutor, default_workers, process_pool, spare_cpus
 
 __all__ = ["CryptoEngine", "PaillierEngine", "default_workers"]
+
+#: The tasks that need the private key (the others need the public key only).
+_KEY_TASKS = (decrypt_task, open_task)
 
 #: Below this many values a batch is done in the calling thread by the blocking API.
 INLINE_BELOW = 64
@@ -95,6 +98,10 @@ class CryptoEngine:
     event loop and its threads run), so a script that uses it needs the usual
     ``if __name__ == "__main__":`` guard. With a caller's executor, each task carries the key
     blob (for a key owner: including ``p`` and ``q``; it goes only to local worker processes).
+    On a cluster (a :class:`~p2pboost.workers.PinnedExecutor` whose
+    :meth:`~p2pboost.workers.PinnedExecutor.keyholder` is another executor) only the public
+    key goes to its workers: decryption runs on the keyholder, the only tasks that need the
+    private key.
 
     Plaintexts are ints in ``[0, n)``; ciphertexts are ``gmpy2.mpz``, or fixed-width bytes for
     the fused steps. Batches below :data:`INLINE_BELOW` values run in the calling thread in the
@@ -131,6 +138,7 @@ class CryptoEngine:
             private_key.to_bytes() if private_key else None,
             public_key.scheme,
         )
+        self._public_material = KeyMaterial(public_key.to_bytes(), None, public_key.scheme)
         self._external = executor
         self._own: ProcessPoolExecutor | None = None
         self._table: AnyTable | None = None
@@ -141,10 +149,19 @@ class CryptoEngine:
         self._idle: asyncio.Event | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
-    def _executor(self) -> tuple[Executor, KeyMaterial | None]:
-        """The executor and what each task must carry (nothing for our own initialised pool)."""
-        if self._external is not None:
-            return self._external, self._material
+    def _executor(self, task: Any = None) -> tuple[Executor, KeyMaterial | None]:
+        """The executor for ``task`` and what it must carry (nothing for our own initialised
+        pool). On a cluster, tasks that need the private key run on its keyholder and the
+        others carry the public key only."""
+        external = self._external
+        if external is not None:
+            if isinstance(external, PinnedExecutor):
+                keyholder = external.keyholder()
+                if keyholder is not external:
+                    if task in _KEY_TASKS:
+                        return keyholder, self._material
+                    return external, self._public_material
+            return external, self._material
         if self._own is None:
             self._own = process_pool(
                 self.workers,
@@ -180,14 +197,14 @@ class CryptoEngine:
         the first tree of a training pays for it. A party that has its keys before its partners
         are ready (or keeps them and its pool between trainings: the tables are cached per key)
         calls this ahead and the first tree runs at the pace of the others. One task per
-        worker: a :class:`~p2pboost.workers.PinnedPool` is addressed worker by worker; on
+        worker: a :class:`~p2pboost.workers.PinnedExecutor` is addressed worker by worker; on
         another executor the tasks start together on idle workers, so each takes one in all
         likelihood (a worker missed builds its table on its first encryption, as without this).
         """
         loop = asyncio.get_running_loop()
         executor, material = self._executor()
         fingerprint = self._fingerprint()
-        if isinstance(executor, PinnedPool):
+        if isinstance(executor, PinnedExecutor):
             futures = [
                 asyncio.wrap_future(executor.submit_to(i, prepare_task, fingerprint, material))
                 for i in range(executor.workers)
@@ -287,7 +304,7 @@ class CryptoEngine:
         cts = list(ciphertexts)
         if len(cts) < INLINE_BELOW:
             return [private_key.decrypt(c) for c in cts]
-        executor, material = self._executor()
+        executor, material = self._executor(decrypt_task)
         fn = functools.partial(decrypt_task, self._fingerprint(), material)
         return [m for part in executor.map(fn, self._chunks(cts)) for m in part]
 
@@ -296,7 +313,7 @@ class CryptoEngine:
         sizes = self._chunk_sizes(max(0, min(count, self.stash_limit - self._stashed)))
         if not sizes:
             return 0
-        executor, material = self._executor()
+        executor, material = self._executor(factors_task)
         fn = functools.partial(factors_task, self._fingerprint(), material)
         return sum(self._put(part) for part in executor.map(fn, sizes))
 
@@ -304,7 +321,7 @@ class CryptoEngine:
     async def _call(self, task: Any, *args: Any) -> Any:
         """Run ``task(fingerprint, material, *args)`` on the pool, counted as engine work."""
         loop = asyncio.get_running_loop()
-        executor, material = self._executor()
+        executor, material = self._executor(task)
         self._busy += 1
         if self._idle is not None:
             self._idle.clear()

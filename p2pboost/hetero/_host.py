@@ -66,7 +66,7 @@ from p2pboost.hetero.model import HostSplit
 from p2pboost.net.node import Channel
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import PinnedPool
+from p2pboost.workers import PinnedExecutor
 
 __all__ = ["Host", "Shards"]
 
@@ -80,13 +80,14 @@ SPLITS_AHEAD = 2
 class Shards:
     """The event loop's handle on a host's row shards, one per worker of ``pool``."""
 
-    def __init__(self, pool: PinnedPool) -> None:
+    def __init__(self, pool: PinnedExecutor) -> None:
         self.pool = pool
         self.n = pool.workers
         self.token = secrets.token_hex(16)  # names this run's state in the shared workers
 
     def call(self, shard: int, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        future: Future[Any] = self.pool.submit_to(shard, fn, self.token, *args)
+        # A name per shard: on a cluster, two shards may end up in one worker.
+        future: Future[Any] = self.pool.submit_to(shard, fn, f"{self.token}-{shard}", *args)
         return asyncio.wrap_future(future)
 
     async def each(self, fn: Callable[..., Any], *args: Any) -> list[Any]:

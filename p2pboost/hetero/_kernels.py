@@ -19,8 +19,11 @@ is that each shard computes the prefix sums of every feature (a few products per
 the additions of its rows).
 
 Everything here runs in the worker: module-level functions (picklable by reference) acting on
-the module's registry :data:`_SHARDS`, keyed by a token the host draws per training run, so
-several hosts (or runs) can share one pinned pool. A tree's state is dropped when the tree ends
+the module's registry :data:`_SHARDS`, keyed by a token the host draws per training run and
+shard, so several hosts (or runs) can share one pinned pool. Each is declared
+:func:`~p2pboost.workers.stateful`: on a cluster, a shard whose worker was lost is rebuilt
+elsewhere by replaying its calls (the run's settings and the current tree's), which gives the
+same shard since every kernel is deterministic. A tree's state is dropped when the tree ends
 (:func:`shard_end_tree`), a parent's histogram as soon as its children are built, and
 everything by :func:`shard_close`.
 
@@ -59,7 +62,8 @@ import numpy.typing as npt
 from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram, products_made
 from p2pboost.crypto.keys import AnyPublicKey, public_key_from_bytes
-from p2pboost.exceptions import InputError
+from p2pboost.exceptions import InputError, WorkerStateLost
+from p2pboost.workers import Log, stateful
 
 __all__ = [
     "NodeCandidates",
@@ -295,9 +299,10 @@ def _get(token: str) -> _Shard:
     try:
         return _SHARDS[token]
     except KeyError:
-        raise InputError("this worker holds no shard for the token") from None
+        raise WorkerStateLost("this worker holds no shard for the token") from None
 
 
+@stateful(Log.START)
 def shard_open(
     token: str,
     scheme: str,
@@ -325,6 +330,7 @@ def shard_open(
     _SHARDS[token] = shard
 
 
+@stateful(Log.APPEND)
 def shard_tree(token: str, sample: I64, allowed: B8, planes: int = 1) -> None:
     """A tree begins: its sampled rows (slot order), candidate mask and the plaintexts per
     packed row; nothing else kept."""
@@ -338,6 +344,7 @@ def shard_tree(token: str, sample: I64, allowed: B8, planes: int = 1) -> None:
     shard.hists[0] = (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))
 
 
+@stateful(Log.APPEND)
 def shard_chunk(token: str, first: int, data: bytes) -> None:
     """This shard's ciphertexts of slots ``first, first + W, ...`` (bytes from the guest):
     parse and range-check them (:class:`~p2pboost.exceptions.CodecError`), keep them, and add
@@ -365,6 +372,7 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     shard.local_codes.append(codes)
 
 
+@stateful(Log.APPEND)
 def shard_root(token: str, features: B8 | None = None, keep: bool = True) -> NodeCandidates:
     """The root's candidates with this shard's partial sums (after every chunk); ``keep``:
     the root's histogram stays cached for the first layer (else it is dropped now)."""
@@ -376,6 +384,7 @@ def shard_root(token: str, features: B8 | None = None, keep: bool = True) -> Nod
     return shard.candidates(hist, counts, features)
 
 
+@stateful(Log.APPEND)
 def shard_split(
     token: str,
     parent: int,
@@ -436,6 +445,7 @@ def _build(shard: _Shard, rows: I64) -> tuple[EncryptedHistogram, I64]:
     return hist, node_counts(shard.codes[rows], shard.n_slots)
 
 
+@stateful(Log.APPEND)
 def shard_retain(token: str, nodes: list[int]) -> None:
     """Drop the histograms of every node but ``nodes`` (the frontier nodes being split)."""
     shard = _get(token)
@@ -443,6 +453,7 @@ def shard_retain(token: str, nodes: list[int]) -> None:
         shard.drop(node)
 
 
+@stateful(Log.REWIND)
 def shard_end_tree(token: str) -> tuple[int, int]:
     """The tree ended: free its ciphertexts and histograms (the run's settings stay); returns
     the ciphertext products of the tree's histogram builds in this shard and the peak bytes of
@@ -455,6 +466,7 @@ def shard_end_tree(token: str) -> tuple[int, int]:
     return additions, peak
 
 
+@stateful(Log.CLEAR)
 def shard_close(token: str) -> None:
     """The run ended: forget the shard (a no-op when it is already gone)."""
     _SHARDS.pop(token, None)

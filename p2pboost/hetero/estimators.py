@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +48,7 @@ from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
 from p2pboost.net.node import Node
 from p2pboost.protocols._blocking import run_with_node
 from p2pboost.protocols.psi import psi_guest, psi_host
+from p2pboost.workers import AnyExecutor
 
 __all__ = ["HeteroGuest", "HeteroHost"]
 
@@ -72,7 +72,7 @@ async def _aligned_positions(
     role: str,
     peers: Sequence[str],
     ids: Any,
-    executor: Executor | None,
+    executor: AnyExecutor | None,
 ) -> npt.NDArray[np.int64]:
     """Positions of this party's rows that every party holds, in the guest's order (PSI)."""
     async with node.session(f"{session_id}-psi", peers=list(peers)) as session:
@@ -102,7 +102,7 @@ class HeteroGuest:
         scheme: str | None = None,
         early_stopping_rounds: int | None = None,
         session_id: str = DEFAULT_SESSION,
-        executor: Executor | None = None,
+        executor: AnyExecutor | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.params = params
@@ -248,7 +248,7 @@ class HeteroHost:
         self,
         *,
         session_id: str = DEFAULT_SESSION,
-        executor: Executor | None = None,
+        executor: AnyExecutor | None = None,
         workers: int | None = None,
         sparse: bool | str = "auto",
         checkpoint_dir: str | os.PathLike[str] | None = None,

@@ -35,7 +35,6 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -75,6 +74,7 @@ from p2pboost.hetero.model import HostModel
 from p2pboost.net.node import Channel, Node, Session
 from p2pboost.protocols._messages import Message, recv, reject, send
 from p2pboost.protocols.psi import psi_guest, psi_host
+from p2pboost.workers import AnyExecutor
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -143,7 +143,7 @@ async def serve_host(
     session_prefix: str = DEFAULT_PREFIX,
     sessions: int | None = None,
     max_rows: int = MAX_ROWS,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     on_session: Callable[[str], None] | None = None,
 ) -> None:
     """Answer the guest's inference sessions until ``sessions`` of them ended (None: forever).
@@ -216,7 +216,7 @@ async def _host_session(
     store: FeatureStore,
     splits: HostSplits,
     max_rows: int,
-    executor: Executor | None,
+    executor: AnyExecutor | None,
 ) -> None:
     guest = model.guest
     async with session:
@@ -266,7 +266,7 @@ async def _host_psi(
     msg: ServePsi,
     store: FeatureStore,
     guest: str,
-    executor: Executor | None,
+    executor: AnyExecutor | None,
 ) -> None:
     """Align one batch by PSI: the host learns only which of the batch's ids it holds."""
     ids = store.ids()
@@ -300,7 +300,7 @@ class HostClient:
         trees: int,
         timeout: float,
         session_prefix: str = DEFAULT_PREFIX,
-        executor: Executor | None = None,
+        executor: AnyExecutor | None = None,
     ) -> None:
         self.node = node
         self.host = host

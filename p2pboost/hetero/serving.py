@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -63,6 +62,7 @@ from p2pboost.hetero.serve import (
 )
 from p2pboost.net.node import Node
 from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.workers import AnyExecutor
 
 __all__ = ["GuestPredictor", "Prediction", "ServingStats", "serve_host"]
 
@@ -121,7 +121,7 @@ class GuestPredictor:
         n_rounds: int | None = None,
         max_queue: int = 100_000,
         session_prefix: str = DEFAULT_PREFIX,
-        executor: Executor | None = None,
+        executor: AnyExecutor | None = None,
     ) -> None:
         if max_batch < 1 or max_batch > MAX_ROWS:
             raise InputError(f"max_batch must be in [1, {MAX_ROWS}], got {max_batch}")

@@ -109,7 +109,7 @@ from p2pboost.hetero.modes import FeatureSchedule
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import PinnedPool, owned_executor
+from p2pboost.workers import AnyExecutor, PinnedExecutor, is_dask_client, owned_executor
 
 __all__ = [
     "GuestPhase",
@@ -133,7 +133,7 @@ async def guest_train(
     eval_metrics: Sequence[str] | None = None,
     callbacks: Sequence[Callback] = (),
     config: HeteroConfig | None = None,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     keys: tuple[AnyPublicKey, AnyPrivateKey] | None = None,
     progress: Progress | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
@@ -469,7 +469,7 @@ async def host_train(
     X: Any,
     *,
     eval_sets: Sequence[Any] = (),
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     workers: int | None = None,
     progress: Progress | None = None,
     sparse: bool | str = "auto",
@@ -579,10 +579,11 @@ async def host_train(
         on_tree=ledger.tree_done,
     )
     async with owned_executor(executor, workers, pinned=True) as (pinned, n_workers):
-        assert isinstance(pinned, PinnedPool)
+        assert isinstance(pinned, PinnedExecutor)
         host.shards = Shards(pinned)
         # Compression needs no pinning: the caller's executor when there is one.
-        host.engine = CryptoEngine(setup.key, executor=executor or pinned, workers=n_workers)
+        plain = pinned if executor is None or is_dask_client(executor) else cast(Executor, executor)
+        host.engine = CryptoEngine(setup.key, executor=plain, workers=n_workers)
         fingerprint = await host.serve()
     progress.enter(HostPhase.DONE)
     splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))

@@ -48,7 +48,7 @@ from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.net.node import Channel, Session
 from p2pboost.protocols._messages import Array, Int, Message, recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import owned_executor
+from p2pboost.workers import AnyExecutor, owned_executor
 
 __all__ = ["DEFAULT_BATCH", "MAX_IDS", "PsiPhase", "PsiResult", "psi_guest", "psi_host"]
 
@@ -185,7 +185,7 @@ async def psi_guest(
     hosts: Sequence[str],
     ids: Ids,
     *,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     batch: int = DEFAULT_BATCH,
 ) -> PsiResult:
     """Run PSI as the guest with every host in ``hosts``; returns the aligned positions."""
@@ -254,7 +254,7 @@ async def psi_host(
     guest: str,
     ids: Ids,
     *,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     batch: int = DEFAULT_BATCH,
 ) -> PsiResult:
     """Run PSI as a host with ``guest``; returns the positions of the common ids in guest order."""

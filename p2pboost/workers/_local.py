@@ -24,27 +24,26 @@ is a plain :class:`~concurrent.futures.Executor` too (``submit`` picks the least
 so one pinned pool can serve every role of a party.
 
 Every protocol takes an optional ``executor`` and otherwise starts its own pool:
-:func:`owned_executor` is the one place that decides, and shuts an own pool down without
-blocking the event loop (a pool's shutdown waits for its workers to exit).
+:func:`~p2pboost.workers.owned_executor` is the one place that decides.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import multiprocessing
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, ParamSpec, TypeVar
+
+from p2pboost.workers._base import PinnedExecutor
 
 __all__ = [
     "WORKER_NICENESS",
     "PinnedPool",
     "default_workers",
-    "owned_executor",
     "pinned_pool",
     "process_pool",
     "spare_cpus",
@@ -159,7 +158,7 @@ def process_pool(
     )
 
 
-class PinnedPool(Executor):
+class PinnedPool(PinnedExecutor):
     """``workers`` single-process pools: a task sent to worker ``i`` runs in its process.
 
     Tasks sent to one worker run one at a time in submission order, so module-level state a
@@ -231,33 +230,3 @@ def pinned_pool(
 ) -> PinnedPool:
     """A :class:`PinnedPool` of ``workers`` processes (default: one per core)."""
     return PinnedPool(workers, initializer=initializer, initargs=initargs)
-
-
-@contextlib.asynccontextmanager
-async def owned_executor(
-    executor: Executor | None, workers: int | None = None, *, pinned: bool = False
-) -> AsyncIterator[tuple[Executor, int]]:
-    """``(executor, workers)`` for a protocol run.
-
-    A caller's ``executor`` is used as it is and left running (``workers`` then says how many
-    tasks to keep in flight; default: one per core). Without one, a fresh pool of ``workers``
-    processes (default: one per core) is started and shut down on exit, in a thread, so the
-    event loop keeps serving the node's other sessions meanwhile.
-
-    ``pinned=True`` asks for a :class:`PinnedPool`: a caller's pinned pool is used as it is
-    (``workers`` is then its number of workers); any other executor cannot keep state in a
-    chosen process, so a fresh pinned pool of ``workers`` processes is started beside it (and
-    shut down on exit); the caller keeps its executor for the work that needs no pinning.
-    """
-    if pinned and isinstance(executor, PinnedPool):
-        yield executor, executor.workers
-        return
-    n = workers or default_workers()
-    if executor is not None and not pinned:
-        yield executor, n
-        return
-    pool: Executor = pinned_pool(n) if pinned else process_pool(n)
-    try:
-        yield pool, n
-    finally:
-        await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
