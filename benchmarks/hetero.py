@@ -50,10 +50,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
+import signal
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +103,8 @@ class PhaseClock(Progress):
     """
 
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Called with each phase entered and the tree (the scale-out benchmark kills a worker).
+    hook: Callable[[GuestPhase | HostPhase, int], None] | None = None
     _mark: float = field(default_factory=time.perf_counter, init=False, repr=False)
 
     def enter(self, phase: GuestPhase | HostPhase, depth: int = -1) -> None:
@@ -109,6 +113,8 @@ class PhaseClock(Progress):
         self.seconds[key] = self.seconds.get(key, 0.0) + (now - self._mark)
         self._mark = now
         super().enter(phase, depth)
+        if self.hook is not None:
+            self.hook(phase, self.tree)
 
 
 # -- the parties (each runs in its own spawned process) ----------------------------------------
@@ -117,15 +123,54 @@ class PhaseClock(Progress):
 def _warm_pool(workers: int) -> Any:
     """A process pool whose workers have started (start-up is not part of training)."""
     pool = process_pool(workers)
-    list(pool.map(abs, range(workers)))
+    list(pool.map(_import_task_modules, range(workers)))
     return pool
 
 
 def _warm_pinned_pool(workers: int) -> PinnedPool:
     """The host's pinned pool (its row shards live there), started before training."""
     pool = pinned_pool(workers)
-    pool.start()
+    for future in [pool.submit_to(i, _import_task_modules) for i in range(workers)]:
+        future.result()
     return pool
+
+
+def _compute(workers: int, compute: dict[str, Any] | None, pinned: bool) -> tuple[Any, Any]:
+    """The party's executor, started and warmed: its pool, or (``compute``: the TLS
+    directories ``node`` and ``party`` of the party's cluster CA) a TLS ``LocalCluster`` of
+    ``workers`` processes and a :class:`~p2pboost.workers.ClusterPool` on it. Returns the
+    executor and what to close after it (the cluster, or None)."""
+    if compute is None:
+        return (_warm_pinned_pool(workers) if pinned else _warm_pool(workers)), None
+    from p2pboost.workers import connect_cluster, local_cluster
+
+    cluster = local_cluster(workers, compute["node"])
+    pool = connect_cluster(
+        cluster.scheduler_address, compute["party"], key_workers=compute.get("key_workers")
+    )
+    pool.start()
+    pool.client.run(_import_task_modules)  # as _warm_pool's and _warm_pinned_pool's workers
+    return pool, cluster
+
+
+def _import_task_modules(*_: object) -> None:
+    """Import the modules whose tasks the workers run (start-up, not training)."""
+    for module in ("p2pboost.crypto._workers", "p2pboost.hetero._kernels"):
+        importlib.import_module(module)
+
+
+def _kill_a_worker_in_the_first_tree(pool: Any) -> Callable[[Any, int], None]:
+    """A phase hook that kills (SIGKILL) the cluster worker of place 0 when the host starts the
+    first layer of the first tree, once."""
+    victim = pool.client.run(os.getpid)[pool.homes[0]]
+    done: list[int] = []
+
+    def hook(phase: Any, tree: int) -> None:
+        if not done and phase is HostPhase.LAYER and tree == 0:
+            done.append(victim)
+            os.kill(victim, signal.SIGKILL)
+
+    return hook
 
 
 async def _host(
@@ -135,11 +180,12 @@ async def _host(
     X: np.ndarray,
     X_test: np.ndarray,
     workers: int,
+    compute: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from p2pboost.hetero.predict import host_predict
     from p2pboost.hetero.train import host_train
 
-    pool = _warm_pinned_pool(workers)
+    pool, cluster = _compute(workers, compute, pinned=True)
     try:
         async with Node(
             name,
@@ -153,6 +199,8 @@ async def _host(
             while not node.stats().peers[GUEST].connected:  # noqa: ASYNC110
                 await asyncio.sleep(0.005)
             clock = PhaseClock(HostPhase.SETUP)
+            if compute is not None and compute.get("kill"):
+                clock.hook = _kill_a_worker_in_the_first_tree(pool)
             t0 = time.perf_counter()
             async with node.session("bench", peers=[GUEST]) as session:
                 model = await host_train(
@@ -163,7 +211,10 @@ async def _host(
                 await host_predict(session, model, X_test)
     finally:
         pool.shutdown()
-    return {"seconds": seconds, "phases": clock.seconds, "model": model.to_dict()}
+        if cluster is not None:
+            cluster.close()
+    moves = getattr(pool, "moves", 0)
+    return {"seconds": seconds, "phases": clock.seconds, "model": model.to_dict(), "moves": moves}
 
 
 async def _guest(
@@ -178,6 +229,7 @@ async def _guest(
     workers: int,
     scheme: str,
     modes: dict[str, Any] | None = None,
+    compute: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from p2pboost.crypto.engine import CryptoEngine
     from p2pboost.crypto.keys import make_keypair
@@ -190,7 +242,7 @@ async def _guest(
     keys = make_keypair(scheme, key_bits, allow_insecure=insecure)
     keygen = time.perf_counter() - t0
     t0 = time.perf_counter()
-    pool = _warm_pool(workers)
+    pool, cluster = _compute(workers, compute, pinned=False)
     pool_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     await CryptoEngine(*keys, executor=pool, workers=workers).prepare()
@@ -229,6 +281,8 @@ async def _guest(
                 margin = await guest_predict(session, model, X_test)
     finally:
         pool.shutdown()
+        if cluster is not None:
+            cluster.close()
     return {
         "seconds": seconds,
         "phases": clock.seconds,
@@ -262,9 +316,12 @@ def run_federation(
     workers: int,
     scheme: str = "paillier",
     modes: dict[str, Any] | None = None,
+    compute: dict[str, dict[str, Any]] | None = None,
 ) -> FederationResult:
     """Train and predict once, guest and every host in its own spawned process (``modes``:
-    :class:`~p2pboost.hetero.train.HeteroConfig`'s mode settings, e.g. ``host_depth``)."""
+    :class:`~p2pboost.hetero.train.HeteroConfig`'s mode settings, e.g. ``host_depth``;
+    ``compute``: party -> its cluster's settings, see :func:`_compute`)."""
+    compute = compute or {}
     names = [f"host{k}" for k in range(1, len(host_blocks) + 1)]
     with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
         for name, block in zip(names, host_blocks, strict=True):
@@ -276,6 +333,7 @@ def run_federation(
                 X=split.host_train[:, block],
                 X_test=split.host_test[:, block],
                 workers=workers,
+                compute=compute.get(name),
             )
         addresses = {name: parties.expect(name, "address") for name in names}
         parties.start(
@@ -291,6 +349,7 @@ def run_federation(
             workers=workers,
             scheme=scheme,
             modes=modes,
+            compute=compute.get(GUEST),
         )
         results = parties.wait()
     guest, hosts = results[GUEST], [results[name] for name in names]

@@ -17,7 +17,7 @@ import os
 import statistics
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Executor
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +52,7 @@ def bare_exchange_rate(samples: int = 20000, repeat: int = 3) -> float:
 
 
 async def run_psi(
-    guest_ids: list[int], host_ids: list[int], federation: Path, pool: ProcessPoolExecutor
+    guest_ids: list[int], host_ids: list[int], federation: Path, pool: Executor
 ) -> tuple[PsiResult, PsiResult, float]:
     async with Node(
         "host",

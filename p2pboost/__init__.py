@@ -8,6 +8,7 @@ from p2pboost.app.config import PartyConfig, load_config
 from p2pboost.app.party import PartyResult, run_party
 from p2pboost.certs import TLSConfig
 from p2pboost.exceptions import (
+    ClusterError,
     CodecError,
     ConfigError,
     CryptoError,
@@ -77,6 +78,7 @@ __all__ = [
     "CallbackStore",
     "Channel",
     "ClientIdentity",
+    "ClusterError",
     "CodecError",
     "ConfigError",
     "CryptoError",

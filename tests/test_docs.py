@@ -67,6 +67,7 @@ def test_config_page_lists_every_key() -> None:
         *config._PREDICT,
         *config._SERVE,
         *config._NODE,
+        *config._COMPUTE,
     }
     documented = _code_spans(ROOT / "docs" / "reference" / "config.md")
     missing = sorted(keys - documented)

@@ -37,21 +37,26 @@ directory (so the same file works whatever directory the command is started from
     [predict]                       # path (default: data.path), output, align
     [serve]                         # listen, max_batch, max_wait_ms, host_timeout
     [node]                          # reconnect_timeout, connect_timeout, heartbeats, close
+    [compute]                       # a Dask cluster for this party's work (vertical roles)
+    scheduler = "tls://10.0.0.5:8786"
+    tls = "cluster/party"           # ca.pem, cert.pem, key.pem of the party's cluster CA
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from p2pboost.app._toml import Reader as _Reader
+from p2pboost.app._toml import enum_of as _enum
+from p2pboost.app._toml import kind_of as _kind
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
@@ -60,6 +65,7 @@ from p2pboost.net.node import NodeConfig
 
 __all__ = [
     "SECURE_KEY_BITS",
+    "ComputeConfig",
     "DataConfig",
     "NodeSettings",
     "PartyConfig",
@@ -166,6 +172,21 @@ class ServeConfig:
     host_timeout: float = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class ComputeConfig:
+    """Where the party's CPU work runs: a local process pool (no ``scheduler``, the default)
+    or the Dask cluster whose scheduler is ``scheduler`` (``tls://host:port``), reached with
+    the certificate in ``tls`` (a directory of the party's *cluster* CA, not the
+    federation's); ``key_workers``: the cluster workers trusted with a private key, or
+    ``"all"`` (default:
+    none, decryption stays on this machine); ``connect_timeout`` in seconds."""
+
+    scheduler: str | None = None
+    tls: Path | None = None
+    key_workers: tuple[str, ...] | Literal["all"] = ()
+    connect_timeout: float = 30.0
+
+
 _NODE_DEFAULTS = NodeConfig()
 
 
@@ -204,6 +225,7 @@ class PartyConfig:
     predict: PredictConfig = field(default_factory=PredictConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     node: NodeSettings = field(default_factory=NodeSettings)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
 
     @property
     def model_path(self) -> Path:
@@ -244,7 +266,7 @@ class PartyConfig:
 # -- the schema -------------------------------------------------------------------------------
 
 _TOP = ("id", "role", "task", "listen", "certs", "workdir")
-_TABLES = ("peers", "data", "train", "predict", "serve", "node")
+_TABLES = ("peers", "data", "train", "predict", "serve", "node", "compute")
 _DATA = ("path", "id_column", "label_column", "features")
 #: [train] keys that are not BoostParams fields.
 _TRAIN_EXTRA = (
@@ -266,85 +288,8 @@ _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
 _NODE = tuple(f.name for f in dataclasses.fields(NodeSettings))
+_COMPUTE = tuple(f.name for f in dataclasses.fields(ComputeConfig))
 _ALIGN = ("ids", "psi")
-_E = TypeVar("_E", bound=Enum)
-
-
-class _Reader:
-    """Typed access to one table of one file, with errors that say where."""
-
-    def __init__(self, source: Path, table: Mapping[str, Any], prefix: str) -> None:
-        self.source = source
-        self.table = table
-        self.prefix = prefix
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {self.prefix}{key}: {problem}")
-
-    def check_keys(self, allowed: tuple[str, ...]) -> None:
-        for key in self.table:
-            if key not in allowed:
-                raise _unknown_key(self.source, self.prefix + key, key, allowed)
-
-    def get_str(self, key: str, default: str | None = None, *, empty: bool = False) -> str | None:
-        value = self.table.get(key, default)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(key, f"expected a string, got {_kind(value)}")
-        if not value and not empty:
-            raise self.fail(key, "must not be empty")
-        return value
-
-    def required(self, key: str) -> str:
-        value = self.get_str(key)
-        if value is None:
-            raise ConfigError(f"{self.source}: missing required key {self.prefix}{key}")
-        return value
-
-    def get_int(self, key: str, default: int) -> int:
-        value = self.table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"expected an integer, got {_kind(value)}")
-        return value
-
-    def get_float(self, key: str, default: float) -> float:
-        value = self.table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, f"expected a number, got {_kind(value)}")
-        return float(value)
-
-    def get_bool(self, key: str, default: bool) -> bool:
-        value = self.table.get(key, default)
-        if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, got {_kind(value)}")
-        return value
-
-    def sub(self, key: str) -> _Reader:
-        value = self.table.get(key, {})
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self.source}: [{key}] must be a table, got {_kind(value)}")
-        return _Reader(self.source, value, f"{key}.")
-
-
-def _kind(value: object) -> str:
-    return {bool: "a boolean", str: "a string", int: "an integer", float: "a number"}.get(
-        type(value), f"a {type(value).__name__}"
-    )
-
-
-def _unknown_key(source: Path, shown: str, key: str, allowed: tuple[str, ...]) -> ConfigError:
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(allowed)}"
-    return ConfigError(f"{source}: unknown key {shown!r}{hint}")
-
-
-def _enum(kind: type[_E], value: str, key: str, source: Path) -> _E:
-    try:
-        return kind(value)
-    except ValueError:
-        choices = ", ".join(str(m.value) for m in kind)
-        raise ConfigError(f"{source}: {key} = {value!r}: choose one of {choices}") from None
 
 
 def _address(reader: _Reader, key: str, value: str) -> str:
@@ -398,6 +343,7 @@ def parse_config(raw: Mapping[str, Any], source: Path) -> PartyConfig:
         predict=_predict(top.sub("predict"), base),
         serve=_serve(top.sub("serve")),
         node=_node(top.sub("node")),
+        compute=_compute(top.sub("compute"), base),
     )
     _check_roles(config)
     return config
@@ -556,6 +502,30 @@ def _node(reader: _Reader) -> NodeSettings:
     return settings
 
 
+def _compute(reader: _Reader, base: Path) -> ComputeConfig:
+    reader.check_keys(_COMPUTE)
+    scheduler = reader.get_str("scheduler")
+    tls = reader.get_str("tls")
+    workers = reader.table.get("key_workers", [])
+    if workers != "all" and (
+        not isinstance(workers, list) or not all(isinstance(w, str) and w for w in workers)
+    ):
+        raise reader.fail("key_workers", 'expected "all" or a list of worker addresses or names')
+    timeout = reader.get_float("connect_timeout", ComputeConfig().connect_timeout)
+    if scheduler is None:
+        if tls is not None or workers:
+            raise reader.fail("scheduler", "missing: tls and key_workers need a scheduler")
+        return ComputeConfig()
+    if not scheduler.startswith("tls://"):
+        raise reader.fail("scheduler", f"{scheduler!r} must be a tls:// address")
+    if tls is None:
+        raise reader.fail("tls", "missing: the cluster's certificate directory")
+    if not timeout > 0:
+        raise reader.fail("connect_timeout", "must be > 0")
+    trusted: tuple[str, ...] | Literal["all"] = "all" if workers == "all" else tuple(workers)
+    return ComputeConfig(scheduler, base / tls, trusted, timeout)
+
+
 def _check_roles(config: PartyConfig) -> None:
     """Who talks to whom: hosts and clients have exactly one peer; the others need data."""
     where = config.source
@@ -573,6 +543,11 @@ def _check_roles(config: PartyConfig) -> None:
         raise ConfigError(
             f"{where}: a homo client needs no train.init_model: the server continues its "
             "model file and sends the clients its trees"
+        )
+    if config.compute.scheduler is not None and not config.role.hetero:
+        raise ConfigError(
+            f"{where}: [compute] serves the vertical roles (guest, host); a horizontal "
+            f"{config.role.value} does its few big-integer operations in its own process"
         )
     _check_dialing(config)
 

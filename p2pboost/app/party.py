@@ -25,9 +25,10 @@ Progress goes to a :class:`Reporter` (the CLI draws bars; the default logs), nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,6 +43,7 @@ from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
 from p2pboost.gbdt.callbacks import CallbackEnv
 from p2pboost.net.node import Node
+from p2pboost.workers import ClusterPool, connect_cluster
 
 if TYPE_CHECKING:
     from p2pboost.hetero.feature_store import ArrayStore, FeatureStore
@@ -162,19 +164,46 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
     node = build_node(config)
     config.workdir.mkdir(parents=True, exist_ok=True)
     task = _TASKS[key]
+    async with _compute(run) as executor:
+        run = replace(run, executor=executor)
+        try:
+            async with node:
+                return await resume_on_restart(
+                    config, lambda c: task(replace(run, config=c), node), run.reporter.info
+                )
+        except PeerDisconnected as exc:
+            raise explain(exc, config) from exc
+
+
+@contextlib.asynccontextmanager
+async def _compute(run: _Run) -> AsyncIterator[ClusterPool | None]:
+    """The party's Dask cluster when ``[compute]`` names one (connected in a thread, so the
+    loop stays free), else None: the protocols then start their own process pools."""
+    compute = run.config.compute
+    if compute.scheduler is None or compute.tls is None:
+        yield None
+        return
+    run.reporter.info(f"compute: connecting to the cluster at {compute.scheduler}...")
+    pool = await asyncio.to_thread(
+        connect_cluster,
+        compute.scheduler,
+        compute.tls,
+        timeout=compute.connect_timeout,
+        key_workers=compute.key_workers or None,
+    )
+    run.reporter.info(f"compute: {pool.workers} workers")
     try:
-        async with node:
-            return await resume_on_restart(
-                config, lambda c: task(replace(run, config=c), node), run.reporter.info
-            )
-    except PeerDisconnected as exc:
-        raise explain(exc, config) from exc
+        yield pool
+    finally:
+        await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
 @dataclass(frozen=True, slots=True)
 class _Run:
     config: PartyConfig
     reporter: Reporter
+    #: The party's cluster (``[compute]``), or None for the protocols' own pools.
+    executor: ClusterPool | None = None
 
     def result(self, outputs: Sequence[Path] = (), **summary: Any) -> PartyResult:
         c = self.config
@@ -216,9 +245,9 @@ async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np
     t0 = time.perf_counter()
     async with node.session(f"{HETERO_SESSION}-psi", peers=peers) as session:
         if guest:
-            result = await psi_guest(session, peers, ids)
+            result = await psi_guest(session, peers, ids, executor=run.executor)
         else:
-            result = await psi_host(session, peers[0], ids)
+            result = await psi_host(session, peers[0], ids, executor=run.executor)
     sizes = ", ".join(f"{p} {n}" for p, n in result.peer_sizes.items())
     run.reporter.info(
         f"PSI: {result.positions.size} common ids of {ids.size} (peers: {sizes}) in "
@@ -292,6 +321,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         config=hetero,
         session_id=HETERO_SESSION,
         checkpoint_dir=run.config.checkpoint_path,
+        executor=run.executor,
     )
     n = train.params.n_estimators
     verb = "resuming" if train.resume else "training"
@@ -332,6 +362,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
         session_id=HETERO_SESSION,
         checkpoint_dir=run.config.checkpoint_path,
         memory_budget_mb=run.config.train.memory_budget_mb,
+        executor=run.executor,
     ).afit(
         node,
         run.peer,

@@ -26,13 +26,8 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from p2pboost.workers._base import Log, PinnedExecutor, log_effect, stateful
-from p2pboost.workers._cluster import (
-    ClusterPool,
-    cluster_security,
-    connect_cluster,
-    is_dask_client,
-    local_cluster,
-)
+from p2pboost.workers._cluster import ClusterPool, is_dask_client
+from p2pboost.workers._connect import cluster_security, connect_cluster, local_cluster
 from p2pboost.workers._local import (
     WORKER_NICENESS,
     PinnedPool,

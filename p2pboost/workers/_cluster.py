@@ -22,7 +22,10 @@ are those the lost worker would have had: training goes on to the identical mode
 
 **The private key stays home.** Tasks that carry a private key (decryption) run on
 :meth:`ClusterPool.keyholder`: a process pool on the party's own machine, or only the workers
-named in ``key_workers`` (machines the party trusts with the key). Everything else crosses the
+named in ``key_workers`` (machines the party trusts with the key), or, with
+``key_workers="all"``, every worker: a cluster on machines the party trusts as much as its own
+(then encryption also uses the key's faster CRT form, as a local pool does). Everything else
+crosses the
 party's internal network: public keys, encrypted gradients, binned features of a host's
 shards, histograms and packed split-infos (ciphertexts), PSI's hashed ids and the session's
 blinding scalar.
@@ -36,31 +39,21 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast
 
 from p2pboost.exceptions import ClusterError, ConfigError, WorkerStateLost
 from p2pboost.workers._base import Log, PinnedExecutor, log_effect
-from p2pboost.workers._local import WORKER_NICENESS, default_workers, process_pool
+from p2pboost.workers._local import default_workers, process_pool
 
 if TYPE_CHECKING:
-    from distributed import Client, LocalCluster
-    from distributed.security import Security
+    from distributed import Client
 
-__all__ = [
-    "MAX_REPLAYS",
-    "ClusterPool",
-    "cluster_security",
-    "connect_cluster",
-    "is_dask_client",
-    "local_cluster",
-]
+__all__ = ["MAX_REPLAYS", "ClusterPool", "is_dask_client"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -69,108 +62,11 @@ T = TypeVar("T")
 #: cluster losing workers faster than a state can be rebuilt is not going to finish.
 MAX_REPLAYS = 3
 
-#: Files of one identity, as ``p2pboost certs init`` writes them.
-_CA, _CERT, _KEY = "ca.pem", "cert.pem", "key.pem"
-
-
-def _distributed() -> Any:
-    try:
-        import distributed
-    except ImportError:
-        raise ConfigError(
-            "a Dask cluster needs the optional dependency: pip install 'p2pboost[dask]'"
-        ) from None
-    return distributed
-
 
 def is_dask_client(executor: object) -> bool:
     """Whether ``executor`` is a ``distributed.Client`` (checked without importing Dask)."""
     cls = type(executor)
     return cls.__name__ == "Client" and cls.__module__.startswith("distributed")
-
-
-def cluster_security(tls_dir: str | os.PathLike[str]) -> Security:
-    """Mutual TLS for a party's cluster from one directory of ``p2pboost certs init``
-    (``ca.pem``, ``cert.pem``, ``key.pem``): that certificate is the identity of whoever uses
-    it (client, scheduler or worker), and only certificates of the same CA are accepted.
-
-    Use a CA of the party's own for its cluster, not the federation's: a partner's party
-    certificate must not open the party's cluster.
-    """
-    distributed = _distributed()
-    base = Path(tls_dir)
-    files = {name: base / name for name in (_CA, _CERT, _KEY)}
-    for path in files.values():
-        if not path.is_file():
-            raise ConfigError(f"cluster TLS file not found: {path}")
-    ca, cert, key = (str(files[n]) for n in (_CA, _CERT, _KEY))
-    security: Security = distributed.Security(
-        require_encryption=True,
-        tls_ca_file=ca,
-        tls_client_cert=cert,
-        tls_client_key=key,
-        tls_scheduler_cert=cert,
-        tls_scheduler_key=key,
-        tls_worker_cert=cert,
-        tls_worker_key=key,
-        tls_min_version=_tls13(),
-    )
-    return security
-
-
-def _tls13() -> Any:
-    import ssl
-
-    return ssl.TLSVersion.TLSv1_3
-
-
-def connect_cluster(
-    scheduler: str,
-    tls_dir: str | os.PathLike[str],
-    *,
-    timeout: float = 30.0,
-    key_workers: Sequence[str] | None = None,
-) -> ClusterPool:
-    """A :class:`ClusterPool` on the cluster whose scheduler is at ``scheduler``
-    (``tls://host:8786``), with the TLS identity in ``tls_dir``; it closes its client when
-    shut down. Blocks while it connects: call it before the event loop or in a thread."""
-    distributed = _distributed()
-    if not scheduler.startswith("tls://"):
-        raise ConfigError(f"the compute scheduler must be a tls:// address, not {scheduler!r}")
-    security = cluster_security(tls_dir)
-    try:
-        client = distributed.Client(
-            scheduler, security=security, timeout=timeout, set_as_default=False
-        )
-    except (OSError, TimeoutError) as exc:
-        raise ClusterError(f"cannot reach the compute cluster at {scheduler}: {exc}") from None
-    return ClusterPool(client, key_workers=key_workers, owns_client=True)
-
-
-def _lower_priority() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(WORKER_NICENESS)
-
-
-def local_cluster(
-    workers: int, tls_dir: str | os.PathLike[str], *, host: str = "127.0.0.1"
-) -> LocalCluster:
-    """A TLS ``LocalCluster`` of ``workers`` single-threaded worker processes (tests,
-    benchmarks and a one-machine try-out); its workers run at lower priority, like a local
-    pool's, so the party's event loop is never kept waiting for a core."""
-    distributed = _distributed()
-    cluster: LocalCluster = distributed.LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        protocol="tls://",
-        host=host,
-        security=cluster_security(tls_dir),
-        dashboard_address=":0",  # no fixed port: several clusters may run on one machine
-    )
-    with distributed.Client(cluster, set_as_default=False) as client:
-        client.run(_lower_priority)
-    return cluster
 
 
 def _call(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
@@ -221,8 +117,9 @@ class ClusterPool(PinnedExecutor):
     reports a place's worker gone, the place moves to the live worker with the fewest places,
     its states are replayed there and its unsettled tasks sent again.
 
-    ``key_workers``: addresses or names of the workers trusted with a private key; without
-    them, tasks that carry one run in a process pool of this machine (:meth:`keyholder`).
+    ``key_workers``: addresses or names of the workers trusted with a private key, or
+    ``"all"``; without them, tasks that carry one run in a process pool of this machine
+    (:meth:`keyholder`).
     ``move_timeout``: how long a place whose worker is gone waits for a live worker.
     """
 
@@ -232,7 +129,7 @@ class ClusterPool(PinnedExecutor):
         self,
         client: Client,
         *,
-        key_workers: Sequence[str] | None = None,
+        key_workers: Sequence[str] | Literal["all"] | None = None,
         owns_client: bool = False,
         move_timeout: float = 60.0,
     ) -> None:
@@ -252,7 +149,8 @@ class ClusterPool(PinnedExecutor):
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._order = itertools.count()
-        self._key_workers = list(key_workers or [])
+        self._trusted = key_workers == "all"
+        self._key_workers = [] if key_workers in (None, "all") else list(key_workers)
         self._keyholder: Executor | None = None
         self._owns_client = owns_client
         self._move_timeout = move_timeout
@@ -282,12 +180,7 @@ class ClusterPool(PinnedExecutor):
         """Run ``fn`` on any worker (Dask reruns it elsewhere if its worker dies)."""
         future: Future[T] = Future()
         remote = self._send(_call, fn, args, dict(kwargs), None)
-
-        def finished(remote: Any) -> None:
-            ok, value = self._outcome(remote)
-            _settle(future, ok, value)
-
-        remote.add_done_callback(finished)
+        self._watch(remote, lambda ok, value: _settle(future, ok, value))
         return future
 
     # -- places ----------------------------------------------------------------------------------
@@ -309,11 +202,10 @@ class ClusterPool(PinnedExecutor):
         remote = self._send(_pinned, job.fn, job.args, job.kwargs, place.home)
         with self._lock:
             job.remote = remote
-        remote.add_done_callback(lambda remote: self._ended(place, job, remote))
+        self._watch(remote, lambda ok, value: self._ended(place, job, remote, ok, value))
 
-    def _ended(self, place: _Place, job: _Job, remote: Any) -> None:
-        """One attempt of a place's task ended (in Dask's callback thread)."""
-        ok, value = self._outcome(remote)
+    def _ended(self, place: _Place, job: _Job, remote: Any, ok: bool, value: Any) -> None:
+        """One attempt of a place's task ended (on the client's event loop)."""
         settle: tuple[Future[Any], bool, Any] | None = None
         with self._lock:
             if job.remote is not remote or self._closed:
@@ -388,19 +280,32 @@ class ClusterPool(PinnedExecutor):
                 place.jobs = deque(redo + real)
                 self.moves += place.home != home or bool(redo)
                 place.home = home
-                place.moving = False
-                jobs = list(place.jobs)
         for job in failed:
             assert job.future is not None
             _settle(job.future, False, ClusterError(reason))
         if not failed and home is not None:
+            self._resend(place)
+
+    def _resend(self, place: _Place) -> None:
+        """Send a moved place's tasks in order, then those submitted meanwhile, and only then
+        let new tasks go straight out (so none overtakes an older one)."""
+        while True:
+            with self._lock:
+                pending = [j for j in place.jobs if j.remote is None]
+                if not pending or self._closed:
+                    place.moving = False
+                    return
             try:
-                for job in jobs:
+                for job in pending:
                     self._dispatch(place, job)
             except Exception as exc:
-                for job in jobs:
-                    if job.future is not None:
-                        _settle(job.future, False, ClusterError(f"{self._lost()}: {exc}"))
+                with self._lock:
+                    waiting = [j.future for j in place.jobs if j.future is not None]
+                    place.jobs.clear()
+                    place.moving = False
+                for future in waiting:
+                    _settle(future, False, ClusterError(f"{self._lost()}: {exc}"))
+                return
 
     def _new_home(self, place: _Place) -> str | None:
         """A live worker for ``place`` (lock held): its own if it lives, else the one with the
@@ -440,20 +345,31 @@ class ClusterPool(PinnedExecutor):
             self._inflight.add(remote)
         return remote
 
-    def _outcome(self, remote: Any) -> tuple[bool, Any]:
-        """``(ok, result or exception)`` of an ended Dask future, which it releases."""
-        with self._lock:
-            self._inflight.discard(remote)
-        try:
-            if remote.status == "finished":
-                return True, remote.result()
-            if remote.status == "cancelled":
-                return False, _Cancelled(self._lost())
-            return False, remote.exception()
-        except Exception as exc:
-            return False, _Cancelled(f"{self._lost()}: {exc}")
-        finally:
+    def _watch(self, remote: Any, done: Callable[[bool, Any], None]) -> None:
+        """Call ``done(ok, result or exception)`` when ``remote`` ends, and release it.
+
+        Runs on the client's event loop, as Dask's own ``ClientExecutor`` waits for its
+        futures: results are gathered concurrently, with no hop to a callback thread and no
+        blocking call per result.
+        """
+
+        async def wait() -> None:
+            try:
+                value = await remote._result(raiseit=False)
+                if remote.status == "finished":
+                    outcome: tuple[bool, Any] = (True, value)
+                elif remote.status == "error":
+                    outcome = (False, value[1])  # (type, exception, traceback)
+                else:
+                    outcome = (False, _Cancelled(self._lost()))
+            except Exception as exc:
+                outcome = (False, _Cancelled(f"{self._lost()}: {exc}"))
+            with self._lock:
+                self._inflight.discard(remote)
             remote.release()
+            done(*outcome)
+
+        self._client.loop.add_callback(wait)
 
     def _lost(self) -> str:
         return f"lost a worker or the scheduler of the compute cluster at {self._address}"
@@ -464,6 +380,8 @@ class ClusterPool(PinnedExecutor):
 
     # -- keys and lifecycle ----------------------------------------------------------------------
     def keyholder(self) -> Executor:
+        if self._trusted:
+            return self
         with self._lock:
             if self._keyholder is None:
                 self._keyholder = (
@@ -576,14 +494,5 @@ class _Restricted(Executor):
         client: Any = self._pool.client
         remote = client.submit(_call, fn, args, dict(kwargs), pure=False, workers=self._workers)
 
-        def finished(remote: Any) -> None:
-            try:
-                if remote.status == "finished":
-                    _settle(future, True, remote.result())
-                else:
-                    _settle(future, False, remote.exception() or ClusterError("cancelled"))
-            finally:
-                remote.release()
-
-        remote.add_done_callback(finished)
+        self._pool._watch(remote, lambda ok, value: _settle(future, ok, value))
         return future

@@ -206,7 +206,8 @@ def test_complete_secure_is_a_count_of_rounds(tmp_path: Path) -> None:
 
 
 def test_train_table_reads_the_vertical_modes(tmp_path: Path) -> None:
-    from p2pboost.app.config import _Reader, _train
+    from p2pboost.app._toml import Reader as _Reader
+    from p2pboost.app.config import _train
 
     def read(table: dict[str, object]) -> object:
         return _train(_Reader(tmp_path / "g.toml", table, "train."))
@@ -236,7 +237,8 @@ def test_a_guest_table_may_hold_labels_only(tmp_path: Path) -> None:
 
 
 def test_train_table_reads_the_host_memory_budget(tmp_path: Path) -> None:
-    from p2pboost.app.config import _Reader, _train
+    from p2pboost.app._toml import Reader as _Reader
+    from p2pboost.app.config import _train
 
     def read(table: dict[str, object]) -> object:
         return _train(_Reader(tmp_path / "h.toml", table, "train."))
@@ -245,3 +247,49 @@ def test_train_table_reads_the_host_memory_budget(tmp_path: Path) -> None:
     assert read({"memory_budget_mb": 512}).memory_budget_mb == 512.0  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="memory_budget_mb"):
         read({"memory_budget_mb": -1})
+
+
+def test_compute_names_a_tls_scheduler_and_the_clusters_certificate(tmp_path: Path) -> None:
+    assert load_config(_guest(tmp_path)).compute.scheduler is None  # the local pool
+    config = load_config(
+        _guest(
+            tmp_path,
+            compute={
+                "scheduler": "tls://10.0.0.5:8786",
+                "tls": "cluster/party",
+                "key_workers": ["tls://10.0.0.7:40001"],
+            },
+        )
+    )
+    assert config.compute.scheduler == "tls://10.0.0.5:8786"
+    assert config.compute.tls == tmp_path / "cluster" / "party"
+    assert config.compute.key_workers == ("tls://10.0.0.7:40001",)
+
+
+@pytest.mark.parametrize(
+    ("compute", "problem"),
+    [
+        ({"scheduler": "tcp://10.0.0.5:8786", "tls": "c"}, "must be a tls:// address"),
+        ({"scheduler": "tls://10.0.0.5:8786"}, "compute.tls: missing"),
+        ({"tls": "c"}, "compute.scheduler: missing"),
+        ({"scheduler": "tls://h:1", "tls": "c", "key_workers": "w"}, "a list of worker"),
+        ({"scheduler": "tls://h:1", "tls": "c", "connect_timeout": 0}, "must be > 0"),
+        ({"schedular": "tls://h:1"}, "did you mean 'scheduler'"),
+    ],
+)
+def test_a_bad_compute_table_names_the_key(
+    tmp_path: Path, compute: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_config(_guest(tmp_path, compute=compute))
+
+
+def test_compute_is_for_the_vertical_roles(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path / "server.toml",
+        {"id": "server", "role": "server", "certs": "certs/server"},
+        peers={"c1": ""},
+        compute={"scheduler": "tls://10.0.0.5:8786", "tls": "cluster/party"},
+    )
+    with pytest.raises(ConfigError, match=r"\[compute\] serves the vertical roles"):
+        load_config(path)

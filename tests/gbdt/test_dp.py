@@ -206,7 +206,8 @@ def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
 
 
 def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:
-    from p2pboost.app.config import _boost_params, _Reader
+    from p2pboost.app._toml import Reader as _Reader
+    from p2pboost.app.config import _boost_params
     from p2pboost.exceptions import ConfigError
 
     table = {"n_estimators": 5, "dp": {"epsilon": 2.0, "mechanism": "para"}}

@@ -1,0 +1,321 @@
+"""Scale-out: a party's work on a Dask cluster (TLS) against its local process pool.
+
+``python -m benchmarks scaleout --dataset synth150k --trees 2 --depth 4 --key-bits 1024
+[--workers 2 --psi-ids 1000000 --overlap 0.5 --bins 32 --lr 0.3 --seed 0 --data-dir DIR]``
+
+Back to back, in this order:
+
+1. **pool**: the ``hetero`` benchmark's federation (guest and host as separate processes over
+   TLS WebSockets on 127.0.0.1), each party with a local pool of ``--workers`` processes;
+2. **dask**: the same, each party with its own TLS ``LocalCluster`` of ``--workers``
+   single-threaded worker processes (certificates of a cluster CA of its own, not the
+   federation's), used through a :class:`~p2pboost.workers.ClusterPool`; the guest's
+   decryptions run in a local pool (the private key never goes to the cluster);
+3. **dask, a worker killed**: as 2, and the host's worker of its first shard is killed with
+   SIGKILL when the host starts the first layer of the first tree;
+4. **PSI** of ``--psi-ids`` x ``--psi-ids`` ids (``--overlap`` in common): both parties in
+   this process over TLS WebSockets, sharing a pool of ``--workers`` processes, then sharing a
+   TLS ``LocalCluster`` of as many workers.
+
+Timed as in ``hetero`` (``s_per_tree``: the guest's wall time in ``guest_train`` per tree;
+pools and clusters are started and warmed before). ``identical_trees``: runs 1 and 2 grow the
+plaintext core's trees; ``worker_killed_identical``: run 3 too, and the host's shard moved to a
+live worker (``moves``). ``psi_*_s``: wall seconds of the PSI run; both must be correct.
+
+``model``: predicted seconds per tree and PSI seconds on clusters of 8, 32 and 128 workers per
+party, for 1 and 10 million rows (ids), from costs measured in this run: the elementary
+operations on one core (encryption, addition, compression, decryption, X25519), the cluster's
+overhead per task (the mean of 200 empty tasks in flight at once on the TLS cluster) and
+the tree's shape measured in run 1. Its assumptions are in the README next to this file.
+
+Last line: ``{"benchmark": "scaleout", "dataset", "pool_s_per_tree", "dask_s_per_tree",
+"ratio", "identical_trees", "tls": true, "worker_killed_identical", "moves", "psi_ids",
+"psi_pool_s", "psi_dask_s", "psi_ratio", "psi_correct", "model": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import data_dir, emit_json, print_table
+from benchmarks._hetero_lossless import CostModel, _candidates, _scored_nodes, compare_trees
+from benchmarks.hetero import GUEST, run_federation
+from benchmarks.lossless import DATASETS, HeteroSplit, Task, _params, load_hetero_split
+from benchmarks.psi import bare_exchange_rate, run_psi
+from p2pboost import certs
+from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.tree import Tree
+from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from p2pboost.workers import ClusterPool, connect_cluster, local_cluster, process_pool
+
+__all__ = ["main"]
+
+#: Cluster sizes and rows of the scaling model.
+MODEL_WORKERS = (8, 32, 128)
+MODEL_ROWS = (1_000_000, 10_000_000)
+#: Bandwidth inside a party (bytes/s): 10 Gb/s Ethernet between its machines.
+PARTY_BANDWIDTH = 1.25e9
+#: Ciphertexts per encryption task and per host chunk (``HeteroConfig.chunk_rows``).
+CHUNK_ROWS = 2048
+#: Ids per PSI task (``p2pboost.protocols.psi.DEFAULT_BATCH``).
+PSI_BATCH = 4096
+
+
+def _noop() -> None:
+    return None
+
+
+def task_overhead(pool: ClusterPool, tasks: int = 200) -> float:
+    """Seconds of cluster overhead per task: ``tasks`` empty tasks sent at once, the wall
+    time of all divided by their number (the median of three rounds)."""
+    rounds = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        futures = [pool.submit(_noop) for _ in range(tasks)]
+        for future in futures:
+            future.result()
+        rounds.append((time.perf_counter() - t0) / tasks)
+    return statistics.median(rounds)
+
+
+def _trees(result: Any) -> list[Tree]:
+    model = GuestModel.from_dict(result.guest["model"])
+    hosts = [HostModel.from_dict(h["model"]) for h in result.hosts]
+    return joined_trees(model, hosts)
+
+
+def _model(
+    costs: CostModel,
+    exchange_rate: float,
+    overhead: float,
+    ct_bytes: int,
+    host_features: int,
+    layers: float,
+    scored: float,
+    candidates: int,
+) -> dict[str, Any]:
+    """Predicted seconds per tree and PSI seconds for each cluster size and row count.
+
+    Per tree, as the benchmarks' floor (``CostModel.floor``), split by party: the guest
+    encrypts ``n`` rows and decrypts the scored nodes' packed candidates, the host adds
+    ``n * m * (1 + (layers - 1) / 2)`` ciphertexts and compresses the candidates. Each party's
+    operations are spread over its ``W`` workers; the parties' work is added (no overlap, a
+    bound from above). Tasks: ``n / CHUNK_ROWS`` encryptions and as many host chunks, one
+    task per shard and layer, and the compressions; each costs the measured overhead on the
+    scheduler, which runs them one after another. Bytes inside a party: the guest's
+    ciphertexts come back from its workers once, the host's go out to its workers once.
+    PSI: each party blinds both sets once (``2 n`` X25519 per party for ``n`` ids each),
+    in tasks of ``PSI_BATCH`` ids, moving 32-byte points both ways.
+    """
+    out: dict[str, Any] = {
+        "assumptions": {
+            "party_bandwidth_bytes_per_s": PARTY_BANDWIDTH,
+            "scheduler_overhead_s_per_task": round(overhead, 6),
+            "parties_overlap": False,
+        }
+    }
+    for rows in MODEL_ROWS:
+        infos = scored * candidates
+        guest_cpu = rows * costs.encrypt + infos / costs.capacity * costs.decrypt
+        host_cpu = rows * host_features * (1 + (layers - 1) / 2) * costs.add
+        host_cpu += infos * costs.compress
+        for workers in MODEL_WORKERS:
+            tasks = 2 * rows / CHUNK_ROWS + workers * layers + scored
+            moved = 2 * rows * ct_bytes / PARTY_BANDWIDTH
+            tree = (guest_cpu + host_cpu) / workers + tasks * overhead + moved
+            psi_tasks = 2 * (2 * rows) / PSI_BATCH
+            psi = 2 * rows / exchange_rate / workers + psi_tasks * overhead
+            psi += 4 * rows * 32 / PARTY_BANDWIDTH
+            out[f"rows_{rows}_workers_{workers}"] = {
+                "s_per_tree": round(tree, 2),
+                "psi_s": round(psi, 2),
+            }
+    return out
+
+
+def _psi(
+    n: int, overlap: float, seed: int, workers: int, federation: Path, cluster_certs: Path
+) -> tuple[float, float, bool]:
+    """PSI of ``n`` x ``n`` ids on a pool, then on a TLS LocalCluster (identities ``node``
+    and ``party`` in ``cluster_certs``): (pool s, dask s, both correct)."""
+    rng = np.random.default_rng(seed)
+    common = round(n * overlap)
+    guest_ids = rng.permutation(n).tolist()
+    host_ids = rng.permutation(np.arange(n - common, 2 * n - common)).tolist()
+    expected = set(guest_ids) & set(host_ids)
+
+    def correct(g: Any, h: Any) -> bool:
+        aligned_g = [guest_ids[i] for i in g.positions.tolist()]
+        aligned_h = [host_ids[i] for i in h.positions.tolist()]
+        return set(aligned_g) == expected and aligned_g == aligned_h
+
+    with process_pool(workers) as pool:
+        list(pool.map(abs, range(workers * 4)))
+        g, h, pool_s = asyncio.run(run_psi(guest_ids, host_ids, federation, pool))
+    ok = correct(g, h)
+    with local_cluster(workers, cluster_certs / "node") as cluster:
+        cpool = connect_cluster(cluster.scheduler_address, cluster_certs / "party")
+        try:
+            cpool.start()
+            for future in [cpool.submit(abs, i) for i in range(workers * 4)]:
+                future.result()
+            g, h, dask_s = asyncio.run(run_psi(guest_ids, host_ids, federation, cpool))
+        finally:
+            cpool.shutdown()
+    return pool_s, dask_s, ok and correct(g, h)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks scaleout",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", required=True, choices=DATASETS)
+    parser.add_argument("--key-bits", type=int, default=2048, choices=[1024, 2048, 3072])
+    parser.add_argument("--trees", type=int, default=2)
+    parser.add_argument("--depth", type=int, default=4)
+    parser.add_argument("--bins", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2, help="processes per party")
+    parser.add_argument("--psi-ids", type=int, default=1_000_000, help="ids per party")
+    parser.add_argument("--overlap", type=float, default=0.5)
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.psi_ids < 1 or not 0.0 <= args.overlap <= 1.0:
+        parser.error("--workers and --psi-ids must be >= 1, --overlap in [0, 1]")
+    split: HeteroSplit = load_hetero_split(data_dir(args.data_dir), args.dataset)
+    if split.task is not Task.BINARY:
+        parser.error(f"{args.dataset} is not a binary task")
+    params = _params(args, split)
+    blocks = [np.arange(split.host_train.shape[1])]
+    n_rows = int(split.y_train.size)
+    costs = CostModel.measure(args.key_bits, n_rows)
+    rate = bare_exchange_rate()
+
+    with tempfile.TemporaryDirectory(prefix="p2pboost-scaleout-") as tmp:
+        base = Path(tmp)
+        certs.init(base / "federation", [GUEST, "host1"])
+        # Each party's cluster has a CA of its own (one identity for its nodes, one for the
+        # party's client); PSI's shared cluster uses the guest's.
+        compute: dict[str, dict[str, Any]] = {}
+        for party in (GUEST, "host1"):
+            certs.init(base / party, ["node", "party"])
+            compute[party] = {name: str(base / party / name) for name in ("node", "party")}
+        certs.init(base / "federation-psi", ["guest", "host"])
+        certs.init(base / "psi-cluster", ["node", "party"])
+
+        def federation(compute_by_party: dict[str, dict[str, Any]] | None) -> Any:
+            return run_federation(
+                base / "federation",
+                split,
+                blocks,
+                params,
+                key_bits=args.key_bits,
+                workers=args.workers,
+                compute=compute_by_party,
+            )
+
+        pool_run = federation(None)
+        dask_run = federation(compute)
+        killed = {GUEST: compute[GUEST], "host1": {**compute["host1"], "kill": True}}
+        kill_run = federation(killed)
+
+        with local_cluster(args.workers, base / "psi-cluster" / "node") as cluster:
+            probe = connect_cluster(cluster.scheduler_address, base / "psi-cluster" / "party")
+            try:
+                probe.start()
+                overhead = task_overhead(probe)
+            finally:
+                probe.shutdown()
+        psi_pool_s, psi_dask_s, psi_ok = _psi(
+            args.psi_ids,
+            args.overlap,
+            args.seed,
+            args.workers,
+            base / "federation-psi",
+            base / "psi-cluster",
+        )
+
+    n_trees = max(1, len(GuestModel.from_dict(pool_run.guest["model"]).trees))
+    pool_s = pool_run.guest["seconds"] / n_trees
+    dask_s = dask_run.guest["seconds"] / n_trees
+    kill_s = kill_run.guest["seconds"] / n_trees
+    core = train(params, split.X_train, split.y_train).trees
+    pool_trees, dask_trees, kill_trees = (_trees(r) for r in (pool_run, dask_run, kill_run))
+    identical = compare_trees(pool_trees, core) and compare_trees(dask_trees, core)
+    moves = int(kill_run.hosts[0]["moves"])
+    killed_identical = compare_trees(kill_trees, core) and moves >= 1
+    scored, layers = _scored_nodes(GuestModel.from_dict(pool_run.guest["model"]), args.depth)
+    from p2pboost.crypto.keys import make_keypair
+
+    ct_bytes = make_keypair("paillier", args.key_bits, allow_insecure=True)[0].ciphertext_bytes
+    model = _model(
+        costs,
+        rate,
+        overhead,
+        ct_bytes,
+        split.host_train.shape[1],
+        layers,
+        scored,
+        _candidates(split.host_train, args.bins),
+    )
+    print_table(
+        [
+            ("dataset / rows", f"{args.dataset} / {n_rows}"),
+            (
+                "trees / depth / key bits / workers per party",
+                f"{args.trees} / {args.depth} / {args.key_bits} / {args.workers}",
+            ),
+            ("pool s/tree", pool_s),
+            ("dask (TLS LocalCluster) s/tree", dask_s),
+            ("dask / pool", dask_s / pool_s),
+            ("dask, a host worker killed in tree 1: s/tree", kill_s),
+            ("host shard moves after the kill", moves),
+            ("identical trees (pool, dask = core)", identical),
+            ("identical trees with a worker killed", killed_identical),
+            ("cluster overhead per task (ms)", 1e3 * overhead),
+            (f"PSI {args.psi_ids} x {args.psi_ids}: pool s", psi_pool_s),
+            ("PSI: dask s", psi_dask_s),
+            ("PSI: dask / pool", psi_dask_s / psi_pool_s),
+            ("PSI correct (both)", psi_ok),
+        ],
+        "Scale-out: local pool vs a TLS Dask cluster per party",
+    )
+    for key, value in model.items():
+        if key != "assumptions":
+            print(f"  model {key}: {value}")
+    emit_json(
+        {
+            "benchmark": "scaleout",
+            "dataset": args.dataset,
+            "rows": n_rows,
+            "key_bits": args.key_bits,
+            "workers": args.workers,
+            "pool_s_per_tree": round(pool_s, 4),
+            "dask_s_per_tree": round(dask_s, 4),
+            "ratio": round(dask_s / pool_s, 4),
+            "identical_trees": identical,
+            "tls": True,
+            "worker_killed_identical": killed_identical,
+            "killed_s_per_tree": round(kill_s, 4),
+            "moves": moves,
+            "psi_ids": args.psi_ids,
+            "psi_pool_s": round(psi_pool_s, 3),
+            "psi_dask_s": round(psi_dask_s, 3),
+            "psi_ratio": round(psi_dask_s / psi_pool_s, 4),
+            "psi_correct": psi_ok,
+            "model": model,
+        }
+    )
+    ok = identical and killed_identical and psi_ok
+    return 0 if ok else 1
