@@ -11,14 +11,17 @@ Back to back, in this order:
    single-threaded worker processes (certificates of a cluster CA of its own, not the
    federation's), used through a :class:`~p2pboost.workers.ClusterPool`; the guest's
    decryptions run in a local pool (the private key never goes to the cluster);
+   The guest's cluster, on the guest's own machine, may hold its key (``key_workers="all"``);
 3. **dask, a worker killed**: as 2, and the host's worker of its first shard is killed with
    SIGKILL when the host starts the first layer of the first tree;
-4. **PSI** of ``--psi-ids`` x ``--psi-ids`` ids (``--overlap`` in common): both parties in
+4. **dask, the key kept off the cluster**: as 2, but the guest's decryptions run in a local
+   pool and its workers encrypt with the public key only (``keyless_s_per_tree``);
+5. **PSI** of ``--psi-ids`` x ``--psi-ids`` ids (``--overlap`` in common): both parties in
    this process over TLS WebSockets, sharing a pool of ``--workers`` processes, then sharing a
    TLS ``LocalCluster`` of as many workers.
 
 Timed as in ``hetero`` (``s_per_tree``: the guest's wall time in ``guest_train`` per tree;
-pools and clusters are started and warmed before). ``identical_trees``: runs 1 and 2 grow the
+pools and clusters are started and warmed before). ``identical_trees``: runs 1, 2 and 4 grow the
 plaintext core's trees; ``worker_killed_identical``: run 3 too, and the host's shard moved to a
 live worker (``moves``). ``psi_*_s``: wall seconds of the PSI run; both must be correct.
 
@@ -29,7 +32,8 @@ overhead per task (the mean of 200 empty tasks in flight at once on the TLS clus
 the tree's shape measured in run 1. Its assumptions are in the README next to this file.
 
 Last line: ``{"benchmark": "scaleout", "dataset", "pool_s_per_tree", "dask_s_per_tree",
-"ratio", "identical_trees", "tls": true, "worker_killed_identical", "moves", "psi_ids",
+"ratio", "identical_trees", "tls": true, "worker_killed_identical", "killed_s_per_tree",
+"keyless_s_per_tree", "moves", "psi_ids",
 "psi_pool_s", "psi_dask_s", "psi_ratio", "psi_correct", "model": {...}}``.
 """
 
@@ -211,6 +215,12 @@ def main(argv: list[str]) -> int:
         for party in (GUEST, "host1"):
             certs.init(base / party, ["node", "party"])
             compute[party] = {name: str(base / party / name) for name in ("node", "party")}
+        # The guest's cluster runs on its own machine here: as trusted as its local pool, so
+        # its workers may hold the key (encryption then uses the key's CRT form, as the pool
+        # does). Run 4 keeps the key off the cluster: decryption in a local pool, public-key
+        # encryption on the workers.
+        keyless = {GUEST: dict(compute[GUEST]), "host1": compute["host1"]}
+        compute[GUEST]["key_workers"] = "all"
         certs.init(base / "federation-psi", ["guest", "host"])
         certs.init(base / "psi-cluster", ["node", "party"])
 
@@ -229,6 +239,7 @@ def main(argv: list[str]) -> int:
         dask_run = federation(compute)
         killed = {GUEST: compute[GUEST], "host1": {**compute["host1"], "kill": True}}
         kill_run = federation(killed)
+        keyless_run = federation(keyless)
 
         with local_cluster(args.workers, base / "psi-cluster" / "node") as cluster:
             probe = connect_cluster(cluster.scheduler_address, base / "psi-cluster" / "party")
@@ -250,9 +261,12 @@ def main(argv: list[str]) -> int:
     pool_s = pool_run.guest["seconds"] / n_trees
     dask_s = dask_run.guest["seconds"] / n_trees
     kill_s = kill_run.guest["seconds"] / n_trees
+    keyless_s = keyless_run.guest["seconds"] / n_trees
     core = train(params, split.X_train, split.y_train).trees
-    pool_trees, dask_trees, kill_trees = (_trees(r) for r in (pool_run, dask_run, kill_run))
-    identical = compare_trees(pool_trees, core) and compare_trees(dask_trees, core)
+    pool_trees, dask_trees, kill_trees, keyless_trees = (
+        _trees(r) for r in (pool_run, dask_run, kill_run, keyless_run)
+    )
+    identical = all(compare_trees(t, core) for t in (pool_trees, dask_trees, keyless_trees))
     moves = int(kill_run.hosts[0]["moves"])
     killed_identical = compare_trees(kill_trees, core) and moves >= 1
     scored, layers = _scored_nodes(GuestModel.from_dict(pool_run.guest["model"]), args.depth)
@@ -280,8 +294,9 @@ def main(argv: list[str]) -> int:
             ("dask (TLS LocalCluster) s/tree", dask_s),
             ("dask / pool", dask_s / pool_s),
             ("dask, a host worker killed in tree 1: s/tree", kill_s),
+            ("dask, the key off the guest's cluster: s/tree", keyless_s),
             ("host shard moves after the kill", moves),
-            ("identical trees (pool, dask = core)", identical),
+            ("identical trees (pool, both dask runs = core)", identical),
             ("identical trees with a worker killed", killed_identical),
             ("cluster overhead per task (ms)", 1e3 * overhead),
             (f"PSI {args.psi_ids} x {args.psi_ids}: pool s", psi_pool_s),
@@ -308,6 +323,7 @@ def main(argv: list[str]) -> int:
             "tls": True,
             "worker_killed_identical": killed_identical,
             "killed_s_per_tree": round(kill_s, 4),
+            "keyless_s_per_tree": round(keyless_s, 4),
             "moves": moves,
             "psi_ids": args.psi_ids,
             "psi_pool_s": round(psi_pool_s, 3),

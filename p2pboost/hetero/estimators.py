@@ -233,8 +233,10 @@ class HeteroGuest:
 class HeteroHost:
     """A feature holder: learns nothing about labels, keeps its thresholds to itself.
 
-    ``executor``: a :class:`~p2pboost.workers.PinnedPool` (``p2pboost.workers.pinned_pool``)
-    is used as it is; with any other executor each training starts ``workers`` pinned
+    ``executor``: a :class:`~p2pboost.workers.PinnedPool` (``p2pboost.workers.pinned_pool``),
+    a ``distributed.Client`` or a :class:`~p2pboost.workers.ClusterPool` (the shards then live
+    on the cluster's workers) is used as it is; with any other executor each training starts
+    ``workers`` pinned
     processes of its own for the ciphertexts (see :func:`p2pboost.hetero.train.host_train`).
     ``sparse``: how the host treats features that are mostly one value (``"auto"``, True,
     False; see ``host_train``); it changes the host's work, never the trees.

@@ -501,10 +501,12 @@ async def host_train(
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a
     :class:`~p2pboost.workers.PinnedPool`. Pass one as ``executor`` (it may be shared with
-    other roles and runs) and it is used as it is. Any other executor cannot keep state in a
-    chosen process: the host then starts its own pinned pool of ``workers`` processes for the
-    shards (shut down when training ends) and uses your executor only for compressing
-    split-infos. Without an executor it starts a pinned pool and uses it for everything.
+    other roles and runs) and it is used as it is; a ``distributed.Client`` (or a
+    :class:`~p2pboost.workers.ClusterPool`) keeps the shards on a Dask cluster's workers.
+    Any other executor cannot keep state in a chosen process: the host then starts its own
+    pinned pool of ``workers`` processes for the shards (shut down when training ends) and
+    uses your executor only for compressing split-infos. Without an executor it starts a
+    pinned pool and uses it for everything.
     """
     given = names_of(X) if feature_names is None else list(feature_names)
     if init_model is not None:

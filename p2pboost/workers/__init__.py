@@ -86,7 +86,8 @@ async def owned_executor(
     no pinning.
     """
     if executor is not None and is_dask_client(executor):
-        cluster = ClusterPool(cast(Any, executor))  # the client stays the caller's
+        # The client stays the caller's; the pool asks the scheduler for its workers.
+        cluster = await asyncio.to_thread(ClusterPool, cast(Any, executor))
         try:
             yield cluster, workers if workers and not pinned else cluster.workers
         finally:

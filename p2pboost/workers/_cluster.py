@@ -135,6 +135,11 @@ class ClusterPool(PinnedExecutor):
     ) -> None:
         self._client: Any = cast(Any, client)  # Dask's client is not typed throughout
         self._address = str(getattr(self._client.scheduler, "address", "?"))
+        if self._client.asynchronous:
+            raise ConfigError(
+                "pass a synchronous distributed.Client (made outside the event loop, or with "
+                "asynchronous=False): the pool runs its own calls in Dask's thread"
+            )
         threads = self._client.nthreads()
         if not threads:
             raise ClusterError(f"the compute cluster at {self._address} has no workers")
@@ -452,8 +457,9 @@ def _unsubscribe(client: Any, pool: ClusterPool) -> None:
             client.unsubscribe_topic("all")
 
 
-class _Cancelled(Exception):
-    """A Dask future cancelled under a task: its worker or the scheduler went away."""
+class _Cancelled(ClusterError):
+    """A Dask future cancelled under a task: its worker or the scheduler went away (what a
+    plain task's caller then sees; a place's task is sent again first)."""
 
 
 def _log(place: _Place, job: _Job) -> None:

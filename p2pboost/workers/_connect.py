@@ -101,12 +101,30 @@ def connect_cluster(
         )
     except (OSError, TimeoutError) as exc:
         raise ClusterError(f"cannot reach the compute cluster at {scheduler}: {exc}") from None
-    return ClusterPool(client, key_workers=key_workers, owns_client=True)
+    try:
+        return ClusterPool(client, key_workers=key_workers, owns_client=True)
+    except BaseException:
+        client.close()
+        raise
 
 
 def _lower_priority() -> None:
     with contextlib.suppress(OSError, AttributeError):
         os.nice(WORKER_NICENESS)
+
+
+def _priority_plugin() -> Any:
+    """A worker plugin that lowers its worker's priority when the worker starts, restarted
+    workers included (Dask sends it to every worker that joins)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class LowerPriority(WorkerPlugin):
+        name = "p2pboost-lower-priority"
+
+        def setup(self, worker: Any) -> None:
+            _lower_priority()
+
+    return LowerPriority()
 
 
 def local_cluster(
@@ -130,5 +148,5 @@ def local_cluster(
             dashboard_address=":0",  # no fixed port: several clusters may run on one machine
         )
     with distributed.Client(cluster, set_as_default=False) as client:
-        client.run(_lower_priority)
+        client.register_plugin(_priority_plugin())
     return cluster

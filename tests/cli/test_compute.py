@@ -40,7 +40,8 @@ def _train(directory: Path, cert_root: Path, compute: str = "") -> list[Any]:
         ["party", "--config", str(guest_toml)], ["party", "--config", str(host_toml)]
     )
     if compute:
-        assert "compute: 2 workers" in g_err and "compute: 2 workers" in h_err
+        assert "compute: 2 workers" in g_err
+        assert "compute: 2 workers" in h_err
     guest = GuestModel.load(directory / "out-guest" / "model.json")
     host = HostModel.load(directory / "out-host" / "model.json")
     return joined_trees(guest, [host])

@@ -206,3 +206,20 @@ async def test_psi_on_the_cluster_finds_the_intersection(dask_pool: ClusterPool)
     expected = sorted(set(ours) & set(theirs))
     assert sorted(ours[i] for i in g.positions) == expected
     assert sorted(theirs[i] for i in h.positions) == expected
+
+
+def test_a_lost_scheduler_fails_the_tasks_with_a_clear_error(cluster_certs: Path) -> None:
+    from p2pboost.workers import local_cluster
+
+    running = local_cluster(1, cluster_certs / "own" / "node")
+    pool = connect_cluster(running.scheduler_address, cluster_certs / "own" / "party")
+    try:
+        assert pool.submit(_pid).result(timeout=30) > 0
+        address = running.scheduler_address
+        running.close()  # the scheduler and its worker go away
+        with pytest.raises(ClusterError, match=address.split("://")[1]):
+            pool.submit(_pid).result(timeout=60)
+        with pytest.raises(ClusterError):
+            pool.submit_to(0, _push, "gone", 1).result(timeout=120)
+    finally:
+        pool.shutdown()
