@@ -184,7 +184,11 @@ class ClusterPool(PinnedExecutor):
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Run ``fn`` on any worker (Dask reruns it elsewhere if its worker dies)."""
         future: Future[T] = Future()
-        remote = self._send(_call, fn, args, dict(kwargs), None)
+        try:
+            remote = self._send(_call, fn, args, dict(kwargs), None)
+        except ClusterError as exc:
+            future.set_exception(exc)
+            return future
         self._watch(remote, lambda ok, value: _settle(future, ok, value))
         return future
 
@@ -204,7 +208,15 @@ class ClusterPool(PinnedExecutor):
         return future
 
     def _dispatch(self, place: _Place, job: _Job) -> None:
-        remote = self._send(_pinned, job.fn, job.args, job.kwargs, place.home)
+        try:
+            remote = self._send(_pinned, job.fn, job.args, job.kwargs, place.home)
+        except ClusterError as exc:  # the client is gone: so is every task of the place
+            with self._lock:
+                waiting = [j.future for j in place.jobs if j.future is not None]
+                place.jobs.clear()
+            for future in waiting:
+                _settle(future, False, exc)
+            return
         with self._lock:
             job.remote = remote
         self._watch(remote, lambda ok, value: self._ended(place, job, remote, ok, value))
@@ -340,6 +352,8 @@ class ClusterPool(PinnedExecutor):
         with self._lock:
             self._check_open()
             priority = -next(self._order)
+        if self._client.status in ("closing", "closed"):  # its futures would never end
+            raise _Cancelled(self._lost())
         restrictions: dict[str, Any] = (
             {} if home is None else {"workers": [home], "allow_other_workers": False}
         )

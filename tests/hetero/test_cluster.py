@@ -212,14 +212,17 @@ def test_a_lost_scheduler_fails_the_tasks_with_a_clear_error(cluster_certs: Path
     from p2pboost.workers import local_cluster
 
     running = local_cluster(1, cluster_certs / "own" / "node")
-    pool = connect_cluster(running.scheduler_address, cluster_certs / "own" / "party")
+    security = cluster_security(cluster_certs / "own" / "party")
+    # timeout: how long the client tries to reconnect before it gives up (default 30 s)
+    client = distributed.Client(running.scheduler_address, security=security, timeout=3)
+    pool = ClusterPool(client, owns_client=True, move_timeout=2.0)  # no worker will come back
     try:
         assert pool.submit(_pid).result(timeout=30) > 0
         address = running.scheduler_address
         running.close()  # the scheduler and its worker go away
         with pytest.raises(ClusterError, match=address.split("://")[1]):
             pool.submit(_pid).result(timeout=60)
-        with pytest.raises(ClusterError):
-            pool.submit_to(0, _push, "gone", 1).result(timeout=120)
+        with pytest.raises(ClusterError, match="lost a worker or the scheduler"):
+            pool.submit_to(0, _push, "gone", 1).result(timeout=30)
     finally:
         pool.shutdown()
