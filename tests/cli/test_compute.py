@@ -15,8 +15,6 @@ from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from tests.cli.conftest import free_port, party_configs, write_vertical_csvs
 from tests.cli.test_party import _run_pair
 
-pytest.importorskip("distributed", reason="the dask extra is part of [dev]")
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:

@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+import distributed  # the dask extra is part of [dev]: no skipping without it
 import numpy as np
 import pytest
 
@@ -27,10 +28,6 @@ from p2pboost.protocols.psi import psi_guest, psi_host
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from p2pboost.workers import ClusterPool, Log, cluster_security, connect_cluster, stateful
 from tests.hetero.conftest import Keys, assert_same_trees, federate
-
-distributed = pytest.importorskip("distributed", reason="the dask extra is part of [dev]")
-
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
