@@ -446,6 +446,7 @@ def _guest_predictor(
         max_wait=serve.max_wait_ms / 1000.0,
         host_timeout=serve.host_timeout,
         session_prefix=SERVE_PREFIX,
+        executor=run.executor,
     )
 
 
@@ -510,7 +511,9 @@ async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
         f"answering {run.peer}'s queries for {store.n_features} features"
         + ("" if sessions is None else f" ({sessions} session)")
     )
-    await serve_host(node, model, store, session_prefix=SERVE_PREFIX, sessions=sessions)
+    await serve_host(
+        node, model, store, session_prefix=SERVE_PREFIX, sessions=sessions, executor=run.executor
+    )
     return run.result()
 
 
