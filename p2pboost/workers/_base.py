@@ -70,10 +70,6 @@ class PinnedExecutor(Executor, abc.ABC):
     its tasks one at a time in the order sent, so that state a task leaves behind is there for
     the next task sent to the same place."""
 
-    #: Whether a place's state can vanish while the executor lives (a cluster worker lost and
-    #: replaced). Such an executor replays the logs of :func:`stateful` kernels to rebuild it.
-    loses_state: bool = False
-
     @property
     @abc.abstractmethod
     def workers(self) -> int:

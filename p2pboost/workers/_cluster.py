@@ -123,8 +123,6 @@ class ClusterPool(PinnedExecutor):
     ``move_timeout``: how long a place whose worker is gone waits for a live worker.
     """
 
-    loses_state = True
-
     def __init__(
         self,
         client: Client,
