@@ -109,7 +109,7 @@ from p2pboost.hetero.modes import FeatureSchedule
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import AnyExecutor, PinnedExecutor, is_dask_client, owned_executor
+from p2pboost.workers import AnyExecutor, PinnedExecutor, owned_executor
 
 __all__ = [
     "GuestPhase",
@@ -584,7 +584,7 @@ async def host_train(
         assert isinstance(pinned, PinnedExecutor)
         host.shards = Shards(pinned)
         # Compression needs no pinning: the caller's executor when there is one.
-        plain = pinned if executor is None or is_dask_client(executor) else cast(Executor, executor)
+        plain = executor if isinstance(executor, Executor) else pinned  # a Dask client: its pool
         host.engine = CryptoEngine(setup.key, executor=plain, workers=n_workers)
         fingerprint = await host.serve()
     progress.enter(HostPhase.DONE)

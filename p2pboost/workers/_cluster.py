@@ -181,9 +181,19 @@ class ClusterPool(PinnedExecutor):
     # -- plain tasks -----------------------------------------------------------------------------
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Run ``fn`` on any worker (Dask reruns it elsewhere if its worker dies)."""
+        return self._submit_on(None, fn, args, dict(kwargs))
+
+    def _submit_on(
+        self,
+        workers: list[str] | None,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Future[T]:
+        """A task without state, on ``workers`` only (None: any worker)."""
         future: Future[T] = Future()
         try:
-            remote = self._send(_call, fn, args, dict(kwargs), None)
+            remote = self._send(_call, fn, args, kwargs, workers)
         except ClusterError as exc:
             future.set_exception(exc)
             return future
@@ -207,7 +217,7 @@ class ClusterPool(PinnedExecutor):
 
     def _dispatch(self, place: _Place, job: _Job) -> None:
         try:
-            remote = self._send(_pinned, job.fn, job.args, job.kwargs, place.home)
+            remote = self._send(_pinned, job.fn, job.args, job.kwargs, [place.home])
         except ClusterError as exc:  # the client is gone: so is every task of the place
             with self._lock:
                 waiting = [j.future for j in place.jobs if j.future is not None]
@@ -343,17 +353,17 @@ class ClusterPool(PinnedExecutor):
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        home: str | None,
+        workers: list[str] | None,
     ) -> Any:
-        """Submit ``runner(fn, args, kwargs)`` (only on ``home`` if given), after every task
-        submitted before it."""
+        """Submit ``runner(fn, args, kwargs)`` (only on ``workers`` if given), after every
+        task submitted before it."""
         with self._lock:
             self._check_open()
             priority = -next(self._order)
         if self._client.status in ("closing", "closed"):  # its futures would never end
             raise _Cancelled(self._lost())
         restrictions: dict[str, Any] = (
-            {} if home is None else {"workers": [home], "allow_other_workers": False}
+            {} if workers is None else {"workers": workers, "allow_other_workers": False}
         )
         remote = self._client.submit(
             runner, fn, args, kwargs, pure=False, priority=priority, **restrictions
@@ -508,9 +518,4 @@ class _Restricted(Executor):
         self._workers = workers
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        future: Future[T] = Future()
-        client: Any = self._pool.client
-        remote = client.submit(_call, fn, args, dict(kwargs), pure=False, workers=self._workers)
-
-        self._pool._watch(remote, lambda ok, value: _settle(future, ok, value))
-        return future
+        return self._pool._submit_on(self._workers, fn, args, dict(kwargs))

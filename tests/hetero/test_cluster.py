@@ -223,3 +223,18 @@ def test_a_lost_scheduler_fails_the_tasks_with_a_clear_error(cluster_certs: Path
             pool.submit_to(0, _push, "gone", 1).result(timeout=30)
     finally:
         pool.shutdown()
+
+
+def test_key_tasks_run_only_on_the_named_key_workers(cluster: Any, cluster_certs: Path) -> None:
+    security = cluster_security(cluster_certs / "own" / "party")
+    client = distributed.Client(cluster.scheduler_address, security=security)
+    pids = client.run(os.getpid)
+    trusted = sorted(pids)[0]
+    pool = ClusterPool(client, owns_client=True, key_workers=[trusted])
+    try:
+        keyholder = pool.keyholder()
+        assert keyholder is not pool
+        ran = {keyholder.submit(_pid).result(timeout=30) for _ in range(8)}
+        assert ran == {pids[trusted]}
+    finally:
+        pool.shutdown()
