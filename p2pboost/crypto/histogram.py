@@ -18,7 +18,8 @@ What the protocols need besides the plain build:
   the inverses are computed with Montgomery's batch-inversion trick, one ``invert`` per
   histogram instead of one per cell;
 * **sparse features**: the cell of a feature's most common bin (zero, for sparse data) is not
-  summed row by row but derived from the node total: ``total * (product of the other cells)**-1``;
+  summed row by row but derived from the node total: ``total * (product of the other cells)**-1``
+  (the divisions of every feature of a build share one batch inversion);
 * **cumulative sums** over bins (:meth:`~EncryptedHistogram.cumulative`): the left sums of every
   split candidate.
 
@@ -223,6 +224,7 @@ def build_histogram(
         totals = [product([plane[i] for i in ids_all], n2) for plane in ciphertexts]
         made += len(ciphertexts) * max(0, len(ids_all) - 1)
 
+    derived: list[tuple[int, int, Any]] = []  # (plane, cell, product of the other bins)
     for f in used:
         col = sub[:, f]
         ids = idx
@@ -248,9 +250,12 @@ def build_histogram(
             z = int(zb[f])
             counts[f, z] = idx.size - int(cnt.sum())
             occupied = [base + b for b, k in enumerate(cnt_list) if k]
-            for total, out in zip(totals, planes, strict=True):
-                others = product([out[i] for i in occupied], n2)
-                out[base + z] = total * gmpy2.invert(others, n2) % n2
+            for p, out in enumerate(planes):
+                derived.append((p, base + z, product([out[i] for i in occupied], n2)))
             made += len(ciphertexts) * len(occupied)  # the others' product and the division
+    if derived and totals is not None:  # every derived bin's division with one inversion
+        inverses = batch_invert([others for _, _, others in derived], n2)
+        for (p, cell, _), inv in zip(derived, inverses, strict=True):
+            planes[p][cell] = totals[p] * inv % n2
     _PRODUCTS[0] += made
     return EncryptedHistogram(public_key, n_bins, counts, planes)

@@ -27,6 +27,7 @@ federated guest reproduce the choice exactly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,7 @@ __all__ = [
     "candidate_mask",
     "find_best_splits",
     "leaf_weight",
+    "min_child_rows",
     "no_splits",
     "split_gains",
 ]
@@ -123,6 +125,27 @@ def candidate_mask(n_bins: I64, n_value_bins: int) -> B8:
     nb = np.asarray(n_bins)[:, None]
     both = t <= nb - 2
     return np.stack([both, both | (t == nb - 1)], axis=-1)
+
+
+def min_child_rows(min_samples_leaf: int, min_child_weight: float, hess_magnitude_bits: int) -> int:
+    """The fewest rows a child can have and still be valid, from counts alone.
+
+    A child needs ``min_samples_leaf`` rows and, for every output, a hessian sum of at least
+    ``min_child_weight``. When every row's hessian is at most ``2**hess_magnitude_bits`` (the
+    bound of the tree's hessian grid, :class:`~p2pboost.gbdt.fixedpoint.Grid`), a child of
+    ``c`` rows has a hessian sum of at most ``c * 2**hess_magnitude_bits``, so it is invalid if
+    ``c < ceil(min_child_weight / 2**hess_magnitude_bits)``. Why it matters: a vertical host
+    knows its candidates' row counts but not their hessians; with this bound it leaves out
+    candidates the core would reject anyway (the logistic loss's hessians are at most 1/4, so
+    with XGBoost's default ``min_child_weight = 1`` a child needs 4 rows), which saves the
+    host their compression and the guest their decryption without changing any tree.
+    """
+    try:
+        needed = math.ldexp(min_child_weight, -hess_magnitude_bits)
+    except OverflowError:
+        needed = math.inf
+    by_hessian = math.ceil(needed) if needed < 2.0**62 else 1 << 62  # tiny hessians: no child
+    return max(min_samples_leaf, by_hessian)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

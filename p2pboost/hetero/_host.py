@@ -41,7 +41,7 @@ from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid
-from p2pboost.gbdt.split import candidate_mask
+from p2pboost.gbdt.split import candidate_mask, min_child_rows
 from p2pboost.hetero import _kernels as k
 from p2pboost.hetero._common import (
     B8,
@@ -153,6 +153,8 @@ class Host:
     evals: list[BinnedData]
     min_rows: int
     progress: Progress
+    #: The guest's min_child_weight: with a tree's hessian bound, more rows a child needs.
+    min_child_weight: float = 0.0
     sparse: bool | str = "auto"
     #: Bytes the histograms kept between layers may take, over all shards (None: no bound).
     hist_budget: int | None = None
@@ -244,6 +246,14 @@ class _HostTree:
             self.spec = packing_spec(m, grids, host.public_key, msg.outputs)
         except InputError as exc:
             raise reject(peer, f"bad gradient grid: {exc}") from None
+        #: The fewest rows a child may have: the core rejects a candidate with fewer on a side
+        #: (min_samples_leaf, and min_child_weight over this tree's hessian bound); 0 in a
+        #: private run, which offers every candidate.
+        self.min_rows = (
+            host.min_rows
+            if host.min_rows <= 0
+            else min_child_rows(host.min_rows, host.min_child_weight, grids[1].magnitude_bits)
+        )
         self.positions = np.zeros(n, dtype=np.int64)
         self.n_nodes = 1
         self.frontier = [0]
@@ -283,7 +293,9 @@ class _HostTree:
     async def run(self) -> None:
         h = self.h
         h.progress.enter(HostPhase.ROOT, 0)
-        await h.shards.each(k.shard_tree, self.sample, self.allowed, self.spec.plaintexts_per_row)
+        await h.shards.each(
+            k.shard_tree, self.sample, self.allowed, self.spec.plaintexts_per_row, self.min_rows
+        )
         await self._root()
         root = self.node_features.get(0)
         keep = self.capacity != 0  # else not even the root stays: children built from rows

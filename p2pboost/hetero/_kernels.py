@@ -41,7 +41,9 @@ for direction 1. Three kinds of candidates are *not* sent, none of which can cha
 choice:
 
 * a side with fewer than ``min_rows`` rows (with ``min_rows >= 1``, an empty side: its gain is
-  exactly 0 or the candidate is invalid, and a split needs a gain above ``MIN_GAIN > 0``);
+  exactly 0 or the candidate is invalid, and a split needs a gain above ``MIN_GAIN > 0``;
+  more generally, fewer rows than ``min_samples_leaf`` or than the tree's hessian bound
+  allows for ``min_child_weight``: :func:`~p2pboost.gbdt.split.min_child_rows`);
 * direction 1 of a feature without missing values in the node (same sums as direction 0,
   which the core prefers on ties);
 * a bin ``t > 0`` holding no row of the node: same left set (hence same sums and gain) as
@@ -231,6 +233,8 @@ class _Shard:
     min_rows: int
     index: int
     shards: int
+    #: This tree's fewest rows per child (:func:`shard_tree`): ``min_rows`` or more.
+    tree_min_rows: int = 0
     sample: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     slot_of_row: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     allowed: B8 = field(default_factory=lambda: np.zeros((0, 0, 2), np.bool_))
@@ -276,7 +280,7 @@ class _Shard:
     ) -> NodeCandidates:
         """The node's candidates (``features``: the node's own column draw, if any)."""
         allowed = self.allowed if features is None else self.allowed & features[:, None, None]
-        f, b, dl, left = node_candidates(counts, allowed, self.min_rows)
+        f, b, dl, left = node_candidates(counts, allowed, self.tree_min_rows)
         sums = candidate_sums(hist, f, b, dl, counts[:, -1])
         data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
         return NodeCandidates(f, b, dl, left, data)
@@ -331,11 +335,14 @@ def shard_open(
 
 
 @stateful(Log.APPEND)
-def shard_tree(token: str, sample: I64, allowed: B8, planes: int = 1) -> None:
-    """A tree begins: its sampled rows (slot order), candidate mask and the plaintexts per
-    packed row; nothing else kept."""
+def shard_tree(
+    token: str, sample: I64, allowed: B8, planes: int = 1, min_rows: int | None = None
+) -> None:
+    """A tree begins: its sampled rows (slot order), candidate mask, the plaintexts per
+    packed row and the fewest rows a child may have (None: the run's); nothing else kept."""
     shard = _get(token)
     shard.sample, shard.allowed = sample, allowed
+    shard.tree_min_rows = shard.min_rows if min_rows is None else min_rows
     shard.used = np.flatnonzero(allowed.reshape(allowed.shape[0], -1).any(axis=1))
     shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
     shard.slot_of_row[sample] = np.arange(sample.size)

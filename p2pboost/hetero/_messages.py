@@ -24,6 +24,7 @@ from p2pboost.gbdt.params import MAX_BIN_LIMIT
 from p2pboost.protocols._messages import (
     Array,
     Bool,
+    Float,
     Instance,
     Int,
     ListOf,
@@ -137,7 +138,10 @@ class Setup(TrainMessage, tag="setup"):
     warm start also names the model it continues (``init``, its fingerprint) and the
     fingerprint chain over that model's trees (the first ``start`` of this run). ``private``:
     a differentially private run (:data:`PRIVATE_SHUFFLED` or :data:`PRIVATE_ORDERED`),
-    whose hosts offer every candidate of the fixed grid; 0 otherwise."""
+    whose hosts offer every candidate of the fixed grid; 0 otherwise. ``min_child_weight``
+    (protocol version 6): with each tree's hessian grid, the fewest rows a child needs
+    (:func:`~p2pboost.gbdt.split.min_child_rows`), so hosts leave out candidates the guest
+    would reject."""
 
     version: Annotated[int, _VERSION]
     key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
@@ -148,6 +152,7 @@ class Setup(TrainMessage, tag="setup"):
     init: Annotated[str, Str(0, 128)] = ""
     chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
     private: Annotated[int, Int(0, 2)] = 0
+    min_child_weight: Annotated[float, Float(0.0, 1e300)] = 0.0
 
     def check(self) -> str | None:
         if self.chain and (not self.init or len(self.chain) != self.start):

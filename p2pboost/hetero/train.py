@@ -271,6 +271,7 @@ async def guest_train(
         "" if begin.warm is None else begin.warm.fingerprint,
         begin.prefix if begin.warm is not None else [],
         _private_mode(params),
+        params.min_child_weight,
     )
     await gather_or_cancel(*(send(link.ctl, setup) for link in links))
     warm = None
@@ -572,6 +573,7 @@ async def host_train(
         data=mapper.transform(X_arr),
         evals=[mapper.transform(e) for e in evals],
         min_rows=0 if setup.private else setup.min_samples_leaf,
+        min_child_weight=setup.min_child_weight,
         progress=progress,
         private=setup.private,
         sparse=sparse,

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize
@@ -13,6 +16,7 @@ from p2pboost.gbdt.split import (
     candidate_mask,
     find_best_splits,
     leaf_weight,
+    min_child_rows,
     split_gains,
 )
 
@@ -136,3 +140,33 @@ def test_missing_direction_is_learnt() -> None:
     )
     assert not bool(got.default_left[0])
     assert mapper.threshold(0, int(got.threshold[0])) == pytest.approx(0.0, abs=0.3)
+
+
+@given(
+    mcw=st.floats(0.0, 10.0),
+    mag=st.integers(-3, 3),
+    msl=st.integers(1, 20),
+    data=st.data(),
+)
+def test_min_child_rows_never_rejects_a_valid_child(
+    mcw: float, mag: int, msl: int, data: st.DataObject
+) -> None:
+    """Fewer rows than ``min_child_rows`` cannot reach ``min_child_weight`` with hessians at
+    most ``2**mag`` (so a host may leave such candidates out), and that many rows can."""
+    rows = min_child_rows(msl, mcw, mag)
+    assert rows >= msl
+    bound = math.ldexp(1.0, mag)
+    if rows > msl:  # the hessian rule binds: one row fewer, every hessian at its bound, fails
+        assert (rows - 1) * bound < mcw
+    assert rows * bound >= mcw  # every hessian at its bound: a child this small is valid
+    fewer = data.draw(st.integers(0, max(0, rows - 1)))
+    hess = data.draw(st.lists(st.floats(0.0, bound), min_size=fewer, max_size=fewer))
+    assert fewer < msl or math.fsum(hess) < mcw
+
+
+def test_min_child_rows_for_the_logistic_loss() -> None:
+    """Hessians of the logistic loss are at most 1/4: XGBoost's default needs 4 rows."""
+    assert min_child_rows(1, 1.0, -2) == 4
+    assert min_child_rows(10, 1.0, -2) == 10
+    assert min_child_rows(1, 0.0, -2) == 1
+    assert min_child_rows(1, 1.0, -1100) == 1 << 62  # vanishing hessians: no child is valid

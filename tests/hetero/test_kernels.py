@@ -303,3 +303,29 @@ def test_chunk_parts_cover_every_slot_once() -> None:
             assert all(s % shards == shard for s in slots)
             got.update(dict.fromkeys(slots, shard))
         assert sorted(got) == list(range(start, start + n))
+
+
+def test_a_trees_fewest_rows_per_child_leaves_out_more_candidates(
+    keys: Keys, table: AnyTable
+) -> None:
+    """A tree may ask for more rows per child than the run (the hessian bound of
+    ``min_child_weight``): every candidate left has that many on both sides, and fewer are
+    sent than with the run's own minimum."""
+    public_key = keys[0]
+    n, max_bin = 120, 6
+    p = _problem(11, n, 3, max_bin)
+    spec, data = _encrypted(p, n, public_key, table)
+    run = _Run(public_key, p["codes"], max_bin + 1, 1, 2)
+    mask = candidate_mask(np.full(3, max_bin), max_bin)
+    try:
+        sent = {}
+        for min_rows in (None, 30):
+            run.each(k.shard_tree, np.arange(n), mask, 1, min_rows)
+            run.stream(data, 50)
+            cands = run.each(k.shard_root)
+            _check(cands, np.arange(n), p, spec, keys, max_bin, min_rows or 1)
+            sent[min_rows] = cands[0].feature.size
+            run.each(k.shard_end_tree)
+        assert 0 < sent[30] < sent[None]
+    finally:
+        run.close()

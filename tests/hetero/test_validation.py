@@ -164,6 +164,7 @@ async def test_host_refuses_a_malformed_layer(
                         "init": "",
                         "chain": [],
                         "private": 0,
+                        "min_child_weight": 1.0,
                     }
                 )
                 await ctl.send(
