@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from p2pboost.app.config import DataConfig
 from p2pboost.exceptions import ConfigError
-from p2pboost.hetero.feature_store import parse_floats, parse_ids, read_csv_columns
+from p2pboost.hetero.table_io import read_columns, read_header
 
 __all__ = ["Table", "load_table", "write_csv", "write_scores"]
 
@@ -29,10 +29,14 @@ F64 = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Table:
-    """A party's CSV as arrays: ids, features (in ``features`` order) and labels if any."""
+    """A party's CSV as arrays: ids, features (in ``features`` order) and labels if any.
+
+    ``X`` is a float64 array, or a ``scipy.sparse.csr_matrix`` when the table was read with
+    ``sparse`` (a host's mostly-zero features: see :mod:`p2pboost.hetero.table_io`).
+    """
 
     ids: npt.NDArray[Any]
-    X: F64
+    X: Any
     y: F64 | None
     features: tuple[str, ...]
 
@@ -43,6 +47,7 @@ def load_table(
     *,
     require_label: bool,
     model_features: Sequence[str] | None = None,
+    sparse: bool | str = False,
 ) -> Table:
     """Read ``path`` (default ``data.path``) with ``data``'s columns.
 
@@ -51,9 +56,10 @@ def load_table(
     ``model_features``: the names a model was trained on; the features are then read **by
     name** in the model's order, and a column the model needs but the file lacks, or a feature
     column the model does not know, fails naming it (never scores a reordered file by position).
+    ``sparse``: how to hold the features (:func:`~p2pboost.hetero.table_io.read_columns`).
     """
     source = path or data.path
-    header, columns = read_csv_columns(source)
+    header = read_header(source)
     for column in (data.id_column, *data.features):
         if column not in header:
             raise ConfigError(f"{source}: no column {column!r} (columns: {', '.join(header)})")
@@ -65,16 +71,10 @@ def load_table(
         names = _model_columns(source, names, model_features)
     if not names and label is None:  # labels alone are a vertical guest's whole table
         raise ConfigError(f"{source}: no feature columns")
-    ids = parse_ids(columns[data.id_column])
-    if np.unique(ids).size != ids.size:
+    read = read_columns(source, header, data.id_column, names, label, sparse=sparse)
+    if np.unique(read.ids).size != read.ids.size:
         raise ConfigError(f"{source}: the id column {data.id_column!r} has duplicates")
-    X = (
-        np.column_stack([parse_floats(columns[c], f"{source}: column {c!r}") for c in names])
-        if names
-        else np.empty((ids.size, 0))
-    )
-    y = None if label is None else parse_floats(columns[label], f"{source}: column {label!r}")
-    return Table(ids=ids, X=X, y=y, features=tuple(names))
+    return Table(ids=read.ids, X=read.X, y=read.y, features=tuple(names))
 
 
 def _model_columns(source: Path, available: Sequence[str], model: Sequence[str]) -> tuple[str, ...]:

@@ -26,6 +26,7 @@ directory (so the same file works whatever directory the command is started from
     id_column = "id"
     label_column = "y"              # guest and homo clients only
     features = []                   # default: every other column
+    sparse = "auto"                 # host: mostly-zero features kept sparse (true | false)
 
     [train]                         # BoostParams by name, plus the keys in _TRAIN_EXTRA
     n_estimators = 25
@@ -106,12 +107,17 @@ class Task(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class DataConfig:
-    """The party's CSV: one row per sample, an id column, numeric features."""
+    """The party's CSV: one row per sample, an id column, numeric features.
+
+    ``sparse`` (a vertical host's training): keep mostly-zero features as a sparse matrix
+    (``"auto"``: when at most a third of the cells are non-zero; True; False: always dense).
+    """
 
     path: Path
     id_column: str = "id"
     label_column: str | None = None
     features: tuple[str, ...] = ()
+    sparse: bool | str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +273,7 @@ class PartyConfig:
 
 _TOP = ("id", "role", "task", "listen", "certs", "workdir")
 _TABLES = ("peers", "data", "train", "predict", "serve", "node", "compute")
-_DATA = ("path", "id_column", "label_column", "features")
+_DATA = ("path", "id_column", "label_column", "features", "sparse")
 #: [train] keys that are not BoostParams fields.
 _TRAIN_EXTRA = (
     "key_bits",
@@ -371,11 +377,17 @@ def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
         raise ConfigError(
             f"{reader.source}: a {role.value} needs data.label_column (the label's column)"
         )
+    sparse = reader.table.get("sparse", "auto")
+    if sparse not in (True, False, "auto"):
+        raise reader.fail("sparse", f'expected true, false or "auto", not {sparse!r}')
+    if "sparse" in reader.table and role is not Role.HOST:
+        raise reader.fail("sparse", f"only a host keeps its features sparse, not a {role.value}")
     return DataConfig(
         path=base / reader.required("path"),
         id_column=reader.get_str("id_column", "id") or "id",
         label_column=label,
         features=tuple(features),
+        sparse=sparse,
     )
 
 

@@ -215,11 +215,16 @@ class _Run:
         require_label: bool,
         path: Path | None = None,
         model_features: Sequence[str] | None = None,
+        sparse: bool | str = False,
     ) -> Table:
         if self.config.data is None:  # the config check makes this unreachable for data roles
             raise ConfigError(f"{self.config.source}: a {self.config.role.value} needs [data]")
         return load_table(
-            self.config.data, path, require_label=require_label, model_features=model_features
+            self.config.data,
+            path,
+            require_label=require_label,
+            model_features=model_features,
+            sparse=sparse,
         )
 
     @property
@@ -354,7 +359,15 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
 async def _train_host(run: _Run, node: Node) -> PartyResult:
     from p2pboost.hetero.estimators import HeteroHost
 
-    table, outputs = await _aligned(run, node, run.table(require_label=False))
+    data = run.config.data
+    sparse = data.sparse if data is not None else False
+    read = run.table(require_label=False, sparse=sparse)
+    if hasattr(read.X, "nnz"):  # a scipy.sparse matrix (data.sparse): say so, with its density
+        density = read.X.nnz / max(1, read.X.shape[0] * read.X.shape[1])
+        run.reporter.info(
+            f"features: {read.X.shape[1]} columns, {density:.1%} of cells non-zero, kept sparse"
+        )
+    table, outputs = await _aligned(run, node, read)
     run.reporter.info(f"training with {run.peer} on {table.ids.size} rows...")
     t0 = time.perf_counter()
     eval_set = [table.X] if run.config.train.eval_train else []

@@ -13,18 +13,17 @@ caller's decision (serving reports them as :class:`~p2pboost.exceptions.UnknownI
 
 from __future__ import annotations
 
-import csv
 import inspect
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.hetero.table_io import read_columns, read_header
 
 __all__ = ["ArrayStore", "CallbackStore", "FeatureStore", "normalise_ids"]
 
@@ -137,7 +136,7 @@ class ArrayStore(FeatureStore):
         ``features`` picks columns (in that order); otherwise every column but the id and
         ``exclude`` (e.g. a label). Empty cells are missing values (NaN).
         """
-        header, columns = read_csv_columns(path)
+        header = read_header(path)
         if id_column not in header:
             raise ConfigError(f"{path}: no id column {id_column!r} (columns: {header})")
         names = (
@@ -148,10 +147,8 @@ class ArrayStore(FeatureStore):
         missing = [c for c in names if c not in header]
         if missing:
             raise ConfigError(f"{path}: no column(s) {missing} (columns: {header})")
-        X = np.empty((len(columns[id_column]), len(names)))
-        for j, name in enumerate(names):
-            X[:, j] = parse_floats(columns[name], f"{path}: column {name!r}")
-        return cls(parse_ids(columns[id_column]), X)
+        read = read_columns(path, header, id_column, names)
+        return cls(read.ids, read.X)
 
 
 class CallbackStore(FeatureStore):
@@ -187,48 +184,3 @@ class CallbackStore(FeatureStore):
                 f"expected ({ids.size}, {self._n_features}) and ({ids.size},)"
             )
         return rows, mask
-
-
-def read_csv_columns(path: str | os.PathLike[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Header and columns (as strings) of a CSV file, with clear errors."""
-    try:
-        with Path(path).open(newline="") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None:
-                raise ConfigError(f"{path}: empty file (a header row is required)")
-            header = [h.strip() for h in header]
-            if len(set(header)) != len(header):
-                raise ConfigError(f"{path}: duplicate column names in the header")
-            cols: list[list[str]] = [[] for _ in header]
-            for line_no, row in enumerate(reader, start=2):
-                if len(row) != len(header):
-                    raise ConfigError(
-                        f"{path}:{line_no}: {len(row)} fields, the header has {len(header)}"
-                    )
-                for col, value in zip(cols, row, strict=True):
-                    col.append(value)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    return header, dict(zip(header, cols, strict=True))
-
-
-def parse_floats(values: list[str], what: str) -> F64:
-    """Floats from CSV cells; empty cells (and NA/NaN) are missing values."""
-    cleaned = [v.strip() for v in values]
-    cleaned = ["nan" if v in {"", "NA", "NaN", "nan", "null"} else v for v in cleaned]
-    try:
-        return np.array(cleaned, dtype=np.float64)
-    except ValueError as exc:
-        raise ConfigError(f"{what} is not numeric ({exc})") from exc
-
-
-def parse_ids(values: list[str]) -> npt.NDArray[Any]:
-    """Ids from CSV cells: int64 when every id is an integer, else strings."""
-    stripped = [v.strip() for v in values]
-    if any(v == "" for v in stripped):
-        raise ConfigError("empty id in the id column")
-    try:
-        return np.array([int(v) for v in stripped], dtype=np.int64)
-    except ValueError:
-        return np.array(stripped, dtype=str)

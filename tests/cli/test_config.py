@@ -293,3 +293,22 @@ def test_compute_is_for_the_vertical_roles(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"\[compute\] serves the vertical roles"):
         load_config(path)
+
+
+def test_data_sparse_is_a_hosts_choice(tmp_path: Path) -> None:
+    host = {"id": "host", "role": "host", "certs": "c", "listen": "127.0.0.1:1"}
+    peers = {"guest": ""}
+    config = load_config(write_config(tmp_path / "h.toml", host, peers=peers, data={"path": "h"}))
+    assert config.data is not None
+    assert config.data.sparse == "auto"
+    config = load_config(
+        write_config(tmp_path / "h.toml", host, peers=peers, data={"path": "h", "sparse": True})
+    )
+    assert config.data is not None
+    assert config.data.sparse is True
+    with pytest.raises(ConfigError, match=r"data\.sparse.*true, false or \"auto\""):
+        load_config(
+            write_config(tmp_path / "h.toml", host, peers=peers, data={"path": "h", "sparse": "y"})
+        )
+    with pytest.raises(ConfigError, match="only a host keeps its features sparse"):
+        load_config(_guest(tmp_path, data={**DATA, "sparse": True}))

@@ -378,3 +378,36 @@ def test_parties_configured_differently_fail_at_once_naming_the_difference(
     assert expected in g_err
     assert "configured differently" in h_err
     assert "Traceback" not in g_err + h_err
+
+
+@pytest.mark.slow
+def test_a_host_with_mostly_zero_features_trains_on_them_sparse(
+    tmp_path: Path, cert_root: Path, vertical: tuple[Path, Path]
+) -> None:
+    """A host CSV whose cells are mostly 0 is read into a sparse matrix (never dense) and
+    trains; the same data with ``data.sparse = false`` gives the same model."""
+    host_csv = tmp_path / "host.csv"
+    rows = _read_csv(host_csv)
+    rng = np.random.default_rng(0)
+    for row in rows:
+        for key in row:
+            if key != "id" and rng.random() < 0.9:
+                row[key] = "0"
+    with host_csv.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    models = []
+    for sparse in ("auto", False):
+        guest_toml, host_toml = party_configs(tmp_path, cert_root, port=free_port())
+        text = host_toml.read_text().replace(
+            'id_column = "id"', f"id_column = {json.dumps('id')}\nsparse = {json.dumps(sparse)}"
+        )
+        host_toml.write_text(text)
+        _, _, h_err = _run_pair(
+            ["--quiet", "party", "--config", str(guest_toml)],
+            ["party", "--config", str(host_toml)],
+        )
+        assert ("kept sparse" in h_err) is (sparse == "auto")
+        models.append((tmp_path / "out-guest" / "model.json").read_text())
+    assert json.loads(models[0])["trees"] == json.loads(models[1])["trees"]
