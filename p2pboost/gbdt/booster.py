@@ -34,6 +34,7 @@ from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import RowKeys, check_private_labels
 from p2pboost.gbdt.rounds import (
     EvalData,
+    GossSample,
     Margins,
     RoundLoop,
     RoundStart,
@@ -303,6 +304,7 @@ def train(
     *,
     row_keys: RowKeys | None = None,
     row_sample: RowSample | None = None,
+    goss_sample: GossSample | None = None,
     features_by_depth: DepthMask | None = None,
 ) -> Booster:
     """Train a booster on features ``X`` (NaN = missing) and labels ``y``.
@@ -314,7 +316,10 @@ def train(
     ``params.dp`` trains a differentially private model (:mod:`p2pboost.gbdt.privacy`);
     ``row_keys(ensemble, n_rows)`` then replaces its draw of the rows' ensemble keys (the
     core's reference for a horizontal federation, whose clients key their own rows).
-    ``row_sample(round, n_rows)`` likewise replaces the draw of ``subsample``'s rows.
+    ``row_sample(round, n_rows)`` likewise replaces the draw of ``subsample``'s rows, and
+    ``goss_sample(round, grad)`` GOSS's draw of rows and gradient multipliers (the core's
+    reference for a horizontal federation, whose clients sample their own rows:
+    :func:`p2pboost.homo._sampling.union_draws`).
     ``features_by_depth(depth)``: a mask of the features nodes at that depth may split on (the
     core's reference for vertical training's layered mode).
 
@@ -376,6 +381,7 @@ def train(
         features_by_round=features_by_round,
         row_keys=row_keys,
         row_sample=row_sample,
+        goss_sample=goss_sample,
     )
     weight = check_weights(sample_weight, y_arr.size)
     margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)

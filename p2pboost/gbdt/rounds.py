@@ -45,11 +45,13 @@ from p2pboost.gbdt.metrics import Metric
 from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams, MultiStrategy
 from p2pboost.gbdt.privacy import PrivateRounds, PrivateTree, RowKeys, clip_on_grid
-from p2pboost.gbdt.sampling import column_sample, goss_sample, row_sample
+from p2pboost.gbdt.sampling import column_sample, row_sample
+from p2pboost.gbdt.sampling import goss_sample as draw_goss
 from p2pboost.gbdt.tree import Tree
 
 __all__ = [
     "EvalData",
+    "GossSample",
     "Margins",
     "RoundLoop",
     "RoundStart",
@@ -66,6 +68,9 @@ I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
 #: ``row_sample(round, n_rows)``: the sorted rows ``subsample`` keeps this round (None: all).
 RowSample = Callable[[int, int], I64 | None]
+#: ``goss_sample(round, grad)``: GOSS's sorted rows this round and every row's gradient
+#: multiplier ``(n,)``, from the round's gradients ``grad`` ``(n, K)``.
+GossSample = Callable[[int, F64], tuple[I64, F64]]
 
 
 @dataclass
@@ -168,7 +173,9 @@ class RoundLoop:
     :class:`~p2pboost.gbdt.privacy.PrivateRounds` (``privacy``; ``row_keys`` replaces its
     draw of the rows' ensemble keys). ``row_sample(round, n_rows)`` replaces the draw of
     ``subsample``'s rows (a horizontal federation's clients draw their own; the core is given
-    the same draws to compare), leaving the generator to the column draws.
+    the same draws to compare), leaving the generator to the column draws; ``goss_sample(round,
+    grad)`` likewise replaces GOSS's draw (rows and gradient multipliers: each client of a
+    horizontal federation applies GOSS's rule to its own rows).
     """
 
     def __init__(
@@ -182,9 +189,11 @@ class RoundLoop:
         features_by_round: Callable[[int], B8 | None] | None = None,
         row_keys: RowKeys | None = None,
         row_sample: RowSample | None = None,
+        goss_sample: GossSample | None = None,
     ) -> None:
         self.params = params
         self.row_sample = row_sample
+        self.goss_sample = goss_sample
         self.privacy = None if params.dp is None else PrivateRounds(params, row_keys)
         self.n_features = n_features
         self.features_by_round = features_by_round
@@ -246,12 +255,23 @@ class RoundLoop:
         """This round's row sample (GOSS or ``subsample``), with GOSS's gradient weights."""
         p = self.params
         if p.goss:
-            sample, scale = goss_sample(self.rng, grad, p.top_rate, p.other_rate)
+            sample, scale = self._goss(grad)
             return grad * scale[:, None], hess * scale[:, None], sample
         if self.row_sample is not None and p.subsample < 1.0:
             drawn = self.row_sample(self._iteration, grad.shape[0])
             return grad, hess, None if drawn is None else np.asarray(drawn, dtype=np.int64)
         return grad, hess, row_sample(self.rng, grad.shape[0], p.subsample)
+
+    def _goss(self, grad: F64) -> tuple[I64, F64]:
+        """GOSS's rows and gradient multipliers this round: the hook's, else the core's draw."""
+        p = self.params
+        if self.goss_sample is None:
+            return draw_goss(self.rng, grad, p.top_rate, p.other_rate)
+        rows, weights = self.goss_sample(self._iteration, grad)
+        scale = np.asarray(weights, dtype=np.float64)
+        if scale.shape != (grad.shape[0],):
+            raise InputError(f"goss_sample must give one multiplier per row ({grad.shape[0]})")
+        return np.asarray(rows, dtype=np.int64), scale
 
     def sample_columns(self) -> B8:
         """This round's column sample (one draw per round, shared by its trees)."""

@@ -244,7 +244,8 @@ class CollectBins(Collect, tag="bins"):
 class CollectGrid(Collect, tag="grid"):
     """Server -> client: a tree begins for boosting round ``it`` and ``output`` (-1: every
     output, a vector-leaf tree); send the one-hot of your largest gradient exponents (over
-    the rows you sample this round with ``sample_seed``: 0, every row)."""
+    the rows you sample this round with ``sample_seed``, by ``subsample`` or GOSS, whose
+    multipliers count: 0, every row)."""
 
     it: Annotated[int, Int(0, MAX_ROUNDS)]
     output: Annotated[int, Int(-1, MAX_OUTPUTS)]

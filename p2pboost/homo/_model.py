@@ -38,7 +38,7 @@ from p2pboost.gbdt.privacy import clip_on_grid, tree_plan, tree_rows
 from p2pboost.gbdt.rounds import add_tree
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._messages import CollectChildren, CollectRoot
-from p2pboost.homo._sampling import client_sample
+from p2pboost.homo._sampling import client_rows
 from p2pboost.homo._vectors import HistLayout, announced_grid, eval_vector, grid_vector
 
 __all__ = ["LocalModel"]
@@ -193,9 +193,11 @@ class LocalModel:
 
     def grid(self, it: int, out: int, sample_seed: int = 0) -> I64:
         """A tree begins (round ``it``, output ``out``): its gradient grid vector, over the
-        rows this client samples with ``sample_seed`` (:mod:`p2pboost.homo._sampling`)."""
-        g, h = self._columns(it, out)
-        sample = client_sample(sample_seed, self.me, g.shape[0], self.params.subsample)
+        rows this client samples with ``sample_seed``, GOSS's multipliers applied
+        (:mod:`p2pboost.homo._sampling`: as the core, on every output's gradients, then the
+        tree's output is taken)."""
+        g_all, h_all, sample = client_rows(self.params, sample_seed, self.me, *self._round(it))
+        g, h = _output(g_all, h_all, out)
         if self.private is not None and self.params.dp is not None:
             index = len(self.trees)  # private objectives grow one tree per round
             plan = tree_plan(self.params, index)
@@ -264,8 +266,9 @@ class LocalModel:
         pred = self.objective.transform(v.margin)
         return eval_vector(metric, (v.y, pred[:, 0] if pred.shape[1] == 1 else pred))
 
-    def _columns(self, it: int, out: int) -> tuple[F64, F64]:
-        """The gradient columns of round ``it``'s tree for ``out`` (-1: all)."""
+    def _round(self, it: int) -> tuple[F64, F64]:
+        """The gradients and hessians of round ``it`` (every output), computed once per round
+        at the margins before its first tree."""
         cached = self.gradients
         if cached is None or cached[0] != it:
             if it < len(self.trees) // max(1, self.trees_per_round):
@@ -274,12 +277,16 @@ class LocalModel:
             if self.weight is not None:
                 g, h = g * self.weight, h * self.weight
             cached = self.gradients = (it, g, h)
-        _, g, h = cached
-        if not -1 <= out < g.shape[1]:
-            raise ValueError("output out of range")
-        if out < 0:
-            return g, h
-        return g[:, out : out + 1], h[:, out : out + 1]
+        return cached[1], cached[2]
 
     def _layout(self, tree: _Tree) -> HistLayout:
         return HistLayout(self.data.n_features, self.mapper.n_slots, tree.g.shape[1])
+
+
+def _output(g: F64, h: F64, out: int) -> tuple[F64, F64]:
+    """The gradient columns of a tree for output ``out`` (-1: all)."""
+    if not -1 <= out < g.shape[1]:
+        raise ValueError("output out of range")
+    if out < 0:
+        return g, h
+    return g[:, out : out + 1], h[:, out : out + 1]

@@ -108,11 +108,6 @@ class HomoConfig:
                 f"{objective} starts from the labels' median, which horizontal training does "
                 "not compute (it aggregates sums): give base_score"
             )
-        if p.goss:
-            raise InputError(
-                "homo training samples rows with subsample; GOSS needs a ranking of every "
-                "client's gradients (not yet): goss=False"
-            )
         if self.threshold is not None and self.threshold < 1:
             raise InputError("threshold must be at least 1")
         if self.min_clients < 2:

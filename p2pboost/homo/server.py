@@ -211,7 +211,7 @@ async def server_train(
 
     for it in rounds:
         fed.phase = HomoPhase.TREES
-        sample_seed = round_seed(params, it)  # each client samples its rows (homo/_sampling.py)
+        sample_seed = round_seed(params, it)  # clients sample rows: subsample, GOSS (_sampling)
         columns = rounds.sample_columns()
         candidates = all_candidates & columns[:, None, None]
         for out in rounds.outputs:

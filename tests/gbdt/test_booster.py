@@ -53,6 +53,33 @@ def test_same_seed_same_model_with_all_randomness(breast_missing: Data) -> None:
     assert train(goss, X, y).to_dict() == train(goss, X, y).to_dict()
 
 
+def test_a_goss_hook_replaces_the_cores_draw_of_rows_and_multipliers(breast: Data) -> None:
+    """Without column sampling the generator serves GOSS alone, so a hook drawing from a
+    generator seeded as the core's gives the core's model; the hook's draws are used."""
+    from p2pboost.gbdt.sampling import goss_sample
+
+    X, y = breast
+    params = SMALL.with_updates(goss=True, top_rate=0.3, other_rate=0.2, seed=5)
+    rng = np.random.default_rng(params.seed)
+    seen: list[int] = []
+
+    def same(round_: int, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(round_)
+        return goss_sample(rng, grad, params.top_rate, params.other_rate)
+
+    own = train(params, X, y)
+    assert train(params, X, y, goss_sample=same).to_dict()["trees"] == own.to_dict()["trees"]
+    assert seen == list(range(params.n_estimators))
+
+    def top_only(round_: int, grad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.arange(100, dtype=np.int64), np.ones(grad.shape[0])
+
+    other = train(params, X, y, goss_sample=top_only)
+    assert other.to_dict()["trees"] != own.to_dict()["trees"]
+    with pytest.raises(InputError, match="one multiplier per row"):
+        train(params, X, y, goss_sample=lambda r, g: (np.arange(10), np.ones(3)))
+
+
 @pytest.mark.parametrize(
     "changes",
     [{"subsample": 0.5}, {"colsample_bytree": 0.3}, {"goss": True}, {"min_samples_leaf": 20}],

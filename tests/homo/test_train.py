@@ -230,7 +230,7 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
 async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
     breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
 ) -> None:
-    from p2pboost.homo._sampling import client_sample, round_seed
+    from p2pboost.homo._sampling import client_sample, round_seed, union_draws
 
     params = BoostParams(n_estimators=4, max_depth=3, max_bin=16, subsample=0.6, seed=3)
     parts = {"c1": breast[0], "c2": breast[1]}
@@ -251,6 +251,8 @@ async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
 
     core = train(params, X, y, row_sample=draws)
     assert same_trees(run.result.booster, core)
+    union = union_draws(params, [(c, p[1].size) for c, p in parts.items()])  # the same draws
+    assert same_trees(train(params, X, y, row_sample=union.row_sample), core)
     for model in run.models.values():
         assert isinstance(model, Booster), model
         assert same_trees(model, core)
