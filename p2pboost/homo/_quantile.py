@@ -27,13 +27,14 @@ numpy's mean adds to ``+0.0``, so a median that is zero is ``+0.0`` whichever ze
 The result is numpy's median bit for bit (``tests/homo/test_quantile.py`` checks it over random
 splits of random values, signed zeros, ties and infinities included).
 
-Widths: a round costs one secure aggregation, so a search should be short, but each round shows
-the server the union's counts in ``2**width`` key ranges of every open query. The first round
-reads 8 bits (the binning's fanout): per group, the counts by sign and the top 7 bits of the
-binary exponent, nothing finer. Every later round counts only inside the ranges that hold a
-middle rank, and reads as many bits (8 to 16) as keep the vector within :data:`BUDGET` counts,
-about a histogram's size: 5 rounds for the labels' median, 5 (a few leaves) to 8 (many) for a
-tree's leaves, where 8 bits per round would always take 8.
+Widths: a round costs one secure aggregation, so a search should be short, but every bit more
+per round doubles the vector and shows the server the union's counts in twice as many key
+ranges. The first round reads 8 bits (the binning's fanout): per group, the counts by sign and
+the top 7 bits of the binary exponent, nothing finer. Every later round counts only inside the
+ranges that hold a middle rank, and reads more than 8 bits (up to 16) only while the vector stays
+within :data:`BUDGET` counts: 6 rounds for the labels' median, 6 to 8 for a tree's leaves (8 from
+16 open queries on), where 8 bits per round take 8. The budget is small because the bytes of
+wider steps cost more than the rounds they save (measured: ``docs/explanation/homo-medians.md``).
 
 This module is pure (numpy, synchronous): the server holds a :class:`MedianSearch`, each client
 a :class:`GroupedKeys`; :class:`RankQuery` is what travels (``CollectMedian``).
@@ -71,8 +72,8 @@ F64 = npt.NDArray[np.float64]
 KEY_BITS = 64
 #: Key bits one round reads per query: at least the binning's 8, at most 16.
 MIN_WIDTH, MAX_WIDTH = 8, 16
-#: Counts per round (all queries) up to which a round reads more than MIN_WIDTH bits.
-BUDGET = 1 << 16
+#: Counts per round (all queries) up to which a later round reads more than MIN_WIDTH bits.
+BUDGET = 1 << 12
 
 
 def middle_ranks(n: int) -> tuple[int, ...]:
