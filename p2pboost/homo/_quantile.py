@@ -33,7 +33,7 @@ ranges. The first round reads 8 bits (the binning's fanout): per group, the coun
 the top 7 bits of the binary exponent, nothing finer. Every later round counts only inside the
 ranges that hold a middle rank, and reads more than 8 bits (up to 16) only while the vector stays
 within :data:`BUDGET` counts: 6 rounds for the labels' median, 6 to 8 for a tree's leaves (8 from
-16 open queries on), where 8 bits per round take 8. The budget is small because the bytes of
+9 open queries on), where 8 bits per round take 8. The budget is small because the bytes of
 wider steps cost more than the rounds they save (measured: ``docs/explanation/homo-medians.md``).
 
 This module is pure (numpy, synchronous): the server holds a :class:`MedianSearch`, each client
@@ -132,9 +132,10 @@ class RankQuery:
         """Why this query is not the next step of a median search after ``previous`` (None:
         it is). Depth 0 starts a search: one query per group. A later step reads the bits after
         ``previous``'s, under at most two prefixes per group (two middle ranks), each extending
-        a prefix ``previous`` asked about in that group. So one search shows the server at
-        most what the honest search shows (a new search may start at any time, as after a
-        dropout)."""
+        a prefix ``previous`` asked about in that group. So one search shows the server no more
+        counts than an honest one: two paths per group (which ranges they follow is the
+        server's choice, which a client cannot check; a new search may start at any time, as
+        after a dropout)."""
         if self.depth == 0:
             return None if not self.prefix.any() else "a first step with a prefix"
         if previous is None or self.depth != previous.depth + previous.width:

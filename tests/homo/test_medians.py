@@ -23,8 +23,8 @@ Parts = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
 def _diabetes(n_clients: int) -> Parts:
-    """scikit-learn's diabetes (integer labels: many ties) split among ``n_clients``, unevenly
-    so that no client holds half of any leaf."""
+    """scikit-learn's diabetes (integer labels: many ties) cut into ``n_clients`` parts of
+    random, uneven sizes."""
     two, _ = bundled("diabetes")
     X = np.vstack([p[0] for p in two.values()])
     y = np.concatenate([p[1] for p in two.values()])
