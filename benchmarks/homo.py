@@ -259,16 +259,13 @@ def _xgboost(
     return rmse(yt, reg.predict(Xt)), None
 
 
-def _needs_base_score(params: BoostParams, eval_metric: str | None) -> bool:
-    """Horizontal training still requires ``base_score`` for this objective (it refuses to
-    start from the labels' median, which is not a sum); other refusals end the benchmark."""
+def _check_settings(params: BoostParams, eval_metric: str | None) -> None:
+    """End the benchmark with the library's own words if horizontal training refuses these
+    settings."""
     try:
         HomoConfig(params=params, eval_metric=eval_metric).validate()
     except InputError as exc:
-        if "base_score" not in str(exc) or params.base_score is not None:
-            raise SystemExit(f"homo training refuses these settings: {exc}") from None
-        return True
-    return False
+        raise SystemExit(f"homo training refuses these settings: {exc}") from None
 
 
 def main(argv: list[str]) -> int:
@@ -308,9 +305,7 @@ def main(argv: list[str]) -> int:
         params = BoostParams(**settings).validate()
     except InputError as exc:
         raise SystemExit(str(exc)) from None
-    base_given = _needs_base_score(params, args.eval_metric)
-    if base_given:  # only while the library requires it: the union's median, and said so
-        params = params.with_updates(base_score=float(np.median(y)))
+    _check_settings(params, args.eval_metric)
 
     masked: list[dict[str, Any]] = []
     plain: list[dict[str, Any]] = []
@@ -389,11 +384,6 @@ def main(argv: list[str]) -> int:
     }
     if xgb_skipped is not None:
         result["xgboost_skipped"] = xgb_skipped
-    if base_given:
-        note = f"the union's label median: homo training requires base_score for {params.objective}"
-        rows.append(("base_score", f"{params.base_score:g} ({note})"))
-        result["base_score"] = params.base_score
-        result["base_score_note"] = note
     if validate:
         m = args.eval_metric
         federated = masked[-1]["evaluation"][-1]

@@ -37,6 +37,11 @@ class Objective(ABC):
     name: ClassVar[str]
     #: Metric reported by default on evaluation sets.
     default_metric: ClassVar[str]
+    #: :meth:`init_margin` is the labels' median: a federation that sees only sums finds it by
+    #: a search over ranks instead (horizontal training).
+    median_start: ClassVar[bool] = False
+    #: :meth:`refit_leaves` sets every leaf to the median residual of its rows (L1): likewise.
+    median_refit: ClassVar[bool] = False
 
     def __init__(self, num_class: int = 1) -> None:
         self.num_class = num_class
@@ -202,6 +207,8 @@ class AbsoluteError(Objective):
 
     name = "reg:absoluteerror"
     default_metric = "mae"
+    median_start = True
+    median_refit = True
 
     def loss(self, y: F64, margin: F64) -> F64:
         return np.asarray(np.abs(margin[:, 0] - y))
@@ -231,6 +238,7 @@ class PseudoHuber(Objective):
 
     name = "reg:pseudohubererror"
     default_metric = "mae"
+    median_start = True
 
     def __init__(self, num_class: int = 1, delta: float = 1.0) -> None:
         super().__init__(num_class)
@@ -256,6 +264,7 @@ class Fair(Objective):
 
     name = "reg:fair"
     default_metric = "mae"
+    median_start = True
 
     def __init__(self, num_class: int = 1, c: float = 1.0) -> None:
         super().__init__(num_class)
@@ -279,6 +288,7 @@ class LogCosh(Objective):
 
     name = "reg:logcosh"
     default_metric = "rmse"
+    median_start = True
 
     def loss(self, y: F64, margin: F64) -> F64:
         a = np.abs(margin[:, 0] - y)

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import RemoteProtocolError
 
-__all__ = ["EdgeSearch", "Query", "child_counts", "float_keys", "key_floats"]
+__all__ = ["EdgeSearch", "Query", "child_counts", "float_keys", "key_floats", "order_keys"]
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -42,12 +42,18 @@ _FANOUT = 256
 _LEVELS = 8
 
 
+def order_keys(values: F64) -> U64:
+    """Keys whose unsigned order is the order of ``values`` (element-wise): the sign bit of a
+    positive value set, every bit of a negative one flipped. ``-0.0`` keeps a key of its own,
+    just below ``0.0``'s; NaNs sort beyond the infinities."""
+    bits = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    return np.where(bits & _SIGN, ~bits, bits | _SIGN)
+
+
 def float_keys(col: F64) -> U64:
     """Sorted order-preserving keys of the finite values of ``col`` (``-0.0`` is ``0.0``)."""
     finite = np.asarray(col, dtype=np.float64)
-    finite = finite[np.isfinite(finite)] + 0.0
-    bits = finite.view(np.uint64)
-    keys = np.where(bits & _SIGN, ~bits, bits | _SIGN)
+    keys = order_keys(finite[np.isfinite(finite)] + 0.0)
     keys.sort()
     return keys
 

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from p2pboost.crypto.secagg import KEY_BYTES, MAX_LENGTH, MAX_ROUND
 from p2pboost.gbdt.params import MAX_BIN_LIMIT
+from p2pboost.homo._quantile import KEY_BITS, MAX_WIDTH, RankQuery
 from p2pboost.protocols._messages import (
     TAG,
     Array,
@@ -49,6 +50,7 @@ __all__ = [
     "CollectChildren",
     "CollectEval",
     "CollectGrid",
+    "CollectMedian",
     "CollectRoot",
     "CollectStats",
     "Command",
@@ -89,6 +91,8 @@ MAX_NODES = 1 << 31
 MAX_LAYER = 1 << 30
 #: Key prefixes one binning round may ask about (256 counts each).
 MAX_BIN_QUERIES = 1_000_000
+#: What a median search runs over: the labels (the base margin) or a tree's residuals (L1).
+MEDIAN_OF = ("labels", "residuals")
 #: Fields of a tree's dict (checked in full by ``Tree.from_dict``).
 MAX_TREE_FIELDS = 32
 #: Sizes of what a client's key advert carries.
@@ -113,6 +117,8 @@ _SIGNATURE = Bytes(0, MAX_SIGNATURE)
 _CERT = Bytes(0, MAX_CERT)
 _SEALED = Bytes(0, MAX_SEALED)
 _SHARE = Bytes(SHARE_BYTES, SHARE_BYTES)
+#: A tree as a map (checked in full by ``Tree.from_dict``).
+_TREE = MapOf(Str(1, 64), Opaque("a tree's arrays"), MAX_TREE_FIELDS)
 
 
 def _per_client(rule: Bytes) -> MapOf:
@@ -293,6 +299,39 @@ class CollectChildren(Collect, tag="children"):
 
 
 @dataclass(frozen=True)
+class CollectMedian(Collect, tag="median"):
+    """Server -> client: one step of a median search (:mod:`p2pboost.homo._quantile`) over
+    ``of``: ``labels`` (every row, one group, 0: the base margin) or ``residuals`` (label minus
+    margin of the current tree's rows, grouped by its leaves: L1's leaf values). For each query
+    (``group[i]``, ``prefix[i]``: the first ``depth`` bits of an order key) send the counts of
+    your values in that group whose key starts so, by their next ``width`` bits. The first
+    step of a residual search carries the ``tree`` (the core's tree as a map, leaf values 0:
+    they are what the search is for), whose leaves group the rows; no other step does."""
+
+    of: Annotated[str, Str(1, 16)]
+    depth: Annotated[int, Int(0, KEY_BITS - 1)]
+    width: Annotated[int, Int(1, MAX_WIDTH)]
+    group: Annotated[I64, _NODES]
+    prefix: Annotated[U64, Array("uint64", max_len=MAX_LAYER)]
+    tree: Annotated[dict[str, Any] | None, Optional(_TREE)] = None
+
+    def check(self) -> str | None:
+        if self.of not in MEDIAN_OF:
+            return f"a median of {self.of!r}, not of {' or '.join(MEDIAN_OF)}"
+        if (self.tree is not None) != (self.of == "residuals" and self.depth == 0):
+            return "a tree comes with the first step of a residual search, and only then"
+        query = self.query()
+        if problem := query.problem():
+            return problem
+        if self.group.size and int(self.group.max()) >= MAX_NODES:
+            return "group out of range"
+        return "too many counts asked" if query.length > MAX_LENGTH else None
+
+    def query(self) -> RankQuery:
+        return RankQuery(self.depth, self.width, self.group, self.prefix)
+
+
+@dataclass(frozen=True)
 class CollectEval(Collect, tag="eval"):
     """Server -> client: send your summed validation losses and validation rows."""
 
@@ -366,7 +405,7 @@ class FinishedTree(Command, tag="tree"):
 
     it: Annotated[int, Int(0, MAX_ROUNDS)]
     output: Annotated[int, Int(-1, MAX_OUTPUTS)]
-    tree: Annotated[dict[str, Any], MapOf(Str(1, 64), Opaque("a tree's arrays"), MAX_TREE_FIELDS)]
+    tree: Annotated[dict[str, Any], _TREE]
 
 
 @dataclass(frozen=True)
@@ -398,6 +437,7 @@ _COMMANDS: dict[str, type[Command]] = {
         CollectGrid,
         CollectRoot,
         CollectChildren,
+        CollectMedian,
         CollectEval,
         Unmask,
         Recover,

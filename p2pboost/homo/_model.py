@@ -5,7 +5,8 @@ every finished tree); :class:`LocalModel` keeps it with what the client derives 
 binned rows, their margins (and the validation rows'), the current round's gradients, and per
 tree the gradient columns (from the tree's ``grid`` request) and each row's node (from its
 ``root`` request). It answers the tree requests with plain int64 vectors (layouts in
-:mod:`p2pboost.homo._vectors`); masking them is the client's job
+:mod:`p2pboost.homo._vectors`), and counts the tree's residuals by leaf for L1's median search
+(:mod:`p2pboost.homo._quantile`); masking the vectors is the client's job
 (:mod:`p2pboost.homo.client`).
 
 A differentially private model (``params.dp``) changes what a client sums, as the core's
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.exceptions import ModelError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.fixedpoint import Grid, quantize
@@ -38,6 +40,7 @@ from p2pboost.gbdt.privacy import clip_on_grid, tree_plan, tree_rows
 from p2pboost.gbdt.rounds import add_tree
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._messages import CollectChildren, CollectRoot
+from p2pboost.homo._quantile import GroupedKeys, RankQuery
 from p2pboost.homo._sampling import client_rows
 from p2pboost.homo._vectors import HistLayout, announced_grid, eval_vector, grid_vector
 
@@ -121,6 +124,8 @@ class LocalModel:
     private: _PrivateRows | None = None
     #: This client's name (its row sample and a private model's row keys depend on it).
     me: str = ""
+    #: The tree's node count and its rows' residual keys by leaf (L1's median search).
+    residuals: tuple[int, GroupedKeys] | None = None
 
     @classmethod
     def start(
@@ -204,7 +209,7 @@ class LocalModel:
             keys = None if plan.lo is None else self.private.of(plan.ensemble, g.shape[0])
             sample, self.private.filtered[index], g = tree_rows(plan, keys, g, self.params.dp.gdf)
             h = np.ones_like(g)
-        self.tree, self.rows = _Tree(g, h, sample), None
+        self.tree, self.rows, self.residuals = _Tree(g, h, sample), None, None
         if sample is None:
             return grid_vector(g, h)
         return grid_vector(g[sample], h[sample])
@@ -257,6 +262,39 @@ class LocalModel:
         picked = chosen if sample is None else sample[chosen]  # only the tree's rows
         hist = self.builder.build(picked, slots[chosen], build.size, rows.gq, rows.hq)
         return self._layout(tree).write(hist, rows.grid_g, rows.grid_h)
+
+    def received_tree(self, wire: dict[str, Any], out: int) -> Tree:
+        """A tree from the server, for output ``out``, checked against this model
+        (``ValueError`` if it does not fit)."""
+        try:
+            tree = Tree.from_dict(wire)
+        except (KeyError, TypeError, ValueError, ModelError) as exc:
+            raise ValueError(f"bad tree: {exc}") from None
+        k = self.objective.n_outputs
+        if not -1 <= out < k or tree.n_outputs != (k if out < 0 else 1):
+            raise ValueError("tree output does not fit the objective")
+        if np.any(tree.feature >= self.data.n_features):
+            raise ValueError("tree splits on an unknown feature")
+        return tree
+
+    def residual_counts(self, query: RankQuery, tree: dict[str, Any] | None) -> I64:
+        """Counts for a step of L1's median search over the residuals (label minus margin
+        before the tree) of the tree's rows (its sample), grouped by the leaves of ``tree``
+        (sent with the first step), whose medians the core sets the leaves to."""
+        if self.tree is None or self.margin.shape[1] != 1:
+            raise ValueError("residuals before the tree's gradients, or of several outputs")
+        if query.depth == 0 and tree is not None:
+            shape = self.received_tree(tree, 0)
+            used = slice(None) if self.tree.sample is None else self.tree.sample
+            residual = self.y[used] - self.margin[used, 0]
+            keys = GroupedKeys(residual, shape.leaves_binned(self.data)[used])
+            self.residuals = (shape.n_nodes, keys)
+        if self.residuals is None:
+            raise ValueError("a residual search step before the first")
+        n_nodes, keys = self.residuals
+        if query.group.size and query.group.max() >= n_nodes:
+            raise ValueError(f"the tree has {n_nodes} nodes")
+        return keys.counts(query)
 
     def evaluation(self, metric: str) -> I64:
         """Summed validation losses of the model so far."""

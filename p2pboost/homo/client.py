@@ -60,7 +60,6 @@ from p2pboost.gbdt.booster import Booster, check_private_run, privacy_from, rng_
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
 from p2pboost.gbdt.rounds import check_weights
-from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import Query, child_counts, float_keys
 from p2pboost.homo._messages import (
     Advert,
@@ -70,6 +69,7 @@ from p2pboost.homo._messages import (
     CollectChildren,
     CollectEval,
     CollectGrid,
+    CollectMedian,
     CollectRoot,
     CollectStats,
     Done,
@@ -90,6 +90,7 @@ from p2pboost.homo._messages import (
     decode_command,
 )
 from p2pboost.homo._model import LocalModel
+from p2pboost.homo._quantile import GroupedKeys, RankQuery
 from p2pboost.homo._vectors import GRID_LENGTH, eval_vector, stats_vector
 from p2pboost.homo.config import CHANNEL, VERSION, ClientIdentity, HomoConfig, HomoPhase
 from p2pboost.net.node import Session
@@ -199,6 +200,8 @@ class Client:
         self.history: dict[str, dict[str, list[float]]] = {}  # told at done
         self.rng_state: dict[str, Any] | None = None  # told at done
         self.privacy: dict[str, Any] | None = None  # told at done (a private model's record)
+        #: The last step of a median search we answered (what it ran over, the query).
+        self.median_step: tuple[str, RankQuery] | None = None
 
     def bad(self, what: str) -> RemoteProtocolError:
         return reject(self.server, f"{what} (phase {self.phase.value})")
@@ -443,15 +446,10 @@ class Client:
         if model is None:
             raise self.bad("tree before the model header")
         try:
-            tree = Tree.from_dict(msg.tree)
-        except (KeyError, TypeError, ValueError, ModelError) as exc:
-            raise self.bad(f"bad tree: {exc}") from None
-        k, out = self.objective.n_outputs, msg.output
-        if not -1 <= out < k or tree.n_outputs != (k if out < 0 else 1):
-            raise self.bad("tree output does not fit the objective")
-        if np.any(tree.feature >= model.data.n_features):
-            raise self.bad("tree splits on an unknown feature")
-        model.add_tree(tree, out)
+            tree = model.received_tree(msg.tree, msg.output)
+        except ValueError as exc:
+            raise self.bad(str(exc)) from None
+        model.add_tree(tree, msg.output)
 
     def _done(self, msg: Done) -> None:
         if self.model is None:
@@ -495,6 +493,8 @@ class Client:
             if f.size and (f.min() < 0 or f.max() >= self.X.shape[1]):
                 raise ValueError("feature out of range")
             return child_counts(self.keys_cols, Query(msg.level, f, msg.prefix))
+        if isinstance(msg, CollectMedian):
+            return self._median_counts(msg)
         model = self.model
         if isinstance(msg, CollectEval):
             metric = self.config.metric
@@ -508,6 +508,25 @@ class Client:
         if isinstance(msg, CollectChildren):
             return model.children(msg)
         raise ValueError(f"unknown aggregate {msg.TAG!r}")
+
+    def _median_counts(self, msg: CollectMedian) -> I64:
+        """Our counts for one step of a median search: over our labels (only before the model
+        header: the base margin) or the current tree's residuals by leaf, and only for a
+        search that narrows (:meth:`~p2pboost.homo._quantile.RankQuery.follows`)."""
+        query, last = msg.query(), self.median_step
+        why = query.follows(last[1] if last is not None and last[0] == msg.of else None)
+        if why is not None:
+            raise ValueError(why)
+        if msg.of == "residuals":
+            if self.model is None:
+                raise ValueError("residuals before the model header")
+            counts = self.model.residual_counts(query, msg.tree)
+        elif self.model is None and not query.group.any():
+            counts = GroupedKeys(self.y, np.zeros(self.y.size, dtype=np.int64)).counts(query)
+        else:
+            raise ValueError("the labels' median is one group's, before the model header")
+        self.median_step = (msg.of, query)
+        return counts
 
 
 # -- the coroutine ------------------------------------------------------------------------------

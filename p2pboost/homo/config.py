@@ -39,20 +39,21 @@ __all__ = [
 
 #: The one channel between the server and each client.
 CHANNEL = "homo"
-#: Protocol version, compared at hello (2: ``done`` carries the random generator state).
-VERSION = 4
-#: Objectives whose base margin and leaves follow from sums (no per-row refits).
+#: Protocol version, compared at hello (2: ``done`` carries the random generator state;
+#: 5: ``median``, the median search of the labels and of L1's leaves).
+VERSION = 5
+#: Objectives horizontal training grows the core's trees for: base margins and leaves from
+#: sums, or from medians found by a search over summed counts (``_quantile``).
 SUPPORTED_OBJECTIVES = (
     "binary:logistic",
     "multi:softmax",
     "reg:squarederror",
+    "reg:absoluteerror",
     "reg:tweedie",
     "reg:pseudohubererror",
     "reg:fair",
     "reg:logcosh",
 )
-#: Objectives whose base margin is the labels' median (not a sum): they need ``base_score``.
-MEDIAN_START = ("reg:pseudohubererror", "reg:fair", "reg:logcosh")
 #: Metrics that are means of per-row values, so they aggregate as sums.
 SUM_METRICS = ("logloss", "mlogloss", "rmse", "mae", "accuracy")
 #: A tap sees every message the server receives and every aggregate it computes:
@@ -102,11 +103,6 @@ class HomoConfig:
         if objective not in SUPPORTED_OBJECTIVES:
             raise InputError(
                 f"homo training supports {', '.join(SUPPORTED_OBJECTIVES)}, not {p.objective!r}"
-            )
-        if objective in MEDIAN_START and p.base_score is None:
-            raise InputError(
-                f"{objective} starts from the labels' median, which horizontal training does "
-                "not compute (it aggregates sums): give base_score"
             )
         if self.threshold is not None and self.threshold < 1:
             raise InputError("threshold must be at least 1")

@@ -7,18 +7,22 @@ sum (:meth:`~p2pboost.homo._federation.Federation.aggregate`; layouts in
     hello      the clients agree on the settings (a digest) and announce their features
     stats      rows and label statistics: the base margin
     bins       counts per key range until the union's bin edges are known (``_binning``)
+    median     objectives that start from the labels' median: counts per key range until
+               the labels' middle values are known (``_quantile``)
     model      the edges and base margin, to every client
     per tree   grid (the union's fixed-point grid), root (the root's histogram), then per
-               layer children (the smaller child of each split); ``tree`` to every client
+               layer children (the smaller child of each split); for L1, median rounds
+               until every leaf's middle residuals are known; ``tree`` to every client
     per round  eval (summed validation losses), when validating
     done       the best round, to every client
 
 Trees grow through the core's schedule (:meth:`~p2pboost.gbdt.grower.HistogramGrower.schedule`)
 and rounds run through its round loop (:class:`~p2pboost.gbdt.rounds.RoundLoop`): the server
 only answers the schedule's steps with aggregated histograms, so on the same edges the model
-equals the core's on the union of the rows. When a client drops, the federation raises
-:class:`~p2pboost.homo._federation.Restart` and the current stage (statistics and binning, one
-tree, or one evaluation) starts again with the survivors.
+equals the core's on the union of the rows. Medians (L1's leaves, the labels' median) are the
+core's functions applied to the middle values a search over summed counts finds. When a client
+drops, the federation raises :class:`~p2pboost.homo._federation.Restart` and the current stage
+(statistics and binning, one tree, or one evaluation) starts again with the survivors.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -50,7 +55,7 @@ from p2pboost.gbdt.grower import (
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree, tree_plan
-from p2pboost.gbdt.rounds import RoundLoop, RoundStart
+from p2pboost.gbdt.rounds import RoundLoop, RoundStart, refit_leaves
 from p2pboost.gbdt.split import candidate_mask
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._binning import EdgeSearch
@@ -60,6 +65,7 @@ from p2pboost.homo._messages import (
     CollectChildren,
     CollectEval,
     CollectGrid,
+    CollectMedian,
     CollectRoot,
     CollectStats,
     Done,
@@ -68,6 +74,7 @@ from p2pboost.homo._messages import (
     Joined,
     ModelHeader,
 )
+from p2pboost.homo._quantile import MedianSearch, middle_rows
 from p2pboost.homo._sampling import round_seed
 from p2pboost.homo._vectors import (
     GRID_LENGTH,
@@ -231,6 +238,8 @@ async def server_train(
                         mechanisms,
                         node_columns(params, rounds.rng, columns),
                     )
+                    if objective.median_refit:
+                        tree = await _refit(fed, objective, tree, params.learning_rate)
                     break
                 except Restart:
                     if private is not None and mechanisms is not None:
@@ -285,6 +294,9 @@ async def _bins_and_base(
                 q = search.query()
                 ask = partial(CollectBins, level=q.level, feature=q.feature, prefix=q.prefix)
                 search.feed(await fed.aggregate(ask, q.length))
+            middle = None
+            if objective.median_start and params.base_score is None and params.dp is None:
+                middle = (await _middle(fed, "labels", [0])).get(0)
             break
         except Restart:
             continue
@@ -293,15 +305,22 @@ async def _bins_and_base(
     mapper = BinMapper.from_dict(
         {"max_bin": params.max_bin, "edges": [e.tolist() for e in search.edges()]}
     )
-    return mapper, _base_margin(objective, params, stats)
+    return mapper, _base_margin(objective, params, stats, middle)
 
 
-def _base_margin(objective: Objective, params: BoostParams, stats: Stats) -> list[float]:
-    """The core's ``init_margin`` from summed label statistics."""
+def _base_margin(
+    objective: Objective, params: BoostParams, stats: Stats, middle: npt.NDArray[np.float64] | None
+) -> list[float]:
+    """The core's ``init_margin`` from summed label statistics, or, for objectives that start
+    from the labels' median, from the labels' middle values (``middle``), whose median it is."""
     if params.base_score is not None:
         return [float(v) for v in objective.margin_from_score(params.base_score)]
     if params.dp is not None:  # as the core: a private model does not start at the labels' mean
         return [0.0] * objective.n_outputs
+    if objective.median_start:
+        if middle is None:
+            raise ProtocolError("the labels' median search found no labels")
+        return [float(v) for v in objective.init_margin(middle)]
     k, n = objective.n_outputs, stats.n_rows
     if objective.name == "binary:logistic":
         y = np.zeros(n)
@@ -390,6 +409,43 @@ async def _grow(
         return grower.next_frontier(frontier, plan, small_hist, n_left, n_right)
 
     return await drive_async(grower.schedule(root), answer)
+
+
+async def _middle(
+    fed: Federation, of: str, groups: Iterable[int], tree: Tree | None = None
+) -> dict[int, npt.NDArray[np.float64]]:
+    """The values at the middle ranks of each group of the clients' ``of`` (``labels``; or
+    ``residuals``, grouped by the leaves of ``tree``), from a median search over summed
+    counts (:mod:`p2pboost.homo._quantile`); groups without rows are left out."""
+    # The clients' last partition is the layer above the leaves (leaves get no histograms):
+    # they find their rows' leaves in the tree's shape, sent without its Newton leaf values.
+    shape = None if tree is None else replace(tree, value=np.zeros_like(tree.value)).to_dict()
+    search = MedianSearch(groups)
+    while not search.done:
+        q = search.query()
+        first = shape if q.depth == 0 else None
+        ask = partial(
+            CollectMedian,
+            of=of,
+            depth=q.depth,
+            width=q.width,
+            group=q.group,
+            prefix=q.prefix,
+            tree=first,
+        )
+        search.feed(await fed.aggregate(ask, q.length))
+    return search.middle()
+
+
+async def _refit(fed: Federation, objective: Objective, tree: Tree, learning_rate: float) -> Tree:
+    """L1's leaf values: the core's refit (:func:`~p2pboost.gbdt.rounds.refit_leaves`) given,
+    as its rows, each leaf's middle residuals (at zero margin), whose median is the median of
+    all the leaf's residuals: the core's leaves, bit for bit."""
+    leaves = np.flatnonzero(tree.is_leaf).tolist()
+    middle = await _middle(fed, "residuals", leaves, tree)
+    values, rows_leaf = middle_rows(middle)
+    margin = np.zeros((values.size, 1))
+    return refit_leaves(objective, tree, values, margin, rows_leaf, None, learning_rate)
 
 
 def _int64(a: npt.NDArray[Any]) -> npt.NDArray[np.int64]:

@@ -97,6 +97,25 @@ def test_default_base_margin_is_the_best_constant(name: str) -> None:
     assert abs(g.sum()) < 1e-8 * y.size
 
 
+@pytest.mark.parametrize("name", SCALAR)
+def test_median_markers_say_what_the_objective_computes(name: str) -> None:
+    """Horizontal training trusts ``median_start`` and ``median_refit`` to replace the base
+    margin and the leaf refit by federated medians: they must be exactly numpy's medians."""
+    rng = np.random.default_rng(5)
+    obj = get_objective(BoostParams(objective=name))
+    y = obj.check_labels(_labels(name, rng, 41))
+    base = obj.init_margin(y)
+    assert obj.median_start == (base[0] == np.median(y)), name
+    margin = rng.normal(0.0, 1.0, (y.size, 1))
+    leaf = rng.integers(1, 4, y.size)
+    refit = obj.refit_leaves(y, margin, leaf, 5)
+    assert obj.median_refit == (refit is not None), name
+    if refit is not None:
+        residual = y - margin[:, 0]
+        want = [np.median(residual[leaf == n]) if np.any(leaf == n) else 0.0 for n in range(5)]
+        np.testing.assert_array_equal(refit, want)
+
+
 def test_softmax_base_margin_gives_class_priors() -> None:
     obj = get_objective(BoostParams(objective="multi:softmax", num_class=3))
     y = np.array([0, 0, 1, 2, 2, 2], dtype=np.float64)

@@ -122,3 +122,19 @@ def test_the_union_draws_must_fit_the_cores_rows() -> None:
     assert (rows >= 10).sum() == 2 + 1
     with pytest.raises(InputError, match="the core has 16 rows, the clients 15"):
         draws.goss_sample(0, np.zeros((16, 1)))
+
+
+async def test_l1_with_goss_refits_its_leaves_on_the_sampled_rows_as_the_core(
+    federation: Path,
+) -> None:
+    """Medians (L1's leaf refit) are searched over each tree's GOSS rows, as the core refits
+    over its sample: the trees are the core's given the same draws."""
+    parts = _clients("diabetes", 2)
+    params = GOSS.with_updates(objective="reg:absoluteerror", n_estimators=3, seed=4)
+    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    assert isinstance(run.result, HomoResult), run.result
+    X, y = _union(parts)
+    draws = union_draws(params, [(c, p[1].size) for c, p in parts.items()])
+    core = train(params, X, y, goss_sample=draws.goss_sample)
+    assert same_trees(run.result.booster, core)
+    assert not same_trees(core, train(params.with_updates(goss=False), X, y))
