@@ -24,7 +24,8 @@ rounds, default 25) and ``multi_output`` (one tree with vector leaves per round,
 many rounds as the plaintext core's multi-output model needs to reach ``per_class``'s test
 accuracy (at most ``--trees``; the federated model is the core's, so the core finds the count
 and the federation is timed for exactly that many rounds; ``core_accuracy`` also says at
-which round, up to four times the cap, the core's multi-output model would reach it). Last
+which round, up to four times the cap, the core's multi-output model would reach it, and
+``xgboost_accuracy`` the same for XGBoost's two tree strategies, measured in the same run). Last
 line: ``{"benchmark": "modes", "dataset", "objective", "classes", ..., "core_accuracy",
 "per_class": {...}, "multi_output": {...}, "multi_output_over_per_class"}`` with
 ``{"rounds", "trees", "total_s", "accuracy", "bytes", "identical_to_core"}`` each (the ratio
@@ -143,6 +144,39 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _xgboost_tree_kinds(params: BoostParams, split: HeteroSplit, rounds: int) -> dict[str, Any]:
+    """XGBoost's two tree strategies on the same split and settings (``hist``, same bins,
+    depth, learning rate, lambda): whether its multi-output trees reach its per-class trees'
+    accuracy in ``rounds`` rounds, and at which round (up to four times as many) they do."""
+    import xgboost
+
+    def fit(strategy: str, n: int) -> Any:
+        model = xgboost.XGBClassifier(
+            n_estimators=n,
+            max_depth=params.max_depth,
+            learning_rate=params.learning_rate,
+            reg_lambda=params.reg_lambda,
+            max_bin=params.max_bin,
+            tree_method="hist",
+            multi_strategy=strategy,
+            n_jobs=1,
+        )
+        return model.fit(split.X_train, split.y_train.astype(np.int64))
+
+    def acc(model: Any, n: int) -> float:
+        return accuracy(split.y_test, model.predict_proba(split.X_test, iteration_range=(0, n)))
+
+    target = acc(fit("one_output_per_tree", rounds), rounds)
+    vector = fit("multi_output_tree", 4 * rounds)
+    staged = [acc(vector, r) for r in range(1, 4 * rounds + 1)]
+    reach = next((r for r, a in enumerate(staged, 1) if a >= target), None)
+    return {
+        "per_class": round(target, 6),
+        "multi_output": round(staged[rounds - 1], 6),
+        "multi_output_rounds_to_reach_per_class": reach,
+    }
+
+
 def _tree_kinds(args: argparse.Namespace, split: HeteroSplit, blocks: list[np.ndarray]) -> int:
     """``per_class`` against ``multi_output`` on a multi-class set (module docstring)."""
     rounds = args.trees or 25
@@ -179,6 +213,7 @@ def _tree_kinds(args: argparse.Namespace, split: HeteroSplit, blocks: list[np.nd
             "multi_output": round(staged[rounds - 1], 6),
             "multi_output_rounds_to_reach_per_class": reach,
         },
+        "xgboost_accuracy": _xgboost_tree_kinds(per_class, split, rounds),
     }
     table: list[tuple[str, Any]] = []
     for name, params in (

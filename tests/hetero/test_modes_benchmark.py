@@ -59,6 +59,11 @@ def test_tree_kinds_on_a_multi_class_set(
     if mo["rounds"] < 3:  # stopped early: it reached the per-class accuracy
         assert mo["accuracy"] >= pc["accuracy"]
     assert result["multi_output_over_per_class"] > 0
+    xgb = result["xgboost_accuracy"]  # XGBoost's two strategies, measured beside
+    assert 0 < xgb["per_class"] <= 1
+    assert 0 < xgb["multi_output"] <= 1
+    reach = xgb["multi_output_rounds_to_reach_per_class"]
+    assert reach is None or 1 <= reach <= 12
     with pytest.raises(SystemExit):  # a multi-class set is not a binary task
         modes.main(
             [
