@@ -26,7 +26,8 @@ model equals the core's on the union of the rows. The modules, one job each:
 - :mod:`~p2pboost.homo._federation`: the server's view of the clients (membership, key epochs,
   aggregation rounds, dropouts, unmasking and recovery);
 - :mod:`~p2pboost.homo.client`: the client as a sans-I/O state machine and
-  :func:`~p2pboost.homo.client.client_train`; :mod:`~p2pboost.homo._model`: its copy of the
+  :func:`~p2pboost.homo.client.client_train`; :mod:`~p2pboost.homo._client_keys`: its keys and
+  the rules under which it reveals them; :mod:`~p2pboost.homo._model`: its copy of the
   model and the vectors its rows give;
 - :mod:`~p2pboost.homo._vectors`: the layout of every aggregated vector, written by clients and
   read by the server in one place; :mod:`~p2pboost.homo._binning`: federated binning;
