@@ -1,18 +1,25 @@
 """A client's side of secure aggregation: its key epochs, the masking of its vectors, and the
-rules under which it reveals round keys or gives Shamir shares.
+rules under which it signs a survivor set, reveals round keys or gives Shamir shares.
 
 :class:`ClientKeys` is the half of the client's state machine
 (:class:`~p2pboost.homo.client.Client`) that holds secrets; it is sans-I/O too. What it holds
 grows with the run:
 
-- :class:`_EpochState`, from ``epoch``: this epoch's keys, pair keys (from ``adverts``) and
-  the Shamir shares it holds (from ``shares``); a new epoch replaces it;
-- :class:`_Rounds`, always: which rounds it sent and revealed, masks computed ahead.
+- :class:`_EpochState`, from ``epoch``: this epoch's keys, pair keys and the members'
+  certificate keys (from ``adverts``), the Shamir shares it holds (from ``shares``) and the
+  rounds it masked with them; a new epoch replaces it;
+- :class:`_Rounds`, always: the last round answered, masks computed ahead, and per round the
+  survivor set it signed and the one it revealed keys for.
 
 The rules keep the client's vector secret whatever the server asks (see
-``docs/explanation/secagg.md``): it reveals round keys only for a round it sent in, only if
-some member is missing and at least ``min_clients`` remain, answers one recovery per epoch,
-and never gives both shares of one client.
+``docs/explanation/secagg.md``). It reveals anything about a round only after Bonawitz's
+consistency check: it signs one survivor set per round, a round it masked with this epoch's
+keys, only with itself among the survivors, some member dropped and at least ``t`` (and
+``min_clients``) survivors; it reveals that round's keys only when at least ``t`` of those
+survivors signed exactly the set it signed. A server that declared a live client dropped to
+some clients (who then reveal their pair keys with it) cannot also get its self key from it, or
+shares of its self seed from the others: both would need ``t`` signatures on a second set. It
+answers one recovery per epoch, and never gives both shares of one client.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from p2pboost.crypto.secagg import (
     KEY_BYTES,
@@ -36,8 +44,10 @@ from p2pboost.crypto.secagg import (
     round_key,
     shamir_split,
     sign_advert,
+    sign_survivors,
     to_unsigned,
     verify_advert,
+    verify_survivors,
 )
 from p2pboost.exceptions import CryptoError, InputError, RemoteProtocolError
 from p2pboost.homo._messages import (
@@ -51,6 +61,8 @@ from p2pboost.homo._messages import (
     Reveal,
     Sealed,
     Shares,
+    Signed,
+    Survivors,
     Unmask,
 )
 from p2pboost.homo._vectors import GRID_LENGTH
@@ -75,9 +87,14 @@ class _EpochState:
     context: bytes  # binds derived keys and sealed shares to the run and epoch
     #: Pair keys with every other member (from ``adverts`` on).
     pairs: dict[str, PairKeys] = field(default_factory=dict)
+    #: Every member's certificate key, checked against the CA (from ``adverts`` on): they
+    #: check the signatures of survivor sets.
+    signers: dict[str, ec.EllipticCurvePublicKey] = field(default_factory=dict)
     #: Shares (of the self seed, of the mask key) per member (ours from ``adverts`` on).
     held: dict[str, tuple[Share, Share]] = field(default_factory=dict)
-    #: Masks may be made with these keys: shares are held and no round key was revealed.
+    #: Rounds whose vector was masked with these keys.
+    rounds: set[int] = field(default_factory=set)
+    #: Masks may be made with these keys: shares are held and no survivor set was signed.
     usable: bool = False
     #: This epoch's one recovery was answered.
     recovered: bool = False
@@ -100,20 +117,21 @@ class _Ahead:
 
 @dataclass
 class _Rounds:
-    """Aggregation rounds: the last one answered, those sent and those revealed."""
+    """Aggregation rounds: the last one answered, and those signed and revealed."""
 
     last: int = 0
-    sent: set[int] = field(default_factory=set)
     last_length: int = 0
     ahead: _Ahead | None = None
-    #: Round -> (survivors, dropped) the server told when unmasking it.
+    #: Round -> (survivors, dropped) this client signed (one set per round).
+    signed: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
+    #: Round -> (survivors, dropped) whose round keys this client revealed.
     revealed: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 class ClientKeys:
     """A client's secrets and the rules under which it reveals any of them.
 
-    ``identity`` signs its key adverts (required in masked runs); ``bad``
+    ``identity`` signs its key adverts and survivor sets (required in masked runs); ``bad``
     makes the error that ends the run naming the server; ``run`` is set from ``hello``.
     """
 
@@ -157,13 +175,14 @@ class ClientKeys:
         assert self.identity is not None  # an epoch exists only with one
         if msg.public[self.me] != ep.public:
             raise self.bad("our own key advert was altered")
+        ep.signers[self.me] = self.identity.signing_key.public_key()
         publics: set[bytes] = {ep.keys.mask_public, ep.keys.channel_public}
         for c in ep.members:
             if c == self.me:
                 continue
             pub = msg.public[c]
             try:
-                verify_advert(
+                ep.signers[c] = verify_advert(
                     self.identity.ca, msg.cert[c], msg.signature[c], self.run, ep.number, c, pub
                 )
             except TypeError as exc:
@@ -223,7 +242,6 @@ class ClientKeys:
         rounds.last = r
         plain = to_unsigned(vector)
         if not self.config.masking:
-            rounds.sent.add(r)
             return Masked(r, None, plain.copy())
         ep = self.epoch
         if ep is None or not ep.usable:
@@ -238,7 +256,7 @@ class ClientKeys:
         else:
             y, z = mask(plain, self.me, ep.keys.self_seed, ep.pairs, r)
         rounds.last_length = plain.size
-        rounds.sent.add(r)
+        ep.rounds.add(r)
         return Masked(r, y, z)
 
     def prepare_next(self) -> None:
@@ -252,29 +270,72 @@ class ClientKeys:
         y_mask, z_mask = mask_streams(self.me, ep.keys.self_seed, ep.pairs, nxt, length)
         self.rounds.ahead = _Ahead(ep.number, nxt, y_mask, z_mask)
 
-    # -- a dropout: unmasking, recovery -------------------------------------------------------
+    # -- a dropout: consistency check, unmasking, recovery ------------------------------------
 
-    def on_unmask(self, msg: Unmask) -> Reveal:
+    def on_survivors(self, msg: Survivors) -> Signed:
+        """Sign the survivor set of a round we masked with this epoch's keys: once per round,
+        and only a set we could be asked to unmask."""
         r, survivors, dropped = msg.round, msg.survivors, msg.dropped
         ep = self.epoch
-        if r not in self.rounds.sent or r in self.rounds.revealed or ep is None:
-            raise self.bad(f"unmasking round {r!r}, for which we sent nothing or revealed")
-        if sorted(survivors + dropped) != ep.members or self.me not in survivors:
+        if ep is None or r not in ep.rounds:
+            raise self.bad(f"survivors of round {r!r}, in which we sent nothing with these keys")
+        if r in self.rounds.signed:
+            raise self.bad(f"a second survivor set for round {r}: we sign one per round")
+        if survivors != sorted(set(survivors)) or sorted(survivors + dropped) != ep.members:
             raise self.bad("survivors and dropped must split the epoch's members")
-        if len(survivors) < self.config.min_clients or not dropped:
-            raise self.bad(f"refusing to unmask round {r}: {len(survivors)} survivors, no dropout")
-        self.rounds.revealed[r] = (survivors, dropped)
-        ep.usable = False  # round keys with the dropped are revealed: renew keys after this
+        if self.me not in survivors:
+            raise self.bad(f"round {r}: declared dropped, though we sent our vector")
+        if not dropped:
+            raise self.bad(f"refusing to sign round {r}'s survivors: no dropout")
+        if len(survivors) < max(self.config.min_clients, ep.threshold):
+            raise self.bad(
+                f"refusing to sign round {r}'s survivors: {len(survivors)} survivors, fewer"
+                f" than the threshold {ep.threshold} or min_clients {self.config.min_clients}"
+            )
+        assert self.identity is not None  # an epoch exists only with one
+        self.rounds.signed[r] = (survivors, dropped)
+        ep.usable = False  # the epoch ends with the dropout: no more masks with its keys
+        return Signed(sign_survivors(self.identity.signing_key, self.run, ep.number, r, survivors))
+
+    def on_unmask(self, msg: Unmask) -> Reveal:
+        r = msg.round
+        ep = self.epoch
+        told = self.rounds.signed.get(r)
+        if ep is None or told is None or r not in ep.rounds or r in self.rounds.revealed:
+            raise self.bad(f"unmasking round {r!r}, whose survivors we did not sign, or again")
+        if (msg.survivors, msg.dropped) != told:
+            raise self.bad(f"unmasking round {r} with other survivors than those we signed")
+        self._check_signatures(ep, r, told[0], msg.signatures)
+        self.rounds.revealed[r] = told
         return Reveal(
             r,
             round_key(ep.keys.self_seed, r, "self"),
-            {d: round_key(ep.pairs[d].mask_seed, r, "pair") for d in dropped},
+            {d: round_key(ep.pairs[d].mask_seed, r, "pair") for d in told[1]},
         )
+
+    def _check_signatures(
+        self, ep: _EpochState, r: int, survivors: list[str], signatures: dict[str, bytes]
+    ) -> None:
+        """At least ``t`` survivors signed exactly ``survivors`` (every signature relayed must
+        be one of a survivor, on that set)."""
+        if len(signatures) < ep.threshold:
+            raise self.bad(
+                f"round {r}: too few survivors signed the survivor set"
+                f" ({len(signatures)}, threshold {ep.threshold})"
+            )
+        outside = sorted(set(signatures) - set(survivors))
+        if outside:
+            raise self.bad(f"round {r}: signatures of clients outside the survivor set: {outside}")
+        for c, signature in sorted(signatures.items()):
+            try:
+                verify_survivors(ep.signers[c], signature, self.run, ep.number, r, survivors)
+            except CryptoError as exc:
+                raise self.bad(f"round {r}: the signature of {c}: {exc}") from None
 
     def on_recover(self, msg: Recover) -> Recovered:
         told = self.rounds.revealed.get(msg.round)
         ep = self.epoch
-        if told is None or ep is None or ep.recovered:
+        if told is None or ep is None or msg.round not in ep.rounds or ep.recovered:
             raise self.bad("recovery for a round we did not unmask, or a second one")
         if not msg.self_of:
             raise self.bad("recovery needs the clients to recover")

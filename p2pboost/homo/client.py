@@ -9,15 +9,17 @@ What the client holds grows with the run, one object per stage, each existing fr
 message that creates it on (instead of fields that are ``None`` until then):
 
 - :class:`~p2pboost.homo._client_keys.ClientKeys`, always: its key epochs, the masking of its
-  vectors, and what it revealed after a dropout;
+  vectors, and what it signed and revealed after a dropout;
 - :class:`~p2pboost.homo._model.LocalModel`, from ``model``: bin edges, binned rows, margins,
   the trees so far, and per tree its gradient columns (from ``grid``) and its grids,
   quantized gradients and each row's node (from ``root``).
 
 An honest client enforces the rules that keep its vectors secret whatever the server asks
-(see ``docs/explanation/secagg.md`` and :mod:`~p2pboost.homo._client_keys`): it reveals round
-keys only for a round it sent in, only if some member is missing and at least ``min_clients``
-remain, answers one recovery per epoch, and never gives both shares of one client.
+(see ``docs/explanation/secagg.md`` and :mod:`~p2pboost.homo._client_keys`): before it reveals
+anything about a round it signs that round's survivor set and checks that at least ``t``
+survivors signed the same (Bonawitz's consistency check); it reveals round keys only for a
+round it sent in, only if some member is missing and at least ``min_clients`` remain, answers
+one recovery per epoch, and never gives both shares of one client.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from p2pboost.homo._messages import (
     Recover,
     Reply,
     Shares,
+    Survivors,
     Unmask,
     decode_command,
 )
@@ -141,6 +144,8 @@ class Client:
             return secagg.on_shares(msg)
         if isinstance(msg, Collect):
             return self._collect(msg)
+        if isinstance(msg, Survivors):
+            return secagg.on_survivors(msg)
         if isinstance(msg, Unmask):
             return secagg.on_unmask(msg)
         if isinstance(msg, Recover):

@@ -39,8 +39,9 @@ __all__ = [
 
 #: The one channel between the server and each client.
 CHANNEL = "homo"
-#: Protocol version, compared at hello (2: ``done`` carries the random generator state).
-VERSION = 4
+#: Protocol version, compared at hello (2: ``done`` carries the random generator state; 5:
+#: the consistency round, ``survivors`` and ``signed``, before ``unmask``).
+VERSION = 5
 #: Objectives whose base margin and leaves follow from sums (no per-row refits).
 SUPPORTED_OBJECTIVES = (
     "binary:logistic",
@@ -174,8 +175,9 @@ class HomoConfig:
 
 @dataclass(frozen=True)
 class ClientIdentity:
-    """A client's certificate key (to sign its key adverts) and the federation CA (to check
-    the others'). ``from_dir`` reads the files :func:`p2pboost.certs.init` writes."""
+    """A client's certificate key (to sign its key adverts and, after a dropout, the survivor
+    set) and the federation CA (to check the others'). ``from_dir`` reads the files
+    :func:`p2pboost.certs.init` writes."""
 
     signing_key: ec.EllipticCurvePrivateKey
     cert_pem: bytes
