@@ -6,20 +6,21 @@ rules under which it signs a survivor set, reveals round keys or gives Shamir sh
 grows with the run:
 
 - :class:`_EpochState`, from ``epoch``: this epoch's keys, pair keys and the members'
-  certificate keys (from ``adverts``), the Shamir shares it holds (from ``shares``) and the
-  rounds it masked with them; a new epoch replaces it;
-- :class:`_Rounds`, always: the last round answered, masks computed ahead, and per round the
-  survivor set it signed and the one it revealed keys for.
+  certificate keys (from ``adverts``), the Shamir shares it holds (from ``shares``), the
+  rounds it masked with them, and the one survivor set it signed; a new epoch replaces it;
+- :class:`_Rounds`, always: the last round answered and masks computed ahead.
 
 The rules keep the client's vector secret whatever the server asks (see
-``docs/explanation/secagg.md``). It reveals anything about a round only after Bonawitz's
-consistency check: it signs one survivor set per round, a round it masked with this epoch's
-keys, only with itself among the survivors, some member dropped and at least ``t`` (and
-``min_clients``) survivors; it reveals that round's keys only when at least ``t`` of those
-survivors signed exactly the set it signed. A server that declared a live client dropped to
-some clients (who then reveal their pair keys with it) cannot also get its self key from it, or
-shares of its self seed from the others: both would need ``t`` signatures on a second set. It
-answers one recovery per epoch, and never gives both shares of one client.
+``docs/explanation/secagg.md``). It reveals anything only after Bonawitz's consistency check:
+it signs one survivor set per *epoch* (the epoch ends with a dropout, and its keys mask every
+round of it), for a round it masked with the epoch's keys, only with itself among the
+survivors, some member dropped and at least ``t`` (and ``min_clients``) survivors; it reveals
+that round's keys only when at least ``t`` of those survivors signed exactly the set it
+signed. A server that declared a live client dropped to some clients (who then reveal their
+pair keys with it, or shares of its mask key) cannot also get its self key from it, or shares
+of its self seed from the others, in that round or another of the epoch: both would need ``t``
+signatures on a second set. It answers one recovery per epoch, for that set, and never gives
+both shares of one client.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class _EpochState:
     held: dict[str, tuple[Share, Share]] = field(default_factory=dict)
     #: Rounds whose vector was masked with these keys.
     rounds: set[int] = field(default_factory=set)
+    #: The one round this epoch's keys may be revealed for: (round, survivors, dropped) as
+    #: signed (the consistency check), and whether its keys were revealed.
+    signed: tuple[int, list[str], list[str]] | None = None
+    revealed: bool = False
     #: Masks may be made with these keys: shares are held and no survivor set was signed.
     usable: bool = False
     #: This epoch's one recovery was answered.
@@ -117,15 +122,11 @@ class _Ahead:
 
 @dataclass
 class _Rounds:
-    """Aggregation rounds: the last one answered, and those signed and revealed."""
+    """Aggregation rounds: the last one answered, masks computed ahead."""
 
     last: int = 0
     last_length: int = 0
     ahead: _Ahead | None = None
-    #: Round -> (survivors, dropped) this client signed (one set per round).
-    signed: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
-    #: Round -> (survivors, dropped) whose round keys this client revealed.
-    revealed: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 class ClientKeys:
@@ -273,14 +274,18 @@ class ClientKeys:
     # -- a dropout: consistency check, unmasking, recovery ------------------------------------
 
     def on_survivors(self, msg: Survivors) -> Signed:
-        """Sign the survivor set of a round we masked with this epoch's keys: once per round,
-        and only a set we could be asked to unmask."""
+        """Sign the survivor set of a round we masked with this epoch's keys: one set per
+        epoch (keys revealed for two rounds, or for two sets, could unmask a client), and only
+        a set we could be asked to unmask."""
         r, survivors, dropped = msg.round, msg.survivors, msg.dropped
         ep = self.epoch
         if ep is None or r not in ep.rounds:
             raise self.bad(f"survivors of round {r!r}, in which we sent nothing with these keys")
-        if r in self.rounds.signed:
-            raise self.bad(f"a second survivor set for round {r}: we sign one per round")
+        if ep.signed is not None:
+            raise self.bad(
+                f"a second survivor set in epoch {ep.number} (round {r}; we signed round"
+                f" {ep.signed[0]}'s): we sign one per epoch"
+            )
         if survivors != sorted(set(survivors)) or sorted(survivors + dropped) != ep.members:
             raise self.bad("survivors and dropped must split the epoch's members")
         if self.me not in survivors:
@@ -293,24 +298,24 @@ class ClientKeys:
                 f" than the threshold {ep.threshold} or min_clients {self.config.min_clients}"
             )
         assert self.identity is not None  # an epoch exists only with one
-        self.rounds.signed[r] = (survivors, dropped)
+        ep.signed = (r, survivors, dropped)
         ep.usable = False  # the epoch ends with the dropout: no more masks with its keys
         return Signed(sign_survivors(self.identity.signing_key, self.run, ep.number, r, survivors))
 
     def on_unmask(self, msg: Unmask) -> Reveal:
         r = msg.round
         ep = self.epoch
-        told = self.rounds.signed.get(r)
-        if ep is None or told is None or r not in ep.rounds or r in self.rounds.revealed:
+        if ep is None or ep.signed is None or ep.signed[0] != r or ep.revealed:
             raise self.bad(f"unmasking round {r!r}, whose survivors we did not sign, or again")
-        if (msg.survivors, msg.dropped) != told:
+        _, survivors, dropped = ep.signed
+        if (msg.survivors, msg.dropped) != (survivors, dropped):
             raise self.bad(f"unmasking round {r} with other survivors than those we signed")
-        self._check_signatures(ep, r, told[0], msg.signatures)
-        self.rounds.revealed[r] = told
+        self._check_signatures(ep, r, survivors, msg.signatures)
+        ep.revealed = True
         return Reveal(
             r,
             round_key(ep.keys.self_seed, r, "self"),
-            {d: round_key(ep.pairs[d].mask_seed, r, "pair") for d in told[1]},
+            {d: round_key(ep.pairs[d].mask_seed, r, "pair") for d in dropped},
         )
 
     def _check_signatures(
@@ -333,13 +338,18 @@ class ClientKeys:
                 raise self.bad(f"round {r}: the signature of {c}: {exc}") from None
 
     def on_recover(self, msg: Recover) -> Recovered:
-        told = self.rounds.revealed.get(msg.round)
         ep = self.epoch
-        if told is None or ep is None or msg.round not in ep.rounds or ep.recovered:
+        if (
+            ep is None
+            or ep.signed is None
+            or ep.signed[0] != msg.round
+            or not ep.revealed
+            or ep.recovered
+        ):
             raise self.bad("recovery for a round we did not unmask, or a second one")
         if not msg.self_of:
             raise self.bad("recovery needs the clients to recover")
-        survivors, dropped = told
+        _, survivors, dropped = ep.signed
         # Bonawitz's rule: self seeds only of that round's survivors, mask keys only of its
         # dropped clients; never both for one client.
         if (

@@ -64,7 +64,7 @@ def _signing_key(federation: Path, c: str) -> Any:
 
 @pytest.fixture
 def clients(federation: Path) -> dict[str, Client]:
-    """Four clients with keys of epoch 1 (threshold 3) that all sent round 1."""
+    """Four clients with keys of epoch 1 (threshold 3) that all sent rounds 1 and 2."""
     config = HomoConfig(threshold=3)
     rng = np.random.default_rng(0)
     out = {}
@@ -82,7 +82,8 @@ def clients(federation: Path) -> dict[str, Client]:
     for c, cl in out.items():
         inbox = {s: r.shares[c] for s, r in sealed.items() if s != c and isinstance(r, Sealed)}
         cl.handle({"t": "shares", "epoch": 1, "shares": inbox})
-        assert isinstance(cl.handle({"t": "stats", "round": 1}), Masked)
+        for r in (1, 2):
+            assert isinstance(cl.handle({"t": "stats", "round": r}), Masked)
     return out
 
 
@@ -100,13 +101,17 @@ def test_a_client_declared_dropped_after_sending_refuses(clients: dict[str, Clie
     _refused(clients["c4"], SURVIVORS, "declared dropped, though we sent our vector")
 
 
-def test_a_client_signs_one_survivor_set_per_round(clients: dict[str, Client]) -> None:
+def test_a_client_signs_one_survivor_set_per_epoch(clients: dict[str, Client]) -> None:
+    """Its keys mask every round of the epoch: keys revealed for two sets, or for two rounds
+    (say its self key in one, shares of its mask key in another), could unmask it."""
     c1 = clients["c1"]
     _refused(c1, {**SURVIVORS, "survivors": ["c1", "c2"], "dropped": ["c3", "c4"]}, "fewer")
     assert isinstance(c1.handle(SURVIVORS), Signed)
     other = {**SURVIVORS, "survivors": ["c1", "c2", "c4"], "dropped": ["c3"]}
-    _refused(c1, other, "a second survivor set for round 1")
+    _refused(c1, other, "a second survivor set in epoch 1")
     _refused(c1, SURVIVORS, "a second survivor set")
+    _refused(c1, {**other, "round": 2}, "we sign one per epoch")
+    _refused(c1, {**other, "t": "unmask", "round": 2, "signatures": {}}, "did not sign")
 
 
 def test_forged_missing_or_foreign_signatures_are_refused(
@@ -144,11 +149,12 @@ def test_forged_missing_or_foreign_signatures_are_refused(
 
 
 class _Lies:
-    """How the lying server handles round 1: it hides ``hide``'s vector (as if it were lost),
-    tells each client ``told[client]`` as the survivor set, relays signatures by ``relay``
-    (``own``: those on the client's own set; ``all``; ``forged``: one of them altered;
-    ``missing``: all but one), then asks the clients that revealed for the Shamir shares of
-    ``recover``'s self seed."""
+    """How the lying server handles round ``at``: it hides ``hide``'s vector (as if it were
+    lost), tells each client in ``told`` that set as the survivors, relays signatures by
+    ``relay`` (``own``: those on the client's own set; ``all``; ``forged``: one of them
+    altered; ``missing``: all but one), then asks the clients that revealed for Shamir shares
+    of ``hide``'s self seed (``recover="self"``) or of its mask key (``"key"``). ``first``: a
+    survivor set it shows every client for round 1 (signed and unmasked) before that."""
 
     def __init__(
         self,
@@ -156,11 +162,14 @@ class _Lies:
         told: dict[str, list[str]],
         relay: str = "own",
         recover: str | None = None,
+        at: int = 1,
+        first: list[str] | None = None,
     ) -> None:
         self.hide, self.told, self.relay, self.recover = hide, told, relay, recover
+        self.at, self.first = at, first
 
-    def relayed(self, c: str, sigs: dict[str, bytes]) -> dict[str, bytes]:
-        own = {s: sig for s, sig in sorted(sigs.items()) if self.told[s] == self.told[c]}
+    def relayed(self, told: Mapping[str, list[str]], c: str, sigs: dict[str, bytes]) -> Any:
+        own = {s: sig for s, sig in sorted(sigs.items()) if told[s] == told[c]}
         if self.relay == "all":
             return sigs
         if self.relay == "forged":
@@ -170,6 +179,12 @@ class _Lies:
             return dict(list(own.items())[1:])
         return own
 
+    def recovery(self, r: int, c: str, survivors: list[str], dropped: list[str]) -> Recover:
+        if self.recover == "self":  # the seed of its self mask
+            return Recover(r, [self.hide], dropped)
+        other = next(u for u in survivors if u != c)  # its mask key, as a "dropped" client's
+        return Recover(r, [other], dropped)
+
 
 def _lying_federation(lies: _Lies) -> type[Federation]:
     class LyingFederation(Federation):
@@ -177,24 +192,35 @@ def _lying_federation(lies: _Lies) -> type[Federation]:
             self, clients: Sequence[str], msgs: Mapping[str, Command], expect: type[Any]
         ) -> dict[str, Any]:
             replies = await super().ask_all(clients, msgs, expect)
-            if expect is Masked and self.round == 1:
+            if expect is Masked and self.round == lies.at:
                 replies.pop(lies.hide)  # received (and tapped), then claimed lost
             return replies
+
+        async def show(self, r: int, told: Mapping[str, list[str]]) -> dict[str, Reveal]:
+            """Sign and unmask round ``r``, with the survivor set ``told[client]``."""
+            members = list(self.members or [])
+
+            def split(c: str) -> tuple[list[str], list[str]]:
+                return told[c], sorted(set(members) - set(told[c]))
+
+            asked = [c for c in members if c in told and c in self.active]
+            signed = await self.ask_all(asked, {c: Survivors(r, *split(c)) for c in asked}, Signed)
+            sigs = {c: s.signature for c, s in signed.items()}
+            unmask = {c: Unmask(r, *split(c), lies.relayed(told, c, sigs)) for c in signed}
+            return await self.ask_all(sorted(signed), unmask, Reveal)
 
         async def _unmask(
             self, r: int, total: Any, members: list[str], survivors: list[str]
         ) -> Any:
-            def split(c: str) -> tuple[list[str], list[str]]:
-                return lies.told[c], sorted(set(members) - set(lies.told[c]))
-
-            asks = {c: Survivors(r, *split(c)) for c in members}
-            signed = await self.ask_all(members, asks, Signed)
-            sigs = {c: s.signature for c, s in signed.items()}
-            unmask = {c: Unmask(r, *split(c), lies.relayed(c, sigs)) for c in signed}
-            reveals = await self.ask_all(sorted(signed), unmask, Reveal)
+            if lies.first is not None:
+                await self.show(1, dict.fromkeys(members, lies.first))
+            reveals = await self.show(r, lies.told)
             if lies.recover is not None and reveals:
-                ask = Recover(r, [lies.recover], [lies.recover])
-                await self.ask_same(sorted(reveals), ask, Recovered)
+                asks = {
+                    c: lies.recovery(r, c, lies.told[c], sorted(set(members) - set(lies.told[c])))
+                    for c in reveals
+                }
+                await self.ask_all(sorted(reveals), asks, Recovered)
             raise AssertionError("the lying server got through")
 
     return LyingFederation
@@ -205,10 +231,11 @@ async def _lie(
     breast: list[tuple[np.ndarray, np.ndarray]],
     federation: Path,
     monkeypatch: pytest.MonkeyPatch,
+    n: int = 4,
 ) -> Run:
     monkeypatch.setattr(server_module, "Federation", _lying_federation(lies))
-    config = HomoConfig(params=PARAMS, round_timeout=5)  # threshold: a majority, 3 of 4
-    return await run_homo(_split(breast, 4), config, federation)
+    config = HomoConfig(params=PARAMS, round_timeout=5)  # threshold: a majority, 3 of 4 or 5
+    return await run_homo(_split(breast, n), config, federation)
 
 
 def _named_the_server(run: Run, clients: Sequence[str], match: str) -> None:
@@ -229,7 +256,7 @@ async def test_a_server_claiming_a_live_client_dropped_cannot_unmask_it(
     too, tells c3 that c4 dropped and asks the others for shares of c3's self seed."""
     others = ["c1", "c2", "c4"]
     told = dict.fromkeys(others, others) | {"c3": ["c1", "c2", "c3"]}
-    run = await _lie(_Lies("c3", told, recover="c3"), breast, federation, monkeypatch)
+    run = await _lie(_Lies("c3", told, recover="self"), breast, federation, monkeypatch)
     _named_the_server(run, ["c3"], "too few survivors signed the survivor set (1, threshold 3)")
     _named_the_server(run, others, "recovery asks for shares we must not give")
     assert not isinstance(run.result, HomoResult)
@@ -248,6 +275,27 @@ async def test_a_server_claiming_a_live_client_dropped_cannot_unmask_it(
     plain = to_unsigned(run.plain["c3"][1][1])
     assert sorted(pair) == others  # their pair keys with c3: what any dropout reveals
     assert not np.any(best == plain)  # c3's self mask, never revealed, still hides it
+
+
+async def test_a_server_cannot_combine_two_rounds_of_an_epoch(
+    breast: list[tuple[np.ndarray, np.ndarray]],
+    federation: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Five clients, threshold 3. The server unmasks round 1 with c3 among the survivors (c3
+    reveals its round-1 self key), then claims c3 dropped out of round 2 and asks for shares
+    of its mask key, which masks round 1 as well: round 1's vector of c3 in the clear. The
+    clients sign one survivor set per epoch, so round 2 is refused."""
+    others = ["c1", "c2", "c4"]
+    lies = _Lies(
+        "c3", dict.fromkeys(others, others), recover="key", at=2, first=["c1", "c2", "c3", "c4"]
+    )
+    run = await _lie(lies, breast, federation, monkeypatch, n=5)
+    _named_the_server(run, ["c5"], "declared dropped, though we sent our vector")
+    _named_the_server(run, others, "a second survivor set in epoch 1 (round 2")
+    assert sorted(who for who, _ in _received(run, "reveal")) == ["c1", "c2", "c3", "c4"]
+    assert {obj["round"] for _, obj in _received(run, "reveal")} == {1}
+    assert not _received(run, "recovered")
 
 
 @pytest.mark.parametrize("relay", ["own", "all"])
