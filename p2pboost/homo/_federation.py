@@ -1,5 +1,5 @@
 """The server's view of the clients: membership, key epochs, asking, dropping, and secure
-aggregation rounds with Bonawitz's unmasking and Shamir recovery.
+aggregation rounds with Bonawitz's consistency check, unmasking and Shamir recovery.
 
 :meth:`Federation.aggregate` is the one thing the training code needs: the exact sum of every
 active client's vector for a request. Everything about who is still there lives here:

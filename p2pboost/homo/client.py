@@ -74,7 +74,6 @@ __all__ = ["BeforeSend", "Client", "OnVector", "client_train"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-U64 = npt.NDArray[np.uint64]
 #: ``on_vector(round, tag, vector)``: sees each plaintext vector before it is masked (tests).
 OnVector = Callable[[int, str, I64], None]
 #: ``before_send(reply, phase)``: returns the reply to send instead (tests simulate crashes and
