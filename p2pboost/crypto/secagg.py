@@ -21,9 +21,10 @@ missing client stays hidden: its ``y`` behind ``P`` (never revealed), its ``z`` 
 Before a survivor reveals anything it runs Bonawitz's consistency check: it signs the round's
 survivor set with its certificate key (:func:`sign_survivors`) and goes on only when at least
 ``t`` survivors signed exactly that set (:func:`verify_survivors`). Each client signs one set
-per round, so with ``t`` above half the members no two sets can both gather ``t``
-signatures: a server cannot declare a client dropped to some (to get their pair keys with it)
-while it is a survivor to others (to get its self key, or shares of its self seed).
+per epoch (the epoch's keys mask all its rounds), so with ``t`` above half the members no two
+sets can both gather ``t`` signatures: a server cannot declare a client dropped to some (to
+get their pair keys with it, or shares of its mask key) while it is a survivor to others (to
+get its self key, or shares of its self seed), in one round or across two.
 
 Keys, once per *epoch* (a fixed set of clients; a new epoch starts after any dropout):
 

@@ -12,7 +12,7 @@ One coroutine per role over one channel per client; the server drives, every cli
     stats | bins | grid | root | children    ->   its vector, masked twice: masked {y, z}
       | eval {round, arguments}
     (all sent: the sum of the z is exact; otherwise)
-    [survivors {round, survivors, dropped}   ->   signs the set, once a round: signed]
+    [survivors {round, survivors, dropped}   ->   signs the set, once an epoch: signed]
     [unmask {..., every signature}           ->   t signed that set: round keys, reveal]
     [recover {round, self_of, key_of}        ->   Shamir shares: recovered]
     model / tree / done                      ->   builds the same model as everyone else
