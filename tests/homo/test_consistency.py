@@ -2,9 +2,10 @@
 survivors sign the survivor set and each checks that ``t`` of them signed the same one.
 
 A server that claims a live client dropped (to get the others' pair keys with it) cannot also
-get its self key or shares of its self seed; a server that shows clients different survivor
-sets, or relays forged or too few signatures, is refused by every client, naming the server.
-Honest dropouts still complete, with the core's model on the survivors' rows.
+get its self key or shares of its self seed, in that round or another of the key epoch; a
+server that shows clients different survivor sets, or relays forged or too few signatures, is
+refused by every client, naming the server. Honest dropouts still complete, with the core's
+model on the survivors' rows.
 """
 
 from __future__ import annotations
