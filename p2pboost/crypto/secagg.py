@@ -18,6 +18,14 @@ of the missing clients' mask private keys (never both for one client). A late ve
 missing client stays hidden: its ``y`` behind ``P`` (never revealed), its ``z`` behind ``T``
 (made from the *channel* keys, which are never revealed nor shared).
 
+Before a survivor reveals anything it runs Bonawitz's consistency check: it signs the round's
+survivor set with its certificate key (:func:`sign_survivors`) and goes on only when at least
+``t`` survivors signed exactly that set (:func:`verify_survivors`). Each client signs one set
+per epoch (the epoch's keys mask all its rounds), so with ``t`` above half the members no two
+sets can both gather ``t`` signatures: a server cannot declare a client dropped to some (to
+get their pair keys with it, or shares of its mask key) while it is a survivor to others (to
+get its self key, or shares of its self seed), in one round or across two.
+
 Keys, once per *epoch* (a fixed set of clients; a new epoch starts after any dropout):
 
 * every client makes two X25519 key pairs, *mask* and *channel*, and signs both public keys
@@ -66,6 +74,7 @@ __all__ = [
     "Share",
     "add_masks",
     "advert_message",
+    "certificate_key",
     "decrypt_shares",
     "encrypt_shares",
     "epoch_context",
@@ -80,9 +89,12 @@ __all__ = [
     "shamir_combine",
     "shamir_split",
     "sign_advert",
+    "sign_survivors",
+    "survivors_message",
     "to_unsigned",
     "unmask",
     "verify_advert",
+    "verify_survivors",
 ]
 
 U64 = npt.NDArray[np.uint64]
@@ -435,8 +447,10 @@ def verify_advert(
     epoch: int,
     client: str,
     public: bytes,
-) -> None:
-    """Check that ``client`` (per a CA-issued certificate) signed ``public`` for this epoch.
+) -> ec.EllipticCurvePublicKey:
+    """Check that ``client`` (per a CA-issued certificate) signed ``public`` for this epoch;
+    returns the certificate's key, which checks the client's other signatures of the epoch
+    (:func:`verify_survivors`).
 
     Raises :class:`CryptoError` naming what failed: not issued by the CA, expired, issued to
     another party, or a bad signature.
@@ -473,6 +487,61 @@ def verify_advert(
         )
     except InvalidSignature:
         raise CryptoError(f"{client}: bad signature on its key advert") from None
+    return key
+
+
+def certificate_key(cert_pem: bytes) -> ec.EllipticCurvePublicKey:
+    """The ECDSA key of a certificate (PEM), unchecked against any CA: the server uses it to
+    tell which client sent a bad signature (the clients check the certificates themselves)."""
+    try:
+        key = x509.load_pem_x509_certificate(cert_pem).public_key()
+    except ValueError:
+        raise CryptoError("certificate does not parse") from None
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise CryptoError("certificate key is not ECDSA")
+    return key
+
+
+# -- Bonawitz's consistency check ---------------------------------------------------------------
+
+
+def survivors_message(session: str, epoch: int, round_id: int, survivors: Iterable[str]) -> bytes:
+    """The bytes a survivor signs before anything of a round is unmasked: the round's
+    survivor set (sorted), bound to the run, the epoch and the round."""
+    ids = sorted(survivors)
+    return _LABEL + b"survivors" + _context(session, epoch, round_id, len(ids), *ids)
+
+
+def sign_survivors(
+    signing_key: ec.EllipticCurvePrivateKey,
+    session: str,
+    epoch: int,
+    round_id: int,
+    survivors: Iterable[str],
+) -> bytes:
+    """ECDSA-SHA256 signature of :func:`survivors_message` with the client's certificate key."""
+    msg = survivors_message(session, epoch, round_id, survivors)
+    return signing_key.sign(msg, ec.ECDSA(hashes.SHA256()))
+
+
+def verify_survivors(
+    key: ec.EllipticCurvePublicKey,
+    signature: bytes,
+    session: str,
+    epoch: int,
+    round_id: int,
+    survivors: Iterable[str],
+) -> None:
+    """Check a signature of :func:`sign_survivors` with the signer's certificate key (the one
+    :func:`verify_advert` returned); :class:`CryptoError` if it signs anything else."""
+    try:
+        key.verify(
+            signature,
+            survivors_message(session, epoch, round_id, survivors),
+            ec.ECDSA(hashes.SHA256()),
+        )
+    except InvalidSignature:
+        raise CryptoError("the signature does not match this survivor set") from None
 
 
 def fingerprint(data: bytes) -> str:

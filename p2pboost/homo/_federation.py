@@ -1,5 +1,5 @@
 """The server's view of the clients: membership, key epochs, asking, dropping, and secure
-aggregation rounds with Bonawitz's unmasking and Shamir recovery.
+aggregation rounds with Bonawitz's consistency check, unmasking and Shamir recovery.
 
 :meth:`Federation.aggregate` is the one thing the training code needs: the exact sum of every
 active client's vector for a request. Everything about who is still there lives here:
@@ -11,9 +11,14 @@ active client's vector for a request. Everything about who is still there lives 
   :class:`~p2pboost.exceptions.RemoteProtocolError` naming it (every reply goes through the
   message kit's :func:`~p2pboost.protocols._messages.decode`);
 - masking needs keys among exactly the active clients: after a dropout the round is still
-  completed (the survivors reveal that round's keys; a client that died after sending is
-  recovered from ``t`` Shamir shares), then :class:`Restart` tells the caller to start its
-  stage again, and the next aggregate renews the keys among the survivors (a new epoch);
+  completed (the survivors sign the survivor set, each checks that ``t`` of them signed the
+  same, then they reveal that round's keys; a client that died after sending is recovered
+  from ``t`` Shamir shares), then :class:`Restart` tells the caller to start its stage again,
+  and the next aggregate renews the keys among the survivors (a new epoch). Fewer than ``t``
+  survivors (or signatures) abandon the round unmasked instead: nothing of it is revealed;
+- a round every member sent in reveals nothing about anyone: the pairwise masks of the ``z``
+  vectors cancel in the sum, so no consistency check, key or share is asked for (the common
+  path costs one message each way);
 - a client whose process *restarted* (its node says so: a new process that lost its state) is
   not dropped when the server can take it back (``rejoin``): it is set aside, and
   :meth:`Federation.readmit`, called by the training code before each stage, opens its new
@@ -38,12 +43,14 @@ import numpy.typing as npt
 from p2pboost.crypto.secagg import (
     KEY_BYTES,
     Share,
+    certificate_key,
     epoch_context,
     from_signed,
     mask_seed,
     round_key,
     shamir_combine,
     unmask,
+    verify_survivors,
 )
 from p2pboost.exceptions import (
     CryptoError,
@@ -69,6 +76,8 @@ from p2pboost.homo._messages import (
     Reveal,
     Sealed,
     Shares,
+    Signed,
+    Survivors,
     Unmask,
 )
 from p2pboost.homo.config import CHANNEL, HomoConfig, HomoPhase, Tap
@@ -131,6 +140,8 @@ class Federation:
         self.threshold = 0
         self.phase = HomoPhase.HELLO
         self.mask_publics: dict[str, bytes] = {}
+        #: Each member's certificate (PEM) from its advert: checks its survivor signatures.
+        self.certs: dict[str, bytes] = {}
         self.rejoin = rejoin
         #: Restarted clients on their way back (readmitted before the next stage).
         self.returning: set[str] = set()
@@ -275,6 +286,7 @@ class Federation:
                 continue
             for c, a in adverts.items():
                 self.mask_publics[c] = a.public[:KEY_BYTES]
+                self.certs[c] = a.cert
             relay = Adverts(
                 self.epoch,
                 public={c: a.public for c, a in adverts.items()},
@@ -349,7 +361,11 @@ class Federation:
         else:
             for v in y_vecs.values():
                 total += v
-            total = await self._unmask(r, total, members, survivors)
+            unmasked = await self._unmask(r, total, members, survivors)
+            if unmasked is None:  # too few survivors vouch for the set: nothing is revealed
+                self.members = None
+                raise Restart(msg.TAG)
+            total = unmasked
         result = from_signed(total).copy()
         self._tap("aggregate", msg.TAG, {"round": r, "contributors": survivors, "total": result})
         if changed:
@@ -357,10 +373,49 @@ class Federation:
             raise Restart(msg.TAG)
         return result
 
-    async def _unmask(self, r: int, total: U64, members: list[str], survivors: list[str]) -> U64:
-        """Bonawitz's unmasking round: some members sent nothing in round ``r``."""
+    async def _consistency(
+        self, r: int, survivors: list[str], dropped: list[str]
+    ) -> dict[str, bytes] | None:
+        """Bonawitz's consistency check: every survivor signs the survivor set of round ``r``;
+        the signatures (signer -> signature), or ``None`` if fewer than ``t`` survivors signed
+        (the round is then abandoned: no client would reveal anything for it).
+
+        A client that sends a signature that does not verify ends the run, named: relayed, it
+        would make every honest client refuse the round and blame the server.
+        """
+        if len(survivors) < self.threshold:
+            return None
+        replies = await self.ask_same(survivors, Survivors(r, survivors, dropped), Signed)
+        for c, rep in sorted(replies.items()):
+            try:
+                key = certificate_key(self.certs[c])
+                verify_survivors(key, rep.signature, self.run_id, self.epoch, r, survivors)
+            except CryptoError as exc:
+                raise RemoteProtocolError(
+                    f"round {r}: survivor set signature: {exc}", peer=c
+                ) from None
+        if len(replies) < self.threshold:
+            return None
+        return {c: rep.signature for c, rep in replies.items()}
+
+    async def _unmask(
+        self, r: int, total: U64, members: list[str], survivors: list[str]
+    ) -> U64 | None:
+        """Bonawitz's unmasking round: some members sent nothing in round ``r``. ``None``: the
+        consistency check failed for too few signatures, nothing was revealed."""
         dropped = sorted(set(members) - set(survivors))
-        reveals = await self.ask_same(survivors, Unmask(r, survivors, dropped), Reveal)
+        signatures = await self._consistency(r, survivors, dropped)
+        if signatures is None:
+            logger.warning(
+                "round %d: fewer than %d of its %d survivors signed the survivor set;"
+                " abandoned unmasked",
+                r,
+                self.threshold,
+                len(survivors),
+            )
+            return None
+        unmasking = Unmask(r, survivors, dropped, signatures)
+        reveals = await self.ask_same(sorted(signatures), unmasking, Reveal)
         self_keys: list[bytes] = []
         pair_keys: list[tuple[str, str, bytes]] = []
         for c, rep in reveals.items():

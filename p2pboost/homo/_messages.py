@@ -69,6 +69,8 @@ __all__ = [
     "Reveal",
     "Sealed",
     "Shares",
+    "Signed",
+    "Survivors",
     "Unmask",
     "decode_command",
 ]
@@ -351,12 +353,32 @@ class Masked(Reply, tag="masked"):
 
 
 @dataclass(frozen=True)
-class Unmask(Command, tag="unmask"):
-    """Server -> survivor: in ``round`` only ``survivors`` sent; reveal that round's keys."""
+class Survivors(Command, tag="survivors"):
+    """Server -> survivor: in ``round`` only ``survivors`` sent (``dropped`` did not); sign
+    that set (Bonawitz's consistency check), before anything of the round is revealed."""
 
     round: Annotated[int, _ROUND]
     survivors: Annotated[list[str], _CLIENTS]
     dropped: Annotated[list[str], _CLIENTS]
+
+
+@dataclass(frozen=True)
+class Signed(Reply, tag="signed"):
+    """Client -> server (answers ``survivors``): its signature, with its certificate's key, of
+    the run id, epoch, round and survivor set."""
+
+    signature: Annotated[bytes, _SIGNATURE]
+
+
+@dataclass(frozen=True)
+class Unmask(Command, tag="unmask"):
+    """Server -> survivor: in ``round`` only ``survivors`` sent, as the ``signatures`` (signer
+    -> signature of the set) show; reveal that round's keys."""
+
+    round: Annotated[int, _ROUND]
+    survivors: Annotated[list[str], _CLIENTS]
+    dropped: Annotated[list[str], _CLIENTS]
+    signatures: Annotated[dict[str, bytes], _per_client(_SIGNATURE)]
 
 
 @dataclass(frozen=True)
@@ -439,6 +461,7 @@ _COMMANDS: dict[str, type[Command]] = {
         CollectChildren,
         CollectMedian,
         CollectEval,
+        Survivors,
         Unmask,
         Recover,
         ModelHeader,

@@ -8,17 +8,18 @@ messages between it and the node.
 What the client holds grows with the run, one object per stage, each existing from the
 message that creates it on (instead of fields that are ``None`` until then):
 
-- :class:`_EpochState`, from ``epoch``: this epoch's keys, pair keys (from ``adverts``) and the
-  Shamir shares it holds (from ``shares``); a new epoch replaces it;
-- :class:`_Rounds`, always: which rounds it sent and revealed, masks computed ahead;
+- :class:`~p2pboost.homo._client_keys.ClientKeys`, always: its key epochs, the masking of its
+  vectors, and what it signed and revealed after a dropout;
 - :class:`~p2pboost.homo._model.LocalModel`, from ``model``: bin edges, binned rows, margins,
   the trees so far, and per tree its gradient columns (from ``grid``) and its grids,
   quantized gradients and each row's node (from ``root``).
 
 An honest client enforces the rules that keep its vectors secret whatever the server asks
-(see ``docs/explanation/secagg.md``): it reveals round keys only for a round it sent in, only
-if some member is missing and at least ``min_clients`` remain, answers one recovery per epoch,
-and never gives both shares of one client.
+(see ``docs/explanation/secagg.md`` and :mod:`~p2pboost.homo._client_keys`): before it reveals
+anything about a round it signs that round's survivor set and checks that at least ``t``
+survivors signed the same (Bonawitz's consistency check); it reveals round keys only for a
+round it sent in, only if some member is missing and at least ``min_clients`` remain, answers
+one recovery per epoch, and never gives both shares of one client.
 """
 
 from __future__ import annotations
@@ -26,43 +27,20 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.secagg import (
-    KEY_BYTES,
-    EpochKeys,
-    PairKeys,
-    Share,
-    decrypt_shares,
-    encrypt_shares,
-    epoch_context,
-    mask,
-    mask_streams,
-    round_key,
-    shamir_split,
-    sign_advert,
-    to_unsigned,
-    verify_advert,
-)
-from p2pboost.exceptions import (
-    CryptoError,
-    InputError,
-    ModelError,
-    P2PBoostError,
-    RemoteProtocolError,
-)
+from p2pboost.exceptions import InputError, ModelError, P2PBoostError, RemoteProtocolError
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import Booster, check_private_run, privacy_from, rng_state_from
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
 from p2pboost.gbdt.rounds import check_weights
 from p2pboost.homo._binning import Query, child_counts, float_keys
+from p2pboost.homo._client_keys import ClientKeys
 from p2pboost.homo._messages import (
-    Advert,
     Adverts,
     Collect,
     CollectBins,
@@ -79,19 +57,16 @@ from p2pboost.homo._messages import (
     Joined,
     Masked,
     ModelHeader,
-    Ready,
     Recover,
-    Recovered,
     Reply,
-    Reveal,
-    Sealed,
     Shares,
+    Survivors,
     Unmask,
     decode_command,
 )
 from p2pboost.homo._model import LocalModel
 from p2pboost.homo._quantile import GroupedKeys, RankQuery
-from p2pboost.homo._vectors import GRID_LENGTH, eval_vector, stats_vector
+from p2pboost.homo._vectors import eval_vector, stats_vector
 from p2pboost.homo.config import CHANNEL, VERSION, ClientIdentity, HomoConfig, HomoPhase
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import reject, send
@@ -100,61 +75,11 @@ __all__ = ["BeforeSend", "Client", "OnVector", "client_train"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
-U64 = npt.NDArray[np.uint64]
 #: ``on_vector(round, tag, vector)``: sees each plaintext vector before it is masked (tests).
 OnVector = Callable[[int, str, I64], None]
 #: ``before_send(reply, phase)``: returns the reply to send instead (tests simulate crashes and
 #: misbehaving clients with it).
 BeforeSend = Callable[[Reply, HomoPhase], Reply]
-
-
-# -- the state, one object per stage ------------------------------------------------------------
-
-
-@dataclass
-class _EpochState:
-    """One key epoch, from its ``epoch`` message on."""
-
-    number: int
-    members: list[str]
-    threshold: int
-    keys: EpochKeys
-    context: bytes  # binds derived keys and sealed shares to the run and epoch
-    #: Pair keys with every other member (from ``adverts`` on).
-    pairs: dict[str, PairKeys] = field(default_factory=dict)
-    #: Shares (of the self seed, of the mask key) per member (ours from ``adverts`` on).
-    held: dict[str, tuple[Share, Share]] = field(default_factory=dict)
-    #: Masks may be made with these keys: shares are held and no round key was revealed.
-    usable: bool = False
-    #: This epoch's one recovery was answered.
-    recovered: bool = False
-
-    @property
-    def public(self) -> bytes:
-        """What this client advertises: its mask and channel public keys."""
-        return self.keys.mask_public + self.keys.channel_public
-
-
-@dataclass(frozen=True, slots=True)
-class _Ahead:
-    """Masks of round ``round`` in epoch ``epoch``, computed before the request came."""
-
-    epoch: int
-    round: int
-    y: U64
-    z: U64
-
-
-@dataclass
-class _Rounds:
-    """Aggregation rounds: the last one answered, those sent and those revealed."""
-
-    last: int = 0
-    sent: set[int] = field(default_factory=set)
-    last_length: int = 0
-    ahead: _Ahead | None = None
-    #: Round -> (survivors, dropped) the server told when unmasking it.
-    revealed: dict[int, tuple[list[str], list[str]]] = field(default_factory=dict)
 
 
 # -- the state machine --------------------------------------------------------------------------
@@ -182,7 +107,6 @@ class Client:
         self.me, self.server = me, server
         self.X, self.y = X, y
         self.weight = weight
-        self.identity = identity
         self.config = config
         self.params = config.params
         self.objective = get_objective(config.params)
@@ -192,9 +116,7 @@ class Client:
         self.on_vector = on_vector
         self.phase = HomoPhase.HELLO
         self.keys_cols = [float_keys(col) for col in X.T]
-        self.run = ""  # the run id, from hello on
-        self.rounds = _Rounds()
-        self.epoch: _EpochState | None = None
+        self.secagg = ClientKeys(me, config, identity, self.bad)
         self.model: LocalModel | None = None
         self.best_iteration: int | None = None  # told at done
         self.history: dict[str, dict[str, list[float]]] = {}  # told at done
@@ -215,18 +137,21 @@ class Client:
             raise self.bad(f"{msg.TAG!r} before hello")
         if isinstance(msg, Hello):
             return self._hello(msg)
+        secagg = self.secagg
         if isinstance(msg, Epoch):
-            return self._epoch(msg)
+            return secagg.on_epoch(msg)
         if isinstance(msg, Adverts):
-            return self._adverts(msg)
+            return secagg.on_adverts(msg)
         if isinstance(msg, Shares):
-            return self._shares(msg)
+            return secagg.on_shares(msg)
         if isinstance(msg, Collect):
             return self._collect(msg)
+        if isinstance(msg, Survivors):
+            return secagg.on_survivors(msg)
         if isinstance(msg, Unmask):
-            return self._unmask(msg)
+            return secagg.on_unmask(msg)
         if isinstance(msg, Recover):
-            return self._recover(msg)
+            return secagg.on_recover(msg)
         if isinstance(msg, ModelHeader):
             self._model(msg)
         elif isinstance(msg, FinishedTree):
@@ -243,177 +168,28 @@ class Client:
         if msg.digest != self.config.digest():
             differences = "; ".join(self.config.differences(msg.settings)) or "digest only"
             raise self.bad(f"the server's training settings differ from ours: {differences}")
-        self.run = msg.run
+        self.secagg.run = msg.run
         self.phase = HomoPhase.STATS
         return Joined(int(self.X.shape[1]))
-
-    # -- keys ---------------------------------------------------------------------------------
-
-    def _epoch(self, msg: Epoch) -> Advert:
-        if not self.config.masking:
-            raise self.bad("key setup in an unmasked run")
-        if msg.epoch <= (self.epoch.number if self.epoch is not None else 0):
-            raise self.bad(f"epoch {msg.epoch!r} is not new")
-        members = msg.members
-        if members != sorted(set(members)) or self.me not in members:
-            raise self.bad("bad member list")
-        n, t = len(members), msg.threshold
-        if n < self.config.min_clients or not self.config.shamir_threshold(n) <= t <= n:
-            raise self.bad(f"threshold {t!r} for {n} members is not acceptable")
-        if self.identity is None:
-            raise InputError("masked training needs the client's identity (certificate key)")
-        ep = _EpochState(msg.epoch, members, t, EpochKeys(), epoch_context(self.run, msg.epoch))
-        self.epoch = ep
-        sig = sign_advert(self.identity.signing_key, self.run, ep.number, self.me, ep.public)
-        return Advert(ep.public, sig, self.identity.cert_pem)
-
-    def _adverts(self, msg: Adverts) -> Sealed:
-        ep = self.epoch
-        if ep is None or msg.epoch != ep.number or ep.pairs:
-            raise self.bad("adverts out of order")
-        if sorted(msg.public) != ep.members:
-            raise self.bad("adverts must cover exactly the epoch's members")
-        assert self.identity is not None  # an epoch exists only with one
-        if msg.public[self.me] != ep.public:
-            raise self.bad("our own key advert was altered")
-        publics: set[bytes] = {ep.keys.mask_public, ep.keys.channel_public}
-        for c in ep.members:
-            if c == self.me:
-                continue
-            pub = msg.public[c]
-            try:
-                verify_advert(
-                    self.identity.ca, msg.cert[c], msg.signature[c], self.run, ep.number, c, pub
-                )
-            except TypeError as exc:
-                raise self.bad(f"malformed advert of {c}: {exc}") from None
-            except CryptoError as exc:
-                raise RemoteProtocolError(f"key advert rejected: {exc}", peer=c) from None
-            m_pub, c_pub = pub[:KEY_BYTES], pub[KEY_BYTES:]
-            if m_pub in publics or c_pub in publics:
-                raise RemoteProtocolError("key advert repeats another client's key", peer=c)
-            publics |= {m_pub, c_pub}
-            try:
-                ep.pairs[c] = ep.keys.pair_keys(self.me, c, m_pub, c_pub, ep.context)
-            except CryptoError as exc:
-                raise RemoteProtocolError(f"key advert rejected: {exc}", peer=c) from None
-        n = len(ep.members)
-        seed_shares = shamir_split(ep.keys.self_seed, n, ep.threshold)
-        key_shares = shamir_split(ep.keys.mask_private, n, ep.threshold)
-        sealed = {}
-        for i, c in enumerate(ep.members):
-            pair = (seed_shares[i], key_shares[i])
-            if c == self.me:
-                ep.held[self.me] = pair
-            else:
-                sealed[c] = encrypt_shares(ep.pairs[c].share_key, pair, self.me, c, ep.context)
-        return Sealed(sealed)
-
-    def _shares(self, msg: Shares) -> Ready:
-        ep = self.epoch
-        if ep is None or not ep.pairs or msg.epoch != ep.number or len(ep.held) != 1:
-            raise self.bad("shares out of order")
-        if sorted(msg.shares) != [m for m in ep.members if m != self.me]:
-            raise self.bad("a share from every other member is expected")
-        x = ep.members.index(self.me) + 1
-        for sender, blob in msg.shares.items():
-            try:
-                seed_share, key_share = decrypt_shares(
-                    ep.pairs[sender].share_key, blob, sender, self.me, ep.context, 2
-                )
-            except CryptoError as exc:
-                raise RemoteProtocolError(f"sealed shares rejected: {exc}", peer=sender) from None
-            if seed_share.x != x or key_share.x != x:
-                raise RemoteProtocolError("sealed shares are for another holder", peer=sender)
-            ep.held[sender] = (seed_share, key_share)
-        ep.usable = True
-        return Ready()
 
     # -- rounds -------------------------------------------------------------------------------
 
     def _collect(self, msg: Collect) -> Masked:
-        rounds, r = self.rounds, msg.round
-        if r <= rounds.last:
-            raise self.bad(f"round {r!r} is not after round {rounds.last} (replay?)")
+        r = msg.round
+        self.secagg.check_round(r)
         try:
             vector = self._vector(msg)
         except (ValueError, IndexError, OverflowError) as exc:
             if isinstance(exc, P2PBoostError):
                 raise
             raise self.bad(f"bad arguments for {msg.TAG}: {exc}") from None
-        rounds.last = r
         if self.on_vector is not None:
             self.on_vector(r, msg.TAG, vector)
-        plain = to_unsigned(vector)
-        if not self.config.masking:
-            rounds.sent.add(r)
-            return Masked(r, None, plain.copy())
-        ep = self.epoch
-        if ep is None or not ep.usable:
-            raise self.bad("masked input requested before keys were set up")
-        ahead, rounds.ahead = rounds.ahead, None
-        if (
-            ahead is not None
-            and (ahead.epoch, ahead.round) == (ep.number, r)
-            and ahead.y.size >= plain.size
-        ):
-            y, z = plain + ahead.y[: plain.size], plain + ahead.z[: plain.size]
-        else:
-            y, z = mask(plain, self.me, ep.keys.self_seed, ep.pairs, r)
-        rounds.last_length = plain.size
-        rounds.sent.add(r)
-        return Masked(r, y, z)
+        return self.secagg.mask(r, vector)
 
     def prepare_next(self) -> None:
-        """Compute the next round's masks ahead of time (rounds are numbered in sequence),
-        long enough for a vector twice the last one or a gradient-grid vector."""
-        ep = self.epoch
-        if not self.config.masking or ep is None or not ep.usable:
-            return
-        length = max(2 * self.rounds.last_length, GRID_LENGTH)
-        nxt = self.rounds.last + 1
-        y_mask, z_mask = mask_streams(self.me, ep.keys.self_seed, ep.pairs, nxt, length)
-        self.rounds.ahead = _Ahead(ep.number, nxt, y_mask, z_mask)
-
-    def _unmask(self, msg: Unmask) -> Reveal:
-        r, survivors, dropped = msg.round, msg.survivors, msg.dropped
-        ep = self.epoch
-        if r not in self.rounds.sent or r in self.rounds.revealed or ep is None:
-            raise self.bad(f"unmasking round {r!r}, for which we sent nothing or revealed")
-        if sorted(survivors + dropped) != ep.members or self.me not in survivors:
-            raise self.bad("survivors and dropped must split the epoch's members")
-        if len(survivors) < self.config.min_clients or not dropped:
-            raise self.bad(f"refusing to unmask round {r}: {len(survivors)} survivors, no dropout")
-        self.rounds.revealed[r] = (survivors, dropped)
-        ep.usable = False  # round keys with the dropped are revealed: renew keys after this
-        return Reveal(
-            r,
-            round_key(ep.keys.self_seed, r, "self"),
-            {d: round_key(ep.pairs[d].mask_seed, r, "pair") for d in dropped},
-        )
-
-    def _recover(self, msg: Recover) -> Recovered:
-        told = self.rounds.revealed.get(msg.round)
-        ep = self.epoch
-        if told is None or ep is None or ep.recovered:
-            raise self.bad("recovery for a round we did not unmask, or a second one")
-        if not msg.self_of:
-            raise self.bad("recovery needs the clients to recover")
-        survivors, dropped = told
-        # Bonawitz's rule: self seeds only of that round's survivors, mask keys only of its
-        # dropped clients; never both for one client.
-        if (
-            any(u not in survivors or u == self.me for u in msg.self_of)
-            or sorted(msg.key_of) != dropped
-        ):
-            raise self.bad("recovery asks for shares we must not give")
-        if not set(msg.self_of) | set(msg.key_of) <= set(ep.held):
-            raise self.bad("recovery asks for shares we do not hold")
-        ep.recovered = True
-        return Recovered(
-            {u: ep.held[u][0].to_bytes() for u in msg.self_of},
-            {d: ep.held[d][1].to_bytes() for d in msg.key_of},
-        )
+        """Compute the next round's masks ahead of time (see :meth:`ClientKeys.prepare_next`)."""
+        self.secagg.prepare_next()
 
     # -- model --------------------------------------------------------------------------------
 

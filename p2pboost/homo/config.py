@@ -40,8 +40,9 @@ __all__ = [
 #: The one channel between the server and each client.
 CHANNEL = "homo"
 #: Protocol version, compared at hello (2: ``done`` carries the random generator state;
-#: 5: ``median``, the median search of the labels and of L1's leaves).
-VERSION = 5
+#: 5: ``median``, the median search of the labels and of L1's leaves; 6: the consistency
+#: round, ``survivors`` and ``signed``, before ``unmask``).
+VERSION = 6
 #: Objectives horizontal training grows the core's trees for: base margins and leaves from
 #: sums, or from medians found by a search over summed counts (``_quantile``).
 SUPPORTED_OBJECTIVES = (
@@ -165,8 +166,9 @@ class HomoConfig:
 
 @dataclass(frozen=True)
 class ClientIdentity:
-    """A client's certificate key (to sign its key adverts) and the federation CA (to check
-    the others'). ``from_dir`` reads the files :func:`p2pboost.certs.init` writes."""
+    """A client's certificate key (to sign its key adverts and, after a dropout, the survivor
+    set) and the federation CA (to check the others'). ``from_dir`` reads the files
+    :func:`p2pboost.certs.init` writes."""
 
     signing_key: ec.EllipticCurvePrivateKey
     cert_pem: bytes

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import RemoteProtocolError
-from p2pboost.homo._messages import Advert, Masked, Ready, Recovered, Reveal, Sealed
+from p2pboost.homo._messages import Advert, Masked, Ready, Recovered, Reveal, Sealed, Signed
 from p2pboost.homo.client import Client
 from p2pboost.homo.config import ClientIdentity, HomoConfig
 from tests.homo.conftest import hello
@@ -90,21 +90,29 @@ def test_masked_sum_of_a_full_round_is_exact(federation: Path) -> None:
 def test_refusals(federation: Path) -> None:
     clients = _clients(federation)
     _setup(clients)
-    c1 = clients["c1"]
+    c1, c2 = clients["c1"], clients["c2"]
     _collect(c1, 5)
+    _collect(c2, 5)
     with pytest.raises(RemoteProtocolError, match="replay"):
         _collect(c1, 5)
+    survivors = {"t": "survivors", "round": 5, "survivors": ["c1", "c2"], "dropped": ["c3"]}
     with pytest.raises(RemoteProtocolError, match="no dropout"):
-        c1.handle({"t": "unmask", "round": 5, "survivors": IDS, "dropped": []})
+        c1.handle({**survivors, "survivors": IDS, "dropped": []})
     with pytest.raises(RemoteProtocolError, match="sent nothing"):
-        c1.handle({"t": "unmask", "round": 4, "survivors": ["c1", "c2"], "dropped": ["c3"]})
+        c1.handle({**survivors, "round": 4})
+    with pytest.raises(RemoteProtocolError, match="did not sign"):
+        c1.handle({**survivors, "t": "unmask", "signatures": {}})
     with pytest.raises(RemoteProtocolError, match="did not unmask"):
         c1.handle({"t": "recover", "round": 5, "self_of": ["c2"], "key_of": ["c3"]})
-    reveal = c1.handle({"t": "unmask", "round": 5, "survivors": ["c1", "c2"], "dropped": ["c3"]})
+    signed = {c: cl.handle(survivors) for c, cl in (("c1", c1), ("c2", c2))}
+    assert all(isinstance(s, Signed) for s in signed.values())
+    signatures = {c: s.signature for c, s in signed.items() if isinstance(s, Signed)}
+    unmask = {**survivors, "t": "unmask", "signatures": signatures}
+    reveal = c1.handle(unmask)
     assert isinstance(reveal, Reveal)
     assert sorted(reveal.pair_keys) == ["c3"]
-    with pytest.raises(RemoteProtocolError, match="sent nothing or revealed"):
-        c1.handle({"t": "unmask", "round": 5, "survivors": ["c1", "c3"], "dropped": ["c2"]})
+    with pytest.raises(RemoteProtocolError, match="or again"):
+        c1.handle(unmask)
     # Never the self seed of a dropped client, nor a mask key of a survivor.
     with pytest.raises(RemoteProtocolError, match="must not give"):
         c1.handle({"t": "recover", "round": 5, "self_of": ["c3"], "key_of": ["c3"]})

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,9 +30,11 @@ from p2pboost.crypto.secagg import (
     shamir_combine,
     shamir_split,
     sign_advert,
+    sign_survivors,
     to_unsigned,
     unmask,
     verify_advert,
+    verify_survivors,
 )
 from p2pboost.exceptions import CryptoError, InputError
 
@@ -270,3 +273,31 @@ def test_signed_adverts_verify_and_forgeries_fail(federation: Path, tmp_path: Pa
     sig_x = sign_advert(key_x, SESSION, 0, "a", pub)  # type: ignore[arg-type]
     with pytest.raises(CryptoError, match="not issued by the CA"):
         verify_advert(ca, cert_x, sig_x, SESSION, 0, "a", pub)
+
+
+def test_survivor_sets_are_signed_for_one_run_epoch_and_round(federation: Path) -> None:
+    key_a, cert_a, ca = _load(federation, "a")
+    key_b, _, _ = _load(federation, "b")
+    assert isinstance(key_a, ec.EllipticCurvePrivateKey)
+    assert isinstance(key_b, ec.EllipticCurvePrivateKey)
+    pub = EpochKeys().mask_public
+    # The key that checks a's survivor signatures is the one its advert was checked with.
+    advert = sign_advert(key_a, SESSION, 3, "a", pub)
+    verified = verify_advert(ca, cert_a, advert, SESSION, 3, "a", pub)
+    assert verified.public_numbers() == key_a.public_key().public_numbers()
+    sig = sign_survivors(key_a, SESSION, 3, 9, ["b", "a"])
+    verify_survivors(verified, sig, SESSION, 3, 9, ["a", "b"])  # the set, in any order
+    for session, epoch, round_id, survivors in [
+        (SESSION, 3, 9, ["a"]),  # another set
+        (SESSION, 3, 9, ["a", "b", "c"]),
+        (SESSION, 3, 10, ["a", "b"]),  # another round
+        (SESSION, 4, 9, ["a", "b"]),  # another epoch
+        ("s-2", 3, 9, ["a", "b"]),  # another run
+    ]:
+        with pytest.raises(CryptoError, match="survivor set"):
+            verify_survivors(verified, sig, session, epoch, round_id, survivors)
+    forged = sign_survivors(key_b, SESSION, 3, 9, ["a", "b"])
+    with pytest.raises(CryptoError, match="survivor set"):
+        verify_survivors(verified, forged, SESSION, 3, 9, ["a", "b"])  # b's key, not a's
+    with pytest.raises(CryptoError, match="survivor set"):
+        verify_survivors(verified, sig[:-1] + bytes([sig[-1] ^ 1]), SESSION, 3, 9, ["a", "b"])
