@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from p2pboost.exceptions import ConfigError
+from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.gbdt.params import BoostParams
 
-__all__ = ["Reader", "enum_of", "kind_of", "unknown_key"]
+__all__ = ["Reader", "boost_params", "enum_of", "kind_of", "unknown_key"]
 
 _E = TypeVar("_E", bound=Enum)
 
@@ -90,3 +92,34 @@ def enum_of(kind: type[_E], value: str, key: str, source: Path) -> _E:
     except ValueError:
         choices = ", ".join(str(m.value) for m in kind)
         raise ConfigError(f"{source}: {key} = {value!r}: choose one of {choices}") from None
+
+
+def boost_params(reader: Reader, names: tuple[str, ...] | None = None) -> BoostParams:
+    """BoostParams from the ``names`` (default: every field) of a [train] table, typed by
+    each field's default."""
+    defaults = BoostParams()
+    kwargs: dict[str, Any] = {}
+    fields = names if names is not None else tuple(f.name for f in dataclasses.fields(defaults))
+    for name in fields:
+        if name not in reader.table:
+            continue
+        default = getattr(defaults, name)
+        value = reader.table[name]
+        if name == "sparse_aware" and isinstance(value, bool):
+            kwargs[name] = value
+        elif name == "dp":
+            if not isinstance(value, Mapping):
+                raise reader.fail(name, f"expected a table [train.dp], got {kind_of(value)}")
+            kwargs[name] = dict(value)
+        elif isinstance(default, bool):
+            kwargs[name] = reader.get_bool(name, default)
+        elif isinstance(default, int):
+            kwargs[name] = reader.get_int(name, default)
+        elif isinstance(default, float) or default is None:
+            kwargs[name] = reader.get_float(name, 0.0)
+        else:  # strings and string enums
+            kwargs[name] = reader.get_str(name)
+    try:
+        return BoostParams().with_updates(**kwargs)
+    except (InputError, ValueError) as exc:
+        raise ConfigError(f"{reader.source}: [train]: {exc}") from None

@@ -56,12 +56,13 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from p2pboost.app._toml import Reader as _Reader
+from p2pboost.app._toml import boost_params
 from p2pboost.app._toml import enum_of as _enum
-from p2pboost.app._toml import kind_of as _kind
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.modes import check_modes
+from p2pboost.homo.config import HomoConfig
 from p2pboost.net.node import NodeConfig
 
 __all__ = [
@@ -118,6 +119,8 @@ class DataConfig:
     label_column: str | None = None
     features: tuple[str, ...] = ()
     sparse: bool | str = "auto"
+    #: A homo client's validation rows (same columns), scored after every round.
+    valid_path: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,10 @@ class TrainConfig:
     guest_depth: int = 0
     #: Hetero host: bytes of encrypted histograms kept between layers, in MiB (None: no bound).
     memory_budget_mb: float | None = None
+    #: Homo server and clients (agreed): the metric aggregated over the clients' validation
+    #: rows after every round, and early stopping on it (HomoConfig).
+    eval_metric: str | None = None
+    early_stopping_rounds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +280,7 @@ class PartyConfig:
 
 _TOP = ("id", "role", "task", "listen", "certs", "workdir")
 _TABLES = ("peers", "data", "train", "predict", "serve", "node", "compute")
-_DATA = ("path", "id_column", "label_column", "features", "sparse")
+_DATA = ("path", "id_column", "label_column", "features", "sparse", "valid_path")
 #: [train] keys that are not BoostParams fields.
 _TRAIN_EXTRA = (
     "key_bits",
@@ -288,6 +295,8 @@ _TRAIN_EXTRA = (
     "tree_num_per_party",
     "host_depth",
     "guest_depth",
+    "eval_metric",
+    "early_stopping_rounds",
     "memory_budget_mb",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
@@ -382,18 +391,22 @@ def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
         raise reader.fail("sparse", f'expected true, false or "auto", not {sparse!r}')
     if "sparse" in reader.table and role is not Role.HOST:
         raise reader.fail("sparse", f"only a host keeps its features sparse, not a {role.value}")
+    valid = reader.get_str("valid_path")
+    if valid is not None and role is not Role.CLIENT:
+        raise reader.fail("valid_path", f"a homo client's validation rows; not for a {role.value}")
     return DataConfig(
         path=base / reader.required("path"),
         id_column=reader.get_str("id_column", "id") or "id",
         label_column=label,
         features=tuple(features),
         sparse=sparse,
+        valid_path=None if valid is None else base / valid,
     )
 
 
 def _train(reader: _Reader) -> TrainConfig:
     reader.check_keys(_BOOST + _TRAIN_EXTRA)
-    params = _boost_params(reader)
+    params = boost_params(reader, _BOOST)
     key_bits = reader.get_int("key_bits", SECURE_KEY_BITS)
     insecure = reader.get_bool("insecure_key_bits", False)
     if key_bits < SECURE_KEY_BITS and not insecure:
@@ -442,36 +455,13 @@ def _train(reader: _Reader) -> TrainConfig:
         host_depth=host_depth,
         guest_depth=guest_depth,
         memory_budget_mb=budget,
+        eval_metric=reader.get_str("eval_metric"),
+        early_stopping_rounds=(
+            reader.get_int("early_stopping_rounds", 0)
+            if "early_stopping_rounds" in reader.table
+            else None
+        ),
     )
-
-
-def _boost_params(reader: _Reader) -> BoostParams:
-    """BoostParams from the [train] keys, typed by each field's default value."""
-    defaults = BoostParams()
-    kwargs: dict[str, Any] = {}
-    for name in _BOOST:
-        if name not in reader.table:
-            continue
-        default = getattr(defaults, name)
-        value = reader.table[name]
-        if name == "sparse_aware" and isinstance(value, bool):
-            kwargs[name] = value
-        elif name == "dp":
-            if not isinstance(value, Mapping):
-                raise reader.fail(name, f"expected a table [train.dp], got {_kind(value)}")
-            kwargs[name] = dict(value)
-        elif isinstance(default, bool):
-            kwargs[name] = reader.get_bool(name, default)
-        elif isinstance(default, int):
-            kwargs[name] = reader.get_int(name, default)
-        elif isinstance(default, float) or default is None:
-            kwargs[name] = reader.get_float(name, 0.0)
-        else:  # strings and string enums
-            kwargs[name] = reader.get_str(name)
-    try:
-        return BoostParams().with_updates(**kwargs)
-    except (InputError, ValueError) as exc:
-        raise ConfigError(f"{reader.source}: [train]: {exc}") from None
 
 
 def _predict(reader: _Reader, base: Path) -> PredictConfig:
@@ -556,6 +546,21 @@ def _check_roles(config: PartyConfig) -> None:
             f"{where}: a homo client needs no train.init_model: the server continues its "
             "model file and sends the clients its trees"
         )
+    train = config.train
+    if config.role.hetero and (train.eval_metric or train.early_stopping_rounds is not None):
+        raise ConfigError(
+            f"{where}: train.eval_metric and train.early_stopping_rounds are horizontal "
+            "settings (server and clients); a vertical guest evaluates with eval_train"
+        )
+    if not config.role.hetero:  # the horizontal settings every party must agree on
+        try:
+            HomoConfig(
+                params=train.params,
+                eval_metric=train.eval_metric,
+                early_stopping_rounds=train.early_stopping_rounds,
+            ).validate()
+        except InputError as exc:
+            raise ConfigError(f"{where}: [train]: {exc}") from None
     if config.compute.scheduler is not None and not config.role.hetero:
         raise ConfigError(
             f"{where}: [compute] serves the vertical roles (guest, host); a horizontal "

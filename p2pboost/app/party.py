@@ -28,15 +28,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._plan import agree
+from p2pboost.app._progress import LogReporter, PartyResult, Reporter
 from p2pboost.app._recovery import explain, resume_on_restart
 from p2pboost.app._tables import Table, load_table, write_csv, write_scores
 from p2pboost.app.config import PartyConfig, Role, Task
@@ -68,60 +69,6 @@ HETERO_SESSION = "p2pboost-hetero"
 HOMO_SESSION = "p2pboost-homo"
 SERVE_PREFIX = "p2pboost-serve"
 INTERSECTION_FILE = "intersection.csv"
-
-
-class Reporter(Protocol):
-    """Where a party's progress goes: a bar of steps, and one-off messages."""
-
-    def info(self, message: str) -> None: ...
-
-    def begin(self, label: str, total: int) -> None: ...
-
-    def step(self, label: str) -> None: ...
-
-    def end(self, message: str) -> None: ...
-
-
-class LogReporter:
-    """Progress as log records (services, ``--log-format json``, and library use)."""
-
-    def __init__(self, log: logging.Logger = logger) -> None:
-        self.log = log
-
-    def info(self, message: str) -> None:
-        self.log.info(message)
-
-    def begin(self, label: str, total: int) -> None:
-        self.log.info("%s (%d steps)", label, total)
-
-    def step(self, label: str) -> None:
-        self.log.info(label)
-
-    def end(self, message: str) -> None:
-        self.log.info(message)
-
-
-@dataclass(frozen=True, slots=True)
-class PartyResult:
-    """What a task did: files written and a few figures (the CLI prints it as JSON)."""
-
-    party: str
-    role: str
-    task: str
-    outputs: tuple[str, ...] = ()
-    summary: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "party": self.party,
-            "role": self.role,
-            "task": self.task,
-            "outputs": list(self.outputs),
-            **self.summary,
-        }
-
-
-# -- the node ---------------------------------------------------------------------------------
 
 
 def build_node(config: PartyConfig) -> Node:
@@ -402,8 +349,13 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
     run.reporter.info(f"coordinating {n} trees with {', '.join(clients)}...")
     await agree(node, run.config, clients)
     t0 = time.perf_counter()
+    train = run.config.train
     server = await HomoServer(
-        run.config.train.params, session=HOMO_SESSION, checkpoint_dir=run.config.checkpoint_path
+        train.params,
+        session=HOMO_SESSION,
+        checkpoint_dir=run.config.checkpoint_path,
+        eval_metric=train.eval_metric,
+        early_stopping_rounds=train.early_stopping_rounds,
     ).afit(
         node,
         clients,
@@ -429,11 +381,22 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
 async def _train_client(run: _Run, node: Node) -> PartyResult:
     from p2pboost.homo.estimators import HomoClient
 
-    table = run.table(require_label=True)
+    table, train = run.table(require_label=True), run.config.train
+    valid_path = run.config.data.valid_path if run.config.data is not None else None
+    valid = None  # this client's validation rows, read by the training columns' names
+    if valid_path is not None:
+        rows = run.table(require_label=True, path=valid_path, model_features=table.features)
+        valid = (rows.X, rows.y)
     run.reporter.info(f"training with {run.peer} on {table.ids.size} local rows...")
     await agree(node, run.config, [run.peer])
-    client = HomoClient(run.config.train.params, identity=run.config.certs, session=HOMO_SESSION)
-    await client.afit(node, run.peer, table.X, table.y)
+    client = HomoClient(
+        train.params,
+        identity=run.config.certs,
+        session=HOMO_SESSION,
+        eval_metric=train.eval_metric,
+        early_stopping_rounds=train.early_stopping_rounds,
+    )
+    await client.afit(node, run.peer, table.X, table.y, eval_set=valid)
     client.model_.save(run.config.model_path)
     run.reporter.info("trained; the model is local: predict needs no network")
     return run.result([run.config.model_path], rows=int(table.ids.size))

@@ -312,3 +312,30 @@ def test_data_sparse_is_a_hosts_choice(tmp_path: Path) -> None:
         )
     with pytest.raises(ConfigError, match="only a host keeps its features sparse"):
         load_config(_guest(tmp_path, data={**DATA, "sparse": True}))
+
+
+def test_horizontal_validation_keys(tmp_path: Path) -> None:
+    client = {"id": "c1", "role": "client", "certs": "c"}
+    peers = {"server": "wss://127.0.0.1:1"}
+    data = {"path": "c1.csv", "label_column": "y", "valid_path": "c1-valid.csv"}
+    train = {"eval_metric": "auc", "early_stopping_rounds": 5}
+    config = load_config(
+        write_config(tmp_path / "c.toml", client, peers=peers, data=data, train=train)
+    )
+    assert config.data is not None
+    assert config.data.valid_path == tmp_path / "c1-valid.csv"
+    assert (config.train.eval_metric, config.train.early_stopping_rounds) == ("auc", 5)
+    with pytest.raises(ConfigError, match=r"\[train\]: eval_metric 'auc' ranks the scores"):
+        load_config(
+            write_config(
+                tmp_path / "c.toml",
+                client,
+                peers=peers,
+                data=data,
+                train={**train, "objective": "reg:squarederror"},
+            )
+        )
+    with pytest.raises(ConfigError, match="horizontal settings"):
+        load_config(_guest(tmp_path, train={"eval_metric": "auc"}))
+    with pytest.raises(ConfigError, match="a homo client's validation rows; not for a guest"):
+        load_config(_guest(tmp_path, data={**DATA, "valid_path": "v.csv"}))

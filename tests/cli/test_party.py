@@ -287,7 +287,11 @@ def test_psi_task_from_the_command_line(
 
 
 @pytest.mark.slow
-def test_homo_server_and_two_clients(tmp_path: Path) -> None:
+def _homo_configs(
+    tmp_path: Path, train: dict[str, Any], valid: bool = False
+) -> tuple[Path, dict[str, Path]]:
+    """server.toml and c1.toml, c2.toml on breast cancer rows split in two (each client's
+    every fourth row for validation with ``valid``); the server listens."""
     from sklearn.datasets import load_breast_cancer
 
     from p2pboost import certs
@@ -298,16 +302,19 @@ def test_homo_server_and_two_clients(tmp_path: Path) -> None:
     port = free_port()
     configs = {}
     for k, client in enumerate(["c1", "c2"]):
-        lines = [
-            f"{i},{data.target[i]}," + ",".join(map(str, data.data[i])) for i in range(k, 569, 2)
-        ]
-        (tmp_path / f"{client}.csv").write_text("\n".join([header, *lines]) + "\n")
+        rows = list(range(k, 569, 2))
+        held = rows[::4] if valid else []
+        files = {"": [i for i in rows if i not in held], "-valid": held}
+        for suffix, ids in files.items():
+            lines = [f"{i},{data.target[i]}," + ",".join(map(str, data.data[i])) for i in ids]
+            (tmp_path / f"{client}{suffix}.csv").write_text("\n".join([header, *lines]) + "\n")
+        table = {"path": f"{client}.csv", "label_column": "y"}
         configs[client] = write_config(
             tmp_path / f"{client}.toml",
             {"id": client, "role": "client", "certs": f"certs/{client}", "workdir": client},
             peers={"server": f"wss://127.0.0.1:{port}"},
-            data={"path": f"{client}.csv", "label_column": "y"},
-            train={"n_estimators": 3, "max_depth": 3},
+            data={**table, "valid_path": f"{client}-valid.csv"} if valid else table,
+            train=train,
         )
     server = write_config(
         tmp_path / "server.toml",
@@ -319,18 +326,43 @@ def test_homo_server_and_two_clients(tmp_path: Path) -> None:
             "workdir": "server",
         },
         peers={"c1": "", "c2": ""},
-        train={"n_estimators": 3, "max_depth": 3},
+        train=train,
     )
+    return server, configs
+
+
+def _run_homo(server: Path, configs: dict[str, Path]) -> dict[str, Any]:
     procs = [start_cli("--quiet", "party", "--config", str(p)) for p in (server, *configs.values())]
     results = [finish(p) for p in procs]
     assert [code for code, _, _ in results] == [0, 0, 0], [err for _, _, err in results]
-    assert json.loads(results[0][1].strip().splitlines()[-1])["trees"] == 3
+    summary: dict[str, Any] = json.loads(results[0][1].strip().splitlines()[-1])
+    return summary
+
+
+def test_homo_server_and_two_clients(tmp_path: Path) -> None:
+    server, configs = _homo_configs(tmp_path, {"n_estimators": 3, "max_depth": 3})
+    assert _run_homo(server, configs)["trees"] == 3
 
     # prediction is local to a homo client: no server, no network
     assert main(["--quiet", "predict", "--config", str(configs["c1"])]) == 0
     rows = _read_csv(tmp_path / "c1" / "predictions.csv")
     assert len(rows) == 285
     assert all(0 < float(r["score"]) < 1 for r in rows)
+
+
+@pytest.mark.slow
+def test_homo_validation_from_the_config_files(tmp_path: Path) -> None:
+    """``train.eval_metric`` and ``early_stopping_rounds`` at every party, ``data.valid_path``
+    at each client: the AUC over both clients' validation rows is in the model's history."""
+    from p2pboost.gbdt.booster import Booster
+
+    train = {"n_estimators": 4, "max_depth": 3, "eval_metric": "auc", "early_stopping_rounds": 3}
+    server, configs = _homo_configs(tmp_path, train, valid=True)
+    _run_homo(server, configs)
+    model = Booster.load(tmp_path / "server" / "model.json")
+    (per_set,) = model.history.values()
+    assert len(per_set["auc"]) == 4
+    assert all(0.9 < v <= 1.0 for v in per_set["auc"])
 
 
 @pytest.mark.slow

@@ -207,13 +207,13 @@ def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
 
 def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:
     from p2pboost.app._toml import Reader as _Reader
-    from p2pboost.app.config import _boost_params
+    from p2pboost.app._toml import boost_params
     from p2pboost.exceptions import ConfigError
 
     table = {"n_estimators": 5, "dp": {"epsilon": 2.0, "mechanism": "para"}}
-    params = _boost_params(_Reader(tmp_path / "p.toml", table, "train."))
+    params = boost_params(_Reader(tmp_path / "p.toml", table, "train."))
     assert params.dp == DPParams(epsilon=2.0, mechanism="para")
     with pytest.raises(ConfigError, match=r"train\.dp: expected a table"):
-        _boost_params(_Reader(tmp_path / "p.toml", {"dp": 1.0}, "train."))
+        boost_params(_Reader(tmp_path / "p.toml", {"dp": 1.0}, "train."))
     with pytest.raises(ConfigError, match="unknown dp setting"):
-        _boost_params(_Reader(tmp_path / "p.toml", {"dp": {"eps": 1.0}}, "train."))
+        boost_params(_Reader(tmp_path / "p.toml", {"dp": {"eps": 1.0}}, "train."))
