@@ -39,8 +39,10 @@ from p2pboost.exceptions import ConfigError
 __all__ = [
     "CHUNK_CELLS",
     "MISSING",
+    "PARQUET_SUFFIXES",
     "SPARSE_DENSITY",
     "Columns",
+    "is_parquet",
     "read_columns",
     "read_header",
 ]
@@ -50,6 +52,8 @@ F64 = npt.NDArray[np.float64]
 CHUNK_CELLS = 1 << 18
 #: ``sparse="auto"``: features are kept sparse when at most this share of cells is non-zero.
 SPARSE_DENSITY = 1.0 / 3.0
+#: File name endings read as Parquet (with pyarrow: ``pip install 'p2pboost[parquet]'``).
+PARQUET_SUFFIXES = (".parquet", ".pq")
 #: Cell texts read as a missing value (``NaN`` and ``nan`` parse as NaN themselves).
 MISSING = ("", "NA", "NaN", "nan", "null")
 #: An empty, blank, ``NA`` or ``null`` field of a line (zero-width at its start), to be ``nan``.
@@ -68,8 +72,16 @@ class Columns:
     y: F64 | None
 
 
+def is_parquet(path: str | os.PathLike[str]) -> bool:
+    """A Parquet file, by its name (``.parquet`` or ``.pq``); anything else is read as CSV."""
+    return Path(path).suffix.lower() in PARQUET_SUFFIXES
+
+
 def read_header(path: str | os.PathLike[str]) -> list[str]:
-    """The header row's column names (stripped), with clear errors."""
+    """The column names (a CSV's header row, stripped; a Parquet file's schema), with clear
+    errors."""
+    if is_parquet(path):
+        return _parquet_names(path)
     try:
         with Path(path).open(newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), None)
@@ -102,6 +114,10 @@ def read_columns(
     """
     if sparse not in (True, False, "auto"):
         raise ConfigError(f"sparse must be true, false or 'auto', not {sparse!r}")
+    if is_parquet(path):
+        return _read_parquet(
+            path, id_column, features, label_column, _Reader(len(features), sparse)
+        )
     where = {name: i for i, name in enumerate(header)}
     numbers = [where[c] for c in features] + ([] if label_column is None else [where[label_column]])
     chunk_bytes = CHUNK_CELLS * 4  # about CHUNK_CELLS cells of a few characters each
@@ -201,6 +217,80 @@ def _join_ids(chunks: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
     if all(c.dtype == np.int64 for c in chunks):
         return np.concatenate(chunks)
     return np.concatenate([c.astype(str) for c in chunks])
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.parquet  # type: ignore[import-untyped]
+    except ImportError:  # pragma: no cover - pyarrow comes with the parquet and dev extras
+        raise ConfigError("Parquet files need pyarrow: pip install 'p2pboost[parquet]'") from None
+    return pa
+
+
+def _parquet_names(path: str | os.PathLike[str]) -> list[str]:
+    pa = _pyarrow()
+    try:
+        names: list[str] = list(pa.parquet.read_schema(path).names)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    except pa.ArrowException as exc:
+        raise ConfigError(f"{path}: not a Parquet file ({exc})") from None
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{path}: duplicate column names")
+    return names
+
+
+def _read_parquet(
+    path: str | os.PathLike[str],
+    id_column: str,
+    features: Sequence[str],
+    label_column: str | None,
+    reader: _Reader,
+) -> Columns:
+    """:func:`read_columns` for a Parquet file: record batches of about :data:`CHUNK_CELLS`
+    cells, each column converted by pyarrow (nulls are missing values), never a Python object
+    per cell (ids that are not integers: one string per row)."""
+    pa = _pyarrow()
+    columns = [id_column, *features, *([] if label_column is None else [label_column])]
+    rows_per_batch = max(1, CHUNK_CELLS // len(columns))
+    ids: list[npt.NDArray[Any]] = []
+    labels: list[F64] = []
+    try:
+        batches = pa.parquet.ParquetFile(path).iter_batches(rows_per_batch, columns=columns)
+        for batch in batches:
+            ids.append(_arrow_ids(pa, batch.column(0), path))
+            numbers = [
+                _arrow_floats(pa, batch.column(j), path, columns[j]) for j in range(1, len(columns))
+            ]
+            block = np.column_stack(numbers) if numbers else np.empty((batch.num_rows, 0))
+            if label_column is not None:
+                labels.append(block[:, -1].copy())
+                block = block[:, :-1]
+            reader.add(np.ascontiguousarray(block))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    except pa.ArrowException as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    all_ids = _join_ids(ids)
+    y = None if label_column is None else (np.concatenate(labels) if labels else np.empty(0))
+    return Columns(all_ids, reader.matrix(int(all_ids.size)), y)
+
+
+def _arrow_floats(pa: Any, column: Any, path: str | os.PathLike[str], name: str) -> F64:
+    try:
+        values = column.cast(pa.float64())
+    except pa.ArrowException:
+        raise ConfigError(f"{path}: column {name!r} is not numeric ({column.type})") from None
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _arrow_ids(pa: Any, column: Any, path: str | os.PathLike[str]) -> npt.NDArray[Any]:
+    if column.null_count:
+        raise ConfigError(f"{path}: empty id in the id column")
+    if pa.types.is_integer(column.type):
+        return np.asarray(column.to_numpy(), dtype=np.int64)
+    return np.char.strip(np.asarray(column.cast(pa.string()).to_pylist(), dtype=str))
 
 
 class _Reader:

@@ -132,3 +132,43 @@ def test_a_store_reads_its_csv_the_same_way(tmp_path: Path) -> None:
     assert store.n_features == 2
     with pytest.raises(ConfigError, match="no column"):
         ArrayStore.from_csv(path, "id", features=["zz"])
+
+
+def _parquet(path: Path, columns: dict[str, object]) -> Path:
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    pq.write_table(pa.table(columns), path, row_group_size=64)
+    return path
+
+
+@pytest.mark.parametrize("chunk_cells", [9, table_io.CHUNK_CELLS])
+def test_parquet_files_read_as_csv_files_are(
+    tmp_path: Path, chunk_cells: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Columns by name, nulls as missing values, integer or string ids, mostly-zero features
+    kept sparse: a Parquet file reads as the same CSV would."""
+    monkeypatch.setattr(table_io, "CHUNK_CELLS", chunk_cells)
+    ids, X = _sparse_table(200, 6, seed=3)
+    cols: dict[str, object] = {"id": ids, "y": (ids % 2).astype(float)}
+    for j in range(6):
+        cols[f"x{j}"] = [None if np.isnan(v) else v for v in X[:, j]]
+    path = _parquet(tmp_path / "t.parquet", cols)
+    assert read_header(path) == ["id", "y", *(f"x{j}" for j in range(6))]
+    table = load_table(DataConfig(path, label_column="y"), require_label=True, sparse="auto")
+    assert sp.issparse(table.X)
+    np.testing.assert_array_equal(table.X.toarray(), X)
+    np.testing.assert_array_equal(table.ids, ids)
+    np.testing.assert_array_equal(table.y, ids % 2)
+    dense = read_columns(path, read_header(path), "id", ["x5", "x0"])
+    np.testing.assert_array_equal(dense.X, X[:, [5, 0]])
+    named = _parquet(tmp_path / "s.pq", {"id": [" a", "b"], "v": [1.5, 2.0], "s": ["p", "q"]})
+    read = read_columns(named, read_header(named), "id", ["v"])
+    np.testing.assert_array_equal(read.ids, ["a", "b"])
+    with pytest.raises(ConfigError, match=r"column 's' is not numeric"):
+        read_columns(named, read_header(named), "id", ["s"])
+    store = ArrayStore.from_csv(named, "id", features=["v"])
+    assert store.n_features == 1
+    (tmp_path / "bad.parquet").write_text("id,x\n1,2\n")
+    with pytest.raises(ConfigError, match="not a Parquet file"):
+        read_header(tmp_path / "bad.parquet")
