@@ -128,3 +128,25 @@ def test_the_simulation_tutorial_runs(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "vertical AUC 0.9" in out
     assert "horizontal AUC 0.9" in out
+
+
+_TOML_BLOCK = re.compile(r"```toml\n(.*?)```", re.S)
+
+
+@pytest.mark.parametrize(
+    ("page", "index"),
+    [
+        (page, i)
+        for page in _PAGES
+        for i, block in enumerate(_TOML_BLOCK.findall(page.read_text(encoding="utf-8")))
+        if "role =" in block
+    ],
+    ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else str(v),
+)
+def test_party_files_in_the_docs_load(page: Path, index: int, tmp_path: Path) -> None:
+    """Every whole party file a page shows is one the command accepts."""
+    from p2pboost.app.config import load_config
+
+    block = _TOML_BLOCK.findall(page.read_text(encoding="utf-8"))[index]
+    (tmp_path / "party.toml").write_text(block, encoding="utf-8")
+    load_config(tmp_path / "party.toml")
