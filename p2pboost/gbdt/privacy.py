@@ -10,9 +10,12 @@ row. How (``BoostParams.dp``, a :class:`~p2pboost.gbdt.params.DPParams`):
   make a leaf's sensitivity unbounded). *Gradient-based data filtering* (GDF) lets a row whose
   gradient later exceeds ``g*`` sit that tree out; without GDF its gradient is clipped.
 * **Sensitivities independent of the data size.** A split's score
-  ``G = GL^2/(nL+lambda) + GR^2/(nR+lambda)`` moves by at most
-  ``Delta_G = (3 lambda + 2) / ((lambda + 1)(lambda + 2)) g*^2`` and a leaf value
-  ``V = -sum g / (n + lambda)`` by at most ``Delta_V = g* / (1 + lambda)``; with *geometric
+  ``G = GL^2/(nL+lambda) + GR^2/(nR+lambda)`` moves by at most ``Delta_G = 3 g*^2`` (one row
+  enters one child: ``(S + g)^2/(n+1+lambda) - S^2/(n+lambda)`` tends to ``-3 g*^2`` for
+  ``S = n g*``, ``g = -g*`` and large ``n``; the paper's first ``(3 lambda + 2) / ((lambda +
+  1)(lambda + 2)) g*^2`` is only the ``n = 1`` case, and its authors' code moved to
+  ``3 g*^2``) and a leaf value ``V = -sum g / (n + lambda)`` by at most
+  ``Delta_V = g* / (1 + lambda)``; with *geometric
   leaf clipping* (GLC) the t-th tree of an ensemble clips its leaves to
   ``g* (1 - eta)^(t-1)``, so ``Delta_V <= min(g* / (1 + lambda), 2 g* (1 - eta)^(t-1))``.
 * **One tree with budget eps_t:** half to the leaves (Laplace noise, scale
@@ -189,7 +192,7 @@ def tree_plan(params: BoostParams, index: int) -> TreePlan:
     if dp.glc:
         leaf_bound = g * (1.0 - params.learning_rate) ** position
         delta_v = min(delta_v, 2.0 * leaf_bound)
-    delta_g = (3.0 * lam + 2.0) / ((lam + 1.0) * (lam + 2.0)) * g * g
+    delta_g = 3.0 * g * g  # the sup over node sizes, whatever lambda (module docstring)
     return TreePlan(
         index=index,
         ensemble=ensemble,
