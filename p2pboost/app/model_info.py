@@ -352,11 +352,28 @@ def _privacy_text(p: Mapping[str, Any]) -> str:
         if filtered is None
         else (f"{filtered} row-trees filtered")
     )
-    return (
+    text = (
         f"epsilon = {p.get('epsilon', float('nan')):.6g} differential privacy of this model "
         f"({p.get('mechanism')}; {p.get('trees')} trees, {p.get('trees_per_ensemble')} per "
         f"ensemble; neighbours: {p.get('neighbouring')}); gradient bound {p.get('grad_bound')}, "
         f"{counted}; noise: {p.get('noise')}"
+    )
+    return text + _understated(p)
+
+
+def _understated(p: Mapping[str, Any]) -> str:
+    """A warning for models trained with the split sensitivity understated (before the gain
+    bound became ``3 g*^2``): their split choices spent more than the record states."""
+    bound, delta_g = p.get("grad_bound"), p.get("delta_g")
+    if not isinstance(bound, int | float) or not isinstance(delta_g, int | float):
+        return ""
+    full = 3.0 * float(bound) ** 2
+    if delta_g >= full * (1 - 1e-12):
+        return ""
+    return (
+        f"; WARNING: trained with the split sensitivity {delta_g:.6g} < 3 g*^2 = {full:.6g}: "
+        f"its split choices spent up to {full / delta_g:.3g} times their share, so the epsilon "
+        "above understates what the model spent (retrain it)"
     )
 
 

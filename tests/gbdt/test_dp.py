@@ -223,6 +223,14 @@ def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
     text = format_description(d)
     assert "epsilon = 2 differential privacy of this model (dpboost" in text
     assert "noise: seeded (tests only: not private)" in text
+    assert "WARNING" not in text
+    # A file from before the split sensitivity was 3 g*^2 (lambda 1: 5/6 g*^2) is flagged.
+    data = json.loads((tmp_path / "m.json").read_text())
+    data["privacy"]["delta_g"] = 5.0 / 6.0 * data["privacy"]["grad_bound"] ** 2
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = format_description(describe(tmp_path / "old.json"))
+    assert "WARNING: trained with the split sensitivity" in old
+    assert "spent up to 3.6 times their share" in old
 
 
 def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:
