@@ -49,7 +49,7 @@ from p2pboost.certs import TLSConfig
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.metrics import accuracy, auc, get_metric, rmse
-from p2pboost.gbdt.objectives import canonical_objective
+from p2pboost.gbdt.objectives import canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo._sampling import union_draws
 from p2pboost.homo.config import HomoConfig
@@ -255,6 +255,8 @@ def _xgboost(
         extra["tweedie_variance_power"] = params.tweedie_variance_power
     if params.base_score is not None:
         extra["base_score"] = params.base_score
+    elif get_objective(params).median_start:  # the core's start, which xgboost estimates its way
+        extra["base_score"] = float(np.median(y))
     reg = xgb.XGBRegressor(**common, **extra).fit(X, y)
     return rmse(yt, reg.predict(Xt)), None
 
