@@ -114,16 +114,12 @@ def read_columns(
     """
     if sparse not in (True, False, "auto"):
         raise ConfigError(f"sparse must be true, false or 'auto', not {sparse!r}")
+    reader = _Reader(len(features), label_column is not None, sparse)
     if is_parquet(path):
-        return _read_parquet(
-            path, id_column, features, label_column, _Reader(len(features), sparse)
-        )
+        return _read_parquet(path, id_column, features, label_column, reader)
     where = {name: i for i, name in enumerate(header)}
     numbers = [where[c] for c in features] + ([] if label_column is None else [where[label_column]])
     chunk_bytes = CHUNK_CELLS * 4  # about CHUNK_CELLS cells of a few characters each
-    reader = _Reader(len(features), sparse)
-    ids: list[npt.NDArray[Any]] = []
-    labels: list[F64] = []
     line = 2  # the file line of the chunk's first row
     try:
         with Path(path).open(encoding="utf-8", newline="") as fh:
@@ -132,21 +128,15 @@ def read_columns(
                 rows = [s for s in lines if s.strip()]
                 if rows:
                     _check_fields(rows, len(header), path, line)
-                    ids.append(_ids(rows, where[id_column], path, line))
+                    ids = _ids(rows, where[id_column], path, line)
                     fixed = [_MISSING_FIELD.sub("nan", s) for s in rows]
-                    block = _floats(fixed, numbers, header, path, line)
-                    if label_column is not None:
-                        labels.append(block[:, -1].copy())
-                        block = block[:, :-1]
-                    reader.add(block)
+                    reader.add(ids, _floats(fixed, numbers, header, path, line))
                 line += len(lines)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a UTF-8 text file ({exc})") from None
-    all_ids = _join_ids(ids)
-    y = None if label_column is None else (np.concatenate(labels) if labels else np.empty(0))
-    return Columns(all_ids, reader.matrix(int(all_ids.size)), y)
+    return reader.columns()
 
 
 def _check_fields(rows: list[str], n_cols: int, path: str | os.PathLike[str], line: int) -> None:
@@ -254,27 +244,19 @@ def _read_parquet(
     pa = _pyarrow()
     columns = [id_column, *features, *([] if label_column is None else [label_column])]
     rows_per_batch = max(1, CHUNK_CELLS // len(columns))
-    ids: list[npt.NDArray[Any]] = []
-    labels: list[F64] = []
     try:
         batches = pa.parquet.ParquetFile(path).iter_batches(rows_per_batch, columns=columns)
         for batch in batches:
-            ids.append(_arrow_ids(pa, batch.column(0), path))
             numbers = [
                 _arrow_floats(pa, batch.column(j), path, columns[j]) for j in range(1, len(columns))
             ]
             block = np.column_stack(numbers) if numbers else np.empty((batch.num_rows, 0))
-            if label_column is not None:
-                labels.append(block[:, -1].copy())
-                block = block[:, :-1]
-            reader.add(np.ascontiguousarray(block))
+            reader.add(_arrow_ids(pa, batch.column(0), path), block)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     except pa.ArrowException as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    all_ids = _join_ids(ids)
-    y = None if label_column is None else (np.concatenate(labels) if labels else np.empty(0))
-    return Columns(all_ids, reader.matrix(int(all_ids.size)), y)
+    return reader.columns()
 
 
 def _arrow_floats(pa: Any, column: Any, path: str | os.PathLike[str], name: str) -> F64:
@@ -294,17 +276,29 @@ def _arrow_ids(pa: Any, column: Any, path: str | os.PathLike[str]) -> npt.NDArra
 
 
 class _Reader:
-    """Features chunk by chunk, dense blocks or CSR pieces (decided at the first chunk)."""
+    """A file's columns chunk by chunk, whatever its format: ids, labels, and features as
+    dense blocks or CSR pieces (decided at the first chunk)."""
 
-    def __init__(self, n_features: int, sparse: bool | str) -> None:
+    def __init__(self, n_features: int, labelled: bool, sparse: bool | str) -> None:
         self.n_features = n_features
+        self.labelled = labelled
         self.sparse: bool | None = None if sparse == "auto" else bool(sparse)
+        self.ids: list[npt.NDArray[Any]] = []
+        self.labels: list[F64] = []
         self.blocks: list[F64] = []
         self.data: list[F64] = []
         self.indices: list[npt.NDArray[np.int32]] = []
         self.row_counts: list[npt.NDArray[np.int64]] = []
 
-    def add(self, block: F64) -> None:
+    def add(self, ids: npt.NDArray[Any], numbers: F64) -> None:
+        """One chunk: its ids and its numeric columns (the features, then the label if the
+        file is read with one)."""
+        self.ids.append(ids)
+        block = numbers
+        if self.labelled:
+            self.labels.append(numbers[:, -1].copy())
+            block = numbers[:, :-1]
+        block = np.ascontiguousarray(block)
         if self.sparse is None:
             density = np.count_nonzero(block) / max(block.size, 1)
             self.sparse = bool(density <= SPARSE_DENSITY)
@@ -316,7 +310,15 @@ class _Reader:
         self.indices.append(cols.astype(np.int32))
         self.row_counts.append(np.bincount(rows, minlength=block.shape[0]).astype(np.int64))
 
-    def matrix(self, n_rows: int) -> Any:
+    def columns(self) -> Columns:
+        """Everything read, joined."""
+        ids = _join_ids(self.ids)
+        y = None
+        if self.labelled:
+            y = np.concatenate(self.labels) if self.labels else np.empty(0)
+        return Columns(ids, self._matrix(int(ids.size)), y)
+
+    def _matrix(self, n_rows: int) -> Any:
         if not self.sparse:
             if not self.blocks:
                 return np.empty((n_rows, self.n_features))
