@@ -42,6 +42,7 @@ from p2pboost.app._recovery import explain, resume_on_restart
 from p2pboost.app._tables import Table, load_table, write_csv, write_scores
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
+from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import CallbackEnv
 from p2pboost.net.node import Node
 from p2pboost.workers import ClusterPool, connect_cluster
@@ -309,7 +310,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
     data = run.config.data
     sparse = data.sparse if data is not None else False
     read = run.table(require_label=False, sparse=sparse)
-    if hasattr(read.X, "nnz"):  # a scipy.sparse matrix (data.sparse): say so, with its density
+    if is_sparse(read.X):  # kept sparse (data.sparse): say so, with its density
         density = read.X.nnz / max(1, read.X.shape[0] * read.X.shape[1])
         run.reporter.info(
             f"features: {read.X.shape[1]} columns, {density:.1%} of cells non-zero, kept sparse"
