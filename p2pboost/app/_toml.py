@@ -94,13 +94,12 @@ def enum_of(kind: type[_E], value: str, key: str, source: Path) -> _E:
         raise ConfigError(f"{source}: {key} = {value!r}: choose one of {choices}") from None
 
 
-def boost_params(reader: Reader, names: tuple[str, ...] | None = None) -> BoostParams:
-    """BoostParams from the ``names`` (default: every field) of a [train] table, typed by
-    each field's default."""
+def boost_params(reader: Reader) -> BoostParams:
+    """BoostParams from the keys of a [train] table named as its fields, typed by each
+    field's default."""
     defaults = BoostParams()
     kwargs: dict[str, Any] = {}
-    fields = names if names is not None else tuple(f.name for f in dataclasses.fields(defaults))
-    for name in fields:
+    for name in (f.name for f in dataclasses.fields(defaults)):
         if name not in reader.table:
             continue
         default = getattr(defaults, name)

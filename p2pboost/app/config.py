@@ -406,7 +406,7 @@ def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
 
 def _train(reader: _Reader) -> TrainConfig:
     reader.check_keys(_BOOST + _TRAIN_EXTRA)
-    params = boost_params(reader, _BOOST)
+    params = boost_params(reader)
     key_bits = reader.get_int("key_bits", SECURE_KEY_BITS)
     insecure = reader.get_bool("insecure_key_bits", False)
     if key_bits < SECURE_KEY_BITS and not insecure:

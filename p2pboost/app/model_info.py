@@ -33,6 +33,7 @@ from p2pboost.gbdt import booster as gbdt_booster
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.history import History, history_to_json
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import gain_sensitivity
 from p2pboost.hetero.model import GUEST, GUEST_FORMAT, HOST_FORMAT, GuestModel, HostModel
 
 __all__ = [
@@ -367,7 +368,7 @@ def _understated(p: Mapping[str, Any]) -> str:
     bound, delta_g = p.get("grad_bound"), p.get("delta_g")
     if not isinstance(bound, int | float) or not isinstance(delta_g, int | float):
         return ""
-    full = 3.0 * float(bound) ** 2
+    full = gain_sensitivity(float(bound))
     if delta_g >= full * (1 - 1e-12):
         return ""
     return (

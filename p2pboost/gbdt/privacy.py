@@ -69,6 +69,7 @@ __all__ = [
     "TreePlan",
     "check_private_labels",
     "clip_on_grid",
+    "gain_sensitivity",
     "grad_bound",
     "privacy_record",
     "split_scores",
@@ -172,6 +173,12 @@ def _geometric_shares(m: int, eta: float) -> list[float]:
     return [eta * q**t / total for t in range(m)]
 
 
+def gain_sensitivity(grad_bound: float) -> float:
+    """``Delta_G = 3 g*^2``: the most a split's score moves when one row changes, over every
+    node size and whatever ``lambda`` (module docstring)."""
+    return 3.0 * grad_bound * grad_bound
+
+
 def tree_plan(params: BoostParams, index: int) -> TreePlan:
     """The plan of tree ``index`` (0-based, counting every tree of the model)."""
     dp = _dp(params)
@@ -192,7 +199,7 @@ def tree_plan(params: BoostParams, index: int) -> TreePlan:
     if dp.glc:
         leaf_bound = g * (1.0 - params.learning_rate) ** position
         delta_v = min(delta_v, 2.0 * leaf_bound)
-    delta_g = 3.0 * g * g  # the sup over node sizes, whatever lambda (module docstring)
+    delta_g = gain_sensitivity(g)
     return TreePlan(
         index=index,
         ensemble=ensemble,
