@@ -175,6 +175,24 @@ class _Run:
             sparse=sparse,
         )
 
+    async def read(
+        self,
+        *,
+        require_label: bool,
+        path: Path | None = None,
+        model_features: Sequence[str] | None = None,
+        sparse: bool | str = False,
+    ) -> Table:
+        """:meth:`table` in a worker thread: reading a large file must not hold the event
+        loop, which keeps the node's connections and heart-beats going."""
+        return await asyncio.to_thread(
+            self.table,
+            require_label=require_label,
+            path=path,
+            model_features=model_features,
+            sparse=sparse,
+        )
+
     @property
     def hosts(self) -> list[str]:
         return list(self.config.peers)
@@ -219,7 +237,7 @@ def _write_intersection(run: _Run, ids: npt.NDArray[Any]) -> Path:
 
 
 async def _psi(run: _Run, node: Node) -> PartyResult:
-    table = run.table(require_label=False)
+    table = await run.read(require_label=False)
     keep = await _align(run, node, table.ids)
     path = _write_intersection(run, table.ids[keep])
     return run.result([path], rows=int(table.ids.size), common=int(keep.size))
@@ -257,7 +275,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     from p2pboost.hetero.estimators import HeteroGuest
     from p2pboost.hetero.train import HeteroConfig
 
-    table, outputs = await _aligned(run, node, run.table(require_label=True))
+    table, outputs = await _aligned(run, node, await run.read(require_label=True))
     assert table.y is not None  # require_label
     train = run.config.train
     hetero = HeteroConfig(
@@ -309,7 +327,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
 
     data = run.config.data
     sparse = data.sparse if data is not None else False
-    read = run.table(require_label=False, sparse=sparse)
+    read = await run.read(require_label=False, sparse=sparse)
     if is_sparse(read.X):  # kept sparse (data.sparse): say so, with its density
         density = read.X.nnz / max(1, read.X.shape[0] * read.X.shape[1])
         run.reporter.info(
@@ -382,11 +400,11 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
 async def _train_client(run: _Run, node: Node) -> PartyResult:
     from p2pboost.homo.estimators import HomoClient
 
-    table, train = run.table(require_label=True), run.config.train
+    table, train = await run.read(require_label=True), run.config.train
     valid_path = run.config.data.valid_path if run.config.data is not None else None
     valid = None  # this client's validation rows, read by the training columns' names
     if valid_path is not None:
-        rows = run.table(require_label=True, path=valid_path, model_features=table.features)
+        rows = await run.read(require_label=True, path=valid_path, model_features=table.features)
         valid = (rows.X, rows.y)
     run.reporter.info(f"training with {run.peer} on {table.ids.size} local rows...")
     await agree(node, run.config, [run.peer])
@@ -431,7 +449,7 @@ async def _predict_guest(run: _Run, node: Node) -> PartyResult:
     from p2pboost.hetero.model import GuestModel
 
     model = GuestModel.load(run.config.model_path)
-    table = run.table(
+    table = await run.read(
         require_label=False, path=run.config.predict.path, model_features=model.feature_names
     )
     align = run.config.predict.align
@@ -483,7 +501,7 @@ async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
     from p2pboost.hetero.serving import serve_host
 
     model = HostModel.load(run.config.model_path)
-    store = _store(run, model.feature_names)
+    store = await asyncio.to_thread(_store, run, model.feature_names)
     run.reporter.info(
         f"answering {run.peer}'s queries for {store.n_features} features"
         + ("" if sessions is None else f" ({sessions} session)")
@@ -507,7 +525,7 @@ async def _predict_client(run: _Run) -> PartyResult:
     from p2pboost.gbdt.booster import Booster
 
     model = Booster.load(run.config.model_path)
-    table = run.table(
+    table = await run.read(
         require_label=False, path=run.config.predict.path, model_features=model.feature_names
     )
     t0 = time.perf_counter()
@@ -525,7 +543,7 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
 
     listen = run.config.serve.listen
     model = GuestModel.load(run.config.model_path)
-    store = _store(run, model.feature_names)
+    store = await asyncio.to_thread(_store, run, model.feature_names)
     run.reporter.info(f"{len(store)} ids of ours loaded; starting the endpoint on {listen}")
     async with _guest_predictor(run, node, store, model) as predictor:
         await serve_endpoint(predictor, listen, tls=TLSConfig.from_dir(run.config.certs))
