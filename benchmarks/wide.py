@@ -17,7 +17,9 @@ shards in a pinned pool of ``--workers`` processes) three times, back to back:
   between layers bounded by ``M`` MiB (``host_train(memory_budget_mb=M)``).
 
 ``host_hist_peak_mb_*``: the largest measured size of the host's cached encrypted histograms
-in one tree (each shard measures the integer objects it holds; summed over the shards' peaks).
+in one tree (each shard measures the integer objects it holds; summed over the shards' peaks):
+0 where the guest derives every split's larger child, so that nothing is kept between layers
+(trees without per-node column draws); the histogram a shard is building is not counted.
 
 ``host_additions_*`` are the ciphertext additions (products) of the host's histogram builds over
 the whole run (``Progress.additions``: every shard, every tree); ``s_per_tree_*`` the guest's

@@ -37,8 +37,9 @@ B8 = npt.NDArray[np.bool_]
 
 #: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
 #: and fingerprint chain of checkpoints; 5: a tree's start says how many outputs a row packs;
-#: 6: setup carries min_child_weight, so hosts leave out candidates no child could satisfy).
-VERSION = 6
+#: 6: setup carries min_child_weight, so hosts leave out candidates no child could satisfy;
+#: 7: a split's larger child comes as a ``Derived`` package, its sums left to the guest).
+VERSION = 7
 
 
 class GuestPhase(Enum):

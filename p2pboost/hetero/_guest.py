@@ -31,12 +31,11 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.crypto.additive import CiphertextBatch
-from p2pboost.crypto.compress import compressed_count
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.exceptions import CodecError, CryptoError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
-from p2pboost.gbdt.fixedpoint import Grid, from_fixed, to_fixed
+from p2pboost.gbdt.fixedpoint import Grid, to_fixed
 from p2pboost.gbdt.grower import (
     ChooseSplits,
     DepthMask,
@@ -65,7 +64,8 @@ from p2pboost.hetero._common import (
     packing_spec,
     unpack_bitmap,
 )
-from p2pboost.hetero._messages import Chunk, Decide, Decided, Layer, Package, TreeStart
+from p2pboost.hetero._messages import Chunk, Decide, Decided, Derived, Layer, Package, TreeStart
+from p2pboost.hetero._packages import OpenPackage, check_package, derive, open_package
 from p2pboost.hetero._private import HostCandidates, choose_private
 from p2pboost.hetero.model import GUEST
 from p2pboost.net.node import Channel
@@ -89,16 +89,6 @@ class HostLink:
     grad: Channel
     info: Channel
     n_features: int
-
-
-@dataclass
-class _Package:
-    """A decrypted split-info package: ids and exact left sums (floats on the grid)."""
-
-    ids: npt.NDArray[np.uint64]
-    counts: I64
-    grad: F64  # (m, 1)
-    hess: F64  # (m, 1)
 
 
 @dataclass
@@ -324,6 +314,10 @@ class _TreeRound:
         self.chosen: dict[int, tuple[int, B8]] = {}
         #: Host split node -> validation-set bits (one bool array per evaluation set).
         self.eval_bits: dict[int, list[B8]] = {}
+        #: The last layer's opened packages (a derived package's parent is among them), and
+        #: each frontier node's (parent, sibling).
+        self.opened: dict[tuple[int, int], OpenPackage] = {}
+        self.family: dict[int, tuple[int, int]] = {}
 
     def _local(self, depth: int) -> bool:
         """Whether the layer at ``depth`` is the guest's alone (layered mode's lower layers)."""
@@ -383,7 +377,7 @@ class _TreeRound:
 
     async def _choose_private(
         self, frontier: Frontier, privacy: PrivateTree
-    ) -> tuple[LayerSplits, dict[tuple[int, int], _Package], list[_Winner]]:
+    ) -> tuple[LayerSplits, dict[tuple[int, int], OpenPackage], list[_Winner]]:
         """A private tree's choice (:func:`~p2pboost.hetero._private.choose_private`) over
         the guest's candidates and every host's package."""
         own_scores, packages = await gather_or_cancel(
@@ -419,51 +413,63 @@ class _TreeRound:
 
     # -- receiving and scoring host candidates ----------------------------------------------
 
-    async def _receive_layer(self, frontier: Frontier) -> dict[tuple[int, int], _Package]:
+    async def _receive_layer(self, frontier: Frontier) -> dict[tuple[int, int], OpenPackage]:
         """Every host's package for every frontier node, decrypted as each arrives."""
         parts = await gather_or_cancel(*(self._receive_host(link, frontier) for link in self.links))
-        return {k: v for part in parts for k, v in part.items()}
+        self.opened = {k: v for part in parts for k, v in part.items()}
+        return self.opened
 
     async def _receive_host(
         self, link: HostLink, frontier: Frontier
-    ) -> dict[tuple[int, int], _Package]:
+    ) -> dict[tuple[int, int], OpenPackage]:
         expected = {int(n): i for i, n in enumerate(frontier.nodes.tolist())}
-        decrypting: dict[int, asyncio.Future[_Package]] = {}
+        decrypting: dict[int, asyncio.Future[OpenPackage]] = {}
+        derived: dict[int, Derived] = {}
         try:
             for _ in range(len(expected)):
-                msg = await recv(link.info, Package)
+                msg = await recv(link.info, (Package, Derived))
                 if msg.tree != self.tree_id:
                     raise reject(link.name, "package for another tree")
                 node = msg.node
-                if node not in expected or node in decrypting:
+                if node not in expected or node in decrypting or node in derived:
                     raise reject(link.name, f"unexpected package for node {node}")
-                problem = self._check_package(msg)
-                if problem is not None:
-                    raise reject(link.name, f"bad split-info package: {problem}")
                 node_count = int(frontier.count[expected[node]])
                 if msg.counts.size and msg.counts.max() > node_count:
                     raise reject(link.name, "split-info count above the node's rows")
+                if isinstance(msg, Derived):
+                    derived[node] = msg
+                    continue
+                problem = check_package(msg, self.spec, self.t.engine.public_key)
+                if problem is not None:
+                    raise reject(link.name, f"bad split-info package: {problem}")
                 decrypting[node] = asyncio.ensure_future(self._open(link.name, msg))
             results = await gather_or_cancel(*decrypting.values())
         finally:
             for fut in decrypting.values():
                 fut.cancel()
             await asyncio.gather(*decrypting.values(), return_exceptions=True)
-        return {(link.index, n): r for n, r in zip(decrypting, results, strict=True)}
+        opened = dict(zip(decrypting, results, strict=True))
+        for node, msg in derived.items():
+            opened[node] = self._derive(link, msg, opened)
+        return {(link.index, n): r for n, r in opened.items()}
 
-    def _check_package(self, msg: Package) -> str | None:
-        """What is wrong with a package's shape, or None (its values are checked where they
-        are parsed, in the pool: :meth:`_open`)."""
-        pk, batch = self.t.engine.public_key, msg.ciphertexts
-        if msg.counts.size and msg.counts.max() > self.spec.n_rows:
-            return "split-info count outside [0, n_rows]"
-        if batch.fingerprint != pk.fingerprint or batch.width != pk.ciphertext_bytes:
-            return "ciphertexts were made under a different public key"
-        if len(batch) != compressed_count(self.spec, int(msg.ids.size)):
-            return "number of compressed ciphertexts does not match the layout"
-        return None
+    def _derive(self, link: HostLink, msg: Derived, opened: dict[int, OpenPackage]) -> OpenPackage:
+        """A larger child's package from its parent's (last layer) and its sibling's (this
+        layer, sent with sums)."""
+        if self.grower.privacy is not None:
+            raise reject(link.name, "a private tree takes every node's sums from the host")
+        if self.family.get(msg.node) != (msg.parent, msg.sibling):
+            raise reject(link.name, f"node {msg.node} derived from other than its parent")
+        parent = self.opened.get((link.index, msg.parent))
+        sibling = opened.get(msg.sibling)
+        if parent is None or sibling is None:
+            raise reject(link.name, f"node {msg.node} derived from a package it did not send")
+        try:
+            return derive(msg, parent, sibling, self.grids)
+        except ValueError as exc:
+            raise reject(link.name, f"bad derived package for node {msg.node}: {exc}") from None
 
-    async def _open(self, peer: str, msg: Package) -> _Package:
+    async def _open(self, peer: str, msg: Package) -> OpenPackage:
         """Decrypt and unpack a package in the pool (bytes in, exact integer sums out)."""
         try:
             g_int, h_int = await self.t.engine.open_split_infos(
@@ -473,16 +479,10 @@ class _TreeRound:
             raise reject(peer, f"bad split-info package: {exc}") from None
         except CryptoError as exc:
             raise reject(peer, f"split-info sums do not decode: {exc}") from None
-        g_grid, h_grid = self.grids
-        return _Package(
-            msg.ids,
-            msg.counts,
-            from_fixed(np.asarray(g_int, dtype=np.int64), g_grid),
-            from_fixed(np.asarray(h_int, dtype=np.int64), h_grid),
-        )
+        return open_package(msg.ids, msg.counts, g_int, h_int, self.grids)
 
     def _choose(
-        self, frontier: Frontier, own: LayerSplits, packages: dict[tuple[int, int], _Package]
+        self, frontier: Frontier, own: LayerSplits, packages: dict[tuple[int, int], OpenPackage]
     ) -> list[_Winner]:
         """Per node, the core's choice between the guest's best and each host's candidates."""
         p = self.t.params
@@ -562,7 +562,10 @@ class _TreeRound:
         await asyncio.to_thread(grower.partition, plan)  # the guest's own splits
         new = grower.positions.copy()
         bitmaps = []
+        self.family = {}
         for j, node in enumerate(plan.nodes.tolist()):
+            left, right = int(plan.left[j]), int(plan.right[j])
+            self.family[left], self.family[right] = (node, right), (node, left)
             rows = np.flatnonzero(old == node)
             if plan.owner[j] == GUEST:
                 go_left = new[rows] == plan.left[j]

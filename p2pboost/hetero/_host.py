@@ -57,6 +57,7 @@ from p2pboost.hetero._messages import (
     Chunk,
     Decide,
     Decided,
+    Derived,
     Done,
     Layer,
     Package,
@@ -137,6 +138,22 @@ class _Lookup:
         if pos.size and (pos.max() >= self.ids.size or np.any(self.ids[pos] != ids)):
             return None
         return pos.astype(np.int64)
+
+    def ids_of(self, feature: I64, bin_: I64, default_left: B8) -> npt.NDArray[np.uint64]:
+        """The ids of candidates ``(feature, bin, default_left)``, every one of which this
+        node offered (a derived child's candidates are its parent's and its sibling's)."""
+        mine = _candidate_keys(self.feature, self.bin, self.default_left)
+        wanted = _candidate_keys(feature, bin_, default_left)
+        order = np.argsort(mine)
+        pos = order[np.searchsorted(mine, wanted, sorter=order).clip(0, mine.size - 1)]
+        if wanted.size and not np.array_equal(mine[pos], wanted):
+            raise AssertionError("a derived candidate the node did not offer")
+        return np.asarray(self.ids[pos], dtype=np.uint64)
+
+
+def _candidate_keys(feature: I64, bin_: I64, default_left: B8) -> I64:
+    """One integer per (feature, bin, direction) (bins and features far below 2**30)."""
+    return (feature.astype(np.int64) << 32) | (bin_.astype(np.int64) << 1) | default_left
 
 
 @dataclass
@@ -262,6 +279,12 @@ class _HostTree:
         if msg.root_features is not None:
             self.node_features[0] = self._features(msg.root_features)
         self.lookups: dict[int, _Lookup] = {}
+        #: The previous layer's lookups: a derived child's parent is among them.
+        self.parent_lookups: dict[int, _Lookup] = {}
+        #: Whether the guest derives each split's larger child (:mod:`._kernels`): not where
+        #: nodes draw their own columns (a child may then offer what its parent did not) nor
+        #: in a private run (every candidate, in one layout, at every node).
+        self.derive = host.private == 0 and msg.root_features is None
         #: Nodes whose histograms the shards keep for the next layer, and how many may be kept
         #: (the budget over one node's histograms in every shard: each filled cell is a
         #: ciphertext, every used feature may fill all its bins in every plane).
@@ -298,7 +321,8 @@ class _HostTree:
         )
         await self._root()
         root = self.node_features.get(0)
-        keep = self.capacity != 0  # else not even the root stays: children built from rows
+        # Else not even the root stays: children built from rows (or derived: never needed).
+        keep = self.capacity != 0 and not self.derive
         await self._send_package(0, await h.shards.each(k.shard_root, root, keep))
         self.cached = {0} if keep else set()
         depth = 0
@@ -390,6 +414,23 @@ class _HostTree:
             ),
         )
 
+    async def _send_derived(
+        self, node: int, parent: int, sibling: int, head: k.NodeCandidates
+    ) -> None:
+        """The big child's candidates, shuffled under new ids, each with the ids the same
+        candidate has in its parent's and its sibling's packages (the guest subtracts)."""
+        n = len(head)
+        order, ids = _random_order(n), _random_ids(n)
+        f, b, dl = head.feature[order], head.bin[order], head.default_left[order]
+        parent_ids = self.parent_lookups[parent].ids_of(f, b, dl)
+        sibling_ids = self.lookups[sibling].ids_of(f, b, dl)
+        by_id = np.argsort(ids)
+        self.lookups[node] = _Lookup(ids[by_id], f[by_id], b[by_id], dl[by_id])
+        msg = Derived(
+            self.tree_id, node, parent, sibling, ids, head.counts[order], parent_ids, sibling_ids
+        )
+        await send(self.h.info, msg)
+
     async def _decide(self, msg: Decide) -> None:
         """Resolve the guest's winning ids: the lowest (feature, bin, direction) among ties."""
         h, peer = self.h, self.h.guest
@@ -430,6 +471,8 @@ class _HostTree:
             self.node_features = {
                 c: self._features(m) for c, m in zip(children, msg.features, strict=True)
             }
+            if self.derive:
+                raise reject(peer, "column draws per node in a tree that started without")
         n_split = nodes.size
         fresh = self.n_nodes + 2 * np.arange(n_split)
         if (
@@ -450,7 +493,7 @@ class _HostTree:
         self.frontier = [
             c for pair in zip(left.tolist(), right.tolist(), strict=True) for c in pair
         ]
-        self.lookups.clear()
+        self.parent_lookups, self.lookups = self.lookups, {}
         if grow and n_split == 0:
             raise reject(peer, "asked to grow a layer without splits")
         return grow
@@ -482,15 +525,21 @@ class _HostTree:
         async def pair(i: int) -> None:
             node, small, big = splits[i]
             rows = self.sample[sample_pos == small]
-            big_rows = None if node in self.cached else self.sample[sample_pos == big]
+            derive = self.derive
+            cached = node in self.cached or derive
+            big_rows = None if cached else self.sample[sample_pos == big]
             masks = (self.node_features.get(small), self.node_features.get(big))
             await ahead[i].wait()
             try:
                 results = await h.shards.each(
-                    k.shard_split, node, small, big, rows, masks, keep[i], big_rows
+                    k.shard_split, node, small, big, rows, masks, keep[i], big_rows, derive
                 )
             finally:
                 ahead[i + SPLITS_AHEAD].set()
+            if derive:  # the small child's package first: the big one names its ids
+                await self._send_package(small, [r[0] for r in results])
+                await self._send_derived(big, node, small, results[0][1])
+                return
             await gather_or_cancel(
                 self._send_package(small, [r[0] for r in results]),
                 self._send_package(big, [r[1] for r in results]),
@@ -501,7 +550,7 @@ class _HostTree:
             child
             for (_, small, big), (ks, kb) in zip(splits, keep, strict=True)
             for child, kept in ((small, ks), (big, kb))
-            if kept
+            if kept and not self.derive
         }
 
 

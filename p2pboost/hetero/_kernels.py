@@ -27,6 +27,14 @@ same shard since every kernel is deterministic. A tree's state is dropped when t
 (:func:`shard_end_tree`), a parent's histogram as soon as its children are built, and
 everything by :func:`shard_close`.
 
+**Derived siblings.** By default a split's larger child costs the host no ciphertext work at
+all: its candidates' left sums are the parent's minus the smaller child's, which the guest has
+both decrypted, so the host sends the smaller child's sums for the candidates of both children
+and the guest subtracts in plaintext (:func:`shard_split` with ``derive``). That halves the
+compressions and decryptions of every layer below the root, and no histogram is kept between
+layers (only counts). Trees with per-node or per-level column draws, and private trees, use
+the encrypted subtraction below instead.
+
 **A memory bound.** The histograms kept from one layer to the next (to derive each split's
 larger child by subtraction) are most of a host's memory on wide data. The host decides which
 children each split keeps (:func:`shard_split`'s ``keep``) so that no more than a budget's worth
@@ -112,7 +120,9 @@ def node_counts(codes: Codes, n_slots: int) -> I64:
     return np.bincount(keys.ravel(), minlength=n_feat * n_slots).reshape(n_feat, n_slots)
 
 
-def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, B8, I64]:
+def node_candidates(
+    counts: I64, allowed: B8, min_rows: int, also: B8 | None = None
+) -> tuple[I64, I64, B8, I64]:
     """``(feature, bin, default_left, left_count)`` of a node's candidates (module docstring).
 
     ``counts`` ``(features, n_slots)`` are the node's rows per bin, the last slot for missing
@@ -120,7 +130,24 @@ def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, 
     (:func:`~p2pboost.gbdt.split.candidate_mask` and column sampling). ``min_rows <= 0``: a
     differentially private run's candidates, every one of ``allowed`` (a choice among the
     candidates the data leave would depend on the data: :mod:`p2pboost.gbdt.privacy`).
+    ``also``: candidates offered as well (a split's smaller child also carries its sibling's,
+    whose sums the guest derives from them: :func:`shard_split`).
     """
+    ok, left = _offered(counts, allowed, min_rows)
+    if also is not None:
+        ok |= also
+    f, b, d = np.nonzero(ok)  # C order: sorted by (feature, bin, direction)
+    return (
+        f.astype(np.int64),
+        b.astype(np.int64),
+        d == 0,
+        left[f, b, d].astype(np.int64),
+    )
+
+
+def _offered(counts: I64, allowed: B8, min_rows: int) -> tuple[B8, I64]:
+    """The mask of a node's candidates ``(features, n_slots - 1, 2)`` and every candidate's
+    left row count (same shape)."""
     n_feat, n_slots = counts.shape
     if allowed.shape != (n_feat, n_slots - 1, 2):
         raise ValueError("candidate mask does not match the histogram")
@@ -131,18 +158,11 @@ def node_candidates(counts: I64, allowed: B8, min_rows: int) -> tuple[I64, I64, 
     new_set = (t == 0) | (counts[:, :-1] > 0)
     left = np.stack([cum + missing[:, None], cum], axis=-1)  # (F, T, 2): dir 0, dir 1
     if min_rows <= 0:
-        ok = allowed.copy()
-    else:
-        ok = allowed & new_set[..., None]
-        ok &= (left >= min_rows) & (total[:, None, None] - left >= min_rows)
-        ok[..., 1] &= (missing > 0)[:, None]
-    f, b, d = np.nonzero(ok)  # C order: sorted by (feature, bin, direction)
-    return (
-        f.astype(np.int64),
-        b.astype(np.int64),
-        d == 0,
-        left[f, b, d].astype(np.int64),
-    )
+        return allowed.copy(), left
+    ok = allowed & new_set[..., None]
+    ok &= (left >= min_rows) & (total[:, None, None] - left >= min_rows)
+    ok[..., 1] &= (missing > 0)[:, None]
+    return ok, left
 
 
 def candidate_sums(
@@ -247,19 +267,21 @@ class _Shard:
     local_codes: list[Codes] = field(default_factory=list)
     #: This tree's ciphertexts of the shard's rows, one list per plane of a packed row.
     cts: tuple[list[Any], ...] = field(default_factory=lambda: ([],))
-    #: node -> (partial histogram over this shard's rows, counts over all the node's rows)
-    hists: dict[int, tuple[EncryptedHistogram, I64]] = field(default_factory=dict)
-    #: node -> bytes its cached histogram takes; the tree's peak of their sum.
+    #: node -> (partial histogram over this shard's rows or None where it is not kept,
+    #: counts over all the node's rows)
+    hists: dict[int, tuple[EncryptedHistogram | None, I64]] = field(default_factory=dict)
+    #: node -> bytes its cached histogram (and its counts) take; the tree's peak of their sum.
     sizes: dict[int, int] = field(default_factory=dict)
     peak: int = 0
 
-    def keep(self, node: int, hist: EncryptedHistogram, counts: I64) -> None:
-        """Cache ``node``'s histogram for the next layer (and measure it)."""
+    def keep(self, node: int, hist: EncryptedHistogram | None, counts: I64) -> None:
+        """Cache ``node``'s counts, and its histogram if given, for the next layer (and
+        measure them)."""
         self.hists[node] = (hist, counts)
-        self.sizes[node] = _measure(hist) + counts.nbytes
+        self.sizes[node] = 0 if hist is None else _measure(hist) + counts.nbytes
         self.peak = max(self.peak, sum(self.sizes.values()))
 
-    def drop(self, node: int) -> tuple[EncryptedHistogram, I64] | None:
+    def drop(self, node: int) -> tuple[EncryptedHistogram | None, I64] | None:
         self.sizes.pop(node, None)
         return self.hists.pop(node, None)
 
@@ -275,12 +297,22 @@ class _Shard:
             self.local_codes = [joined]
         return self.local_codes[0]
 
+    def mask(self, features: B8 | None) -> B8:
+        """The candidate mask of a node with column draw ``features`` (None: the tree's)."""
+        return self.allowed if features is None else self.allowed & features[:, None, None]
+
     def candidates(
-        self, hist: EncryptedHistogram, counts: I64, features: B8 | None = None
+        self,
+        hist: EncryptedHistogram | None,
+        counts: I64,
+        features: B8 | None = None,
+        also: B8 | None = None,
     ) -> NodeCandidates:
-        """The node's candidates (``features``: the node's own column draw, if any)."""
-        allowed = self.allowed if features is None else self.allowed & features[:, None, None]
-        f, b, dl, left = node_candidates(counts, allowed, self.tree_min_rows)
+        """The node's candidates (``features``: the node's own column draw, if any; ``also``:
+        more to offer) with their partial sums, or without (``hist`` None: a derived node)."""
+        f, b, dl, left = node_candidates(counts, self.mask(features), self.tree_min_rows, also)
+        if hist is None:
+            return NodeCandidates(f, b, dl, left, b"")
         sums = candidate_sums(hist, f, b, dl, counts[:, -1])
         data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
         return NodeCandidates(f, b, dl, left, data)
@@ -373,6 +405,7 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     )
     shard.additions += products_made() - before
     root, counts = shard.hists[0]
+    assert root is not None  # shard_tree starts it empty
     shard.hists[0] = (root.merge(part), counts)  # being built: kept (and measured) once whole
     for kept, new in zip(shard.cts, cts, strict=True):
         kept.extend(new)
@@ -382,12 +415,12 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
 @stateful(Log.APPEND)
 def shard_root(token: str, features: B8 | None = None, keep: bool = True) -> NodeCandidates:
     """The root's candidates with this shard's partial sums (after every chunk); ``keep``:
-    the root's histogram stays cached for the first layer (else it is dropped now)."""
+    the root's histogram stays cached for the first layer (else only its counts)."""
     shard = _get(token)
     shard.local()
     hist, counts = shard.hists.pop(0)
-    if keep:
-        shard.keep(0, hist, counts)
+    assert hist is not None
+    shard.keep(0, hist if keep else None, counts)
     return shard.candidates(hist, counts, features)
 
 
@@ -401,30 +434,46 @@ def shard_split(
     features: tuple[B8 | None, B8 | None] = (None, None),
     keep: tuple[bool, bool] = (True, True),
     big_rows: I64 | None = None,
+    derive: bool = False,
 ) -> tuple[NodeCandidates, NodeCandidates]:
     """Split ``parent``: ``rows`` are the smaller child's (all shards' rows, sampled). Builds
-    the partial histogram of ``small`` from this shard's rows, derives ``big`` as the parent
-    minus ``small``, frees the parent, and returns both children's candidates (``features``:
-    the small and the big child's own column draws, if any). ``keep``: which children stay
-    cached for the next layer. A parent that was not kept needs ``big_rows`` (the larger
-    child's rows): both children are then built from their rows."""
+    the partial histogram of ``small`` from this shard's rows and returns both children's
+    candidates (``features``: the small and the big child's own column draws, if any).
+
+    ``derive``: the guest derives the big child's sums (its parent's minus its sibling's), so
+    the small child's candidates are offered together with every candidate of the big child,
+    which comes without sums; only counts are kept (no histogram is needed again).
+    Otherwise the big child's histogram is the parent's minus the small one (both built from
+    rows when the parent was not kept: then ``big_rows``, the larger child's rows, are
+    needed) and ``keep`` says which children's histograms stay cached for the next layer.
+    """
     shard = _get(token)
     held = shard.drop(parent)
-    if held is None and big_rows is None:
+    if held is None:
+        raise InputError(f"no histogram of node {parent} in this shard (nor its counts)")
+    parent_hist, parent_counts = held
+    if parent_hist is None and big_rows is None and not derive:
         raise InputError(f"no histogram of node {parent} in this shard")
     small_hist, small_counts = _build(shard, rows)
-    if held is not None:
-        parent_hist, parent_counts = held
-        big_hist, big_counts = parent_hist.subtract(small_hist), parent_counts - small_counts
+    big_counts = parent_counts - small_counts
+    if derive:
+        shard.keep(small, None, small_counts)
+        shard.keep(big, None, big_counts)
+        also, _ = _offered(big_counts, shard.mask(features[1]), shard.tree_min_rows)
+        return (
+            shard.candidates(small_hist, small_counts, features[0], also),
+            shard.candidates(None, big_counts, features[1]),
+        )
+    if parent_hist is not None:
+        big_hist = parent_hist.subtract(small_hist)
     else:
         assert big_rows is not None
-        big_hist, big_counts = _build(shard, big_rows)
+        big_hist, _ = _build(shard, big_rows)
     for node, hist, counts, wanted in (
         (small, small_hist, small_counts, keep[0]),
         (big, big_hist, big_counts, keep[1]),
     ):
-        if wanted:
-            shard.keep(node, hist, counts)
+        shard.keep(node, hist if wanted else None, counts)
     return (
         shard.candidates(small_hist, small_counts, features[0]),
         shard.candidates(big_hist, big_counts, features[1]),

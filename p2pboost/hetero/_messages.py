@@ -45,6 +45,7 @@ __all__ = [
     "Chunk",
     "Decide",
     "Decided",
+    "Derived",
     "Done",
     "Hello",
     "Layer",
@@ -200,6 +201,38 @@ class Package(TrainMessage, tag="pkg"):
     def check(self) -> str | None:
         if self.ids.shape != self.counts.shape:
             return "ids and counts differ in length"
+        if self.counts.size and self.counts.min() < 0:
+            return "a count is negative"
+        if np.unique(self.ids).size != self.ids.size:
+            return "duplicate split ids"
+        return None
+
+
+@dataclass(frozen=True)
+class Derived(TrainMessage, tag="derived"):
+    """Host -> guest: the larger child's candidates of a split, whose left sums the guest
+    takes as its parent's minus its sibling's (sums it has already decrypted), instead of
+    ciphertexts: each candidate under a new opaque id, its left row count, and the ids the
+    same (feature, bin, direction) has in the parent's and the sibling's packages."""
+
+    tree: Annotated[int, Int(0, MAX_NODE)]
+    node: Annotated[int, Int(0, MAX_NODE)]
+    parent: Annotated[int, Int(0, MAX_NODE)]
+    sibling: Annotated[int, Int(0, MAX_NODE)]
+    ids: Annotated[U64, Array("uint64", max_len=MAX_CANDIDATES)]
+    counts: Annotated[I64, Array("int64", max_len=MAX_CANDIDATES)]
+    parent_ids: Annotated[U64, Array("uint64", max_len=MAX_CANDIDATES)]
+    sibling_ids: Annotated[U64, Array("uint64", max_len=MAX_CANDIDATES)]
+
+    def check(self) -> str | None:
+        problem = _same_length(
+            ids=self.ids,
+            counts=self.counts,
+            parent_ids=self.parent_ids,
+            sibling_ids=self.sibling_ids,
+        )
+        if problem is not None:
+            return problem
         if self.counts.size and self.counts.min() < 0:
             return "a count is negative"
         if np.unique(self.ids).size != self.ids.size:

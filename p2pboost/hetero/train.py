@@ -19,8 +19,10 @@ the same order (align them first with :mod:`p2pboost.protocols.psi`). Per tree::
                                                     <-      direction), returns the left set
                                                             (bitmap) and validation bits
     ctl:  "layer" left-set bitmaps of every split     ->    repartitions; smaller child's
-                                                            histogram, sibling = parent - child
-                                                    <-      info: each child's package when ready
+                                                            histogram, its package with the
+                                                    <-      larger child's candidates too;
+    larger child's sums = parent's - smaller's      <-      info: "derived" for the larger
+                                                            child (ids, counts, no ciphertext)
     leaf weights (guest only)
 
 Lossless: the guest's gradients sit on the plaintext core's power-of-two grid
@@ -497,7 +499,9 @@ async def host_train(
     candidates go to the guest in the core's order instead of shuffled (tests only).
     ``memory_budget_mb`` bounds the encrypted histograms kept from one layer to the next
     (over all shards): past it, a split's children are built from their rows instead of by
-    subtraction (more additions, the same trees; :mod:`p2pboost.hetero._kernels`).
+    subtraction (more additions, the same trees; :mod:`p2pboost.hetero._kernels`). Only trees
+    with per-level or per-node column draws, and private trees, keep any: otherwise the guest
+    derives each split's larger child and the host keeps only counts.
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero._kernels`), which needs a

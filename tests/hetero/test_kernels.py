@@ -197,6 +197,7 @@ def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: A
         run.each(k.shard_split, 0, 1, 2, small)
         for token in run.tokens:
             for hist, _ in k._SHARDS[token].hists.values():
+                assert hist is not None
                 assert all(
                     c == 1 for plane in hist.planes for c in plane[max_bin + 1 : 2 * (max_bin + 1)]
                 )

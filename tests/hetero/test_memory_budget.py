@@ -1,5 +1,7 @@
 """A host's memory budget for the encrypted histograms it keeps between layers: the trees stay
-the core's, the measured peak stays under the budget, and the price is additions."""
+the core's, the measured peak stays under the budget, and the price is additions. By default
+the guest derives each split's larger child and the host keeps no histogram at all; trees with
+per-level column draws keep them (the parent's minus the smaller child's)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ async def _run(
     keys: Keys,
     budget: float | None,
     monkeypatch: pytest.MonkeyPatch,
+    bylevel: float = 0.9,
 ) -> tuple[Any, Progress]:
     """One federation on breast cancer (guest 10 columns, host 20) with the host's budget."""
     X, y = breast
@@ -34,7 +37,7 @@ async def _run(
         return await real(*args, **kwargs, progress=progress, memory_budget_mb=budget)
 
     monkeypatch.setattr("tests.hetero.conftest.host_train", budgeted)
-    params = BoostParams(n_estimators=2, max_depth=4, max_bin=16)
+    params = BoostParams(n_estimators=2, max_depth=4, max_bin=16, colsample_bylevel=bylevel)
     async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         fed = await federate(c, X[:, :10], y, [X[:, 10:]], params, pool, keys)
     assert_same_trees(fed.joined(), train(params, X, y))
@@ -56,6 +59,20 @@ async def test_a_budget_bounds_the_kept_histograms_and_keeps_the_trees(
     assert none.hist_peak_bytes == 0  # nothing kept: every child built from its rows
     # The price: children built from rows instead of by subtraction.
     assert free.additions < tight.additions < none.additions
+
+
+async def test_derived_siblings_keep_no_histogram_and_add_least(
+    breast: tuple[np.ndarray, np.ndarray],
+    pool: Executor,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, derived = await _run(breast, pool, keys, None, monkeypatch, bylevel=1.0)
+    _, none = await _run(breast, pool, keys, 0.0, monkeypatch, bylevel=1.0)
+    assert derived.hist_peak_bytes == none.hist_peak_bytes == 0
+    # Only the smaller child of each split is built: the additions of a full cache, without it.
+    _, cached = await _run(breast, pool, keys, None, monkeypatch, bylevel=0.999)
+    assert 0 < derived.additions <= cached.additions
 
 
 async def test_a_negative_budget_is_refused() -> None:

@@ -138,6 +138,17 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
             },
             "one 0 or 1 per feature",
         ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.full(5, 255, np.uint8)],
+                "grow": True,
+                "features": [np.ones(3, np.uint8), np.ones(3, np.uint8)],
+            },
+            "column draws per node in a tree that started without",
+        ),
     ],
 )
 async def test_host_refuses_a_malformed_layer(

@@ -47,9 +47,9 @@ def test_sparse_host_features_cost_fewer_additions_for_the_same_trees(
     assert 0 < sparse < dense / 2  # 90 % zeros: most additions are skipped
     assert 0 < col < sparse
     assert result["s_per_tree_dense"] > 0
-    # The budget binds (the unbounded run keeps more) and still gives the core's trees.
+    # The guest derives every larger child: the host keeps no histogram between layers,
+    # with or without a budget (the budget's own test: tests/hetero/test_memory_budget.py).
     budgeted, unbounded = result["host_hist_peak_mb_budget"], result["host_hist_peak_mb_sparse"]
-    assert 0 < budgeted <= 0.05
-    assert budgeted < unbounded
+    assert budgeted == unbounded == 0
     assert result["under_budget"] is True
     assert result["host_additions_budget"] >= sparse  # built from rows where not kept
