@@ -213,7 +213,7 @@ def tree_plan(params: BoostParams, index: int) -> TreePlan:
     ensemble, position = divmod(index, per)
     shares = _shares(params, ensemble, per)
     lo = hi = None
-    last = position == per - 1 or index == params.n_estimators - 1
+    last = position == per - 1  # SEQ: one ensemble of every tree
     if shares is not None:
         lo, hi = float(sum(shares[:position])), float(sum(shares[: position + 1]))
         last = position == len(shares) - 1
@@ -269,10 +269,9 @@ def tree_rows(
     is carried. Every decision is per row, so a client can apply it to its own rows alone.
     """
     n = grad.shape[0]
-    offered = np.ones(n, dtype=np.bool_)
-    shared = plan.lo is not None and plan.hi is not None and keys is not None
+    offered, shared = np.ones(n, dtype=np.bool_), False
     if plan.lo is not None and plan.hi is not None and keys is not None:
-        offered = (keys >= plan.lo) & (keys < plan.hi)
+        offered, shared = (keys >= plan.lo) & (keys < plan.hi), True
     g = plan.grad_bound
     if not gdf:
         return TreeRows(np.flatnonzero(offered), 0, np.clip(grad, -g, g), None)
