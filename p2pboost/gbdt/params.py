@@ -60,8 +60,9 @@ class DPParams:
 
     ``epsilon`` is the budget of the whole model; ``mechanism`` how it is spent across trees
     (:class:`DPMechanism`); ``trees_per_ensemble`` DPBoost's ``T_e``. ``gdf``: gradient-based
-    data filtering (rows whose gradient exceeds ``grad_bound`` sit a tree out; off: their
-    gradients are clipped instead). ``glc``: geometric leaf clipping. ``grad_bound`` is
+    data filtering (rows whose gradient exceeds ``grad_bound`` sit a tree out, and with DPBoost
+    and PARA are offered to the ensemble's next trees; off: their gradients are clipped
+    instead). ``glc``: geometric leaf clipping. ``grad_bound`` is
     DPBoost's ``g*_l``; None takes the loss's largest gradient at margin 0 over the labels
     (0.5 for ``binary:logistic``, ``label_bound`` for ``reg:squarederror``, whose labels must
     lie in ``[-label_bound, label_bound]``). ``noise_seed`` makes the noise repeatable: for

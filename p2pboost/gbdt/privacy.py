@@ -34,6 +34,27 @@ of the ensemble (:class:`PrivateRounds`); a row belongs to the tree whose share 
 holds its key. The assignment is independent of the data, so the trees of an ensemble see
 disjoint rows; and it is per row, so a horizontal client can draw its own rows' keys.
 
+With GDF and shares (DPBoost and PARA), a row that a tree filters out is not consumed: it is
+*carried* to the ensemble's next tree, which takes it with its own share's rows and filters it
+again, until a tree uses it or the ensemble ends (then it is dropped; the next ensemble draws
+new keys and starts with nothing carried), as in DPBoost's reference implementations. This
+keeps the ensemble's parallel composition, for the neighbouring the sensitivities assume (one
+row added or removed), and so the accountant's epsilon:
+
+* the tree that filters a row does not depend on it (the filter reads that row's gradient
+  alone, given the model so far, and the row enters none of the tree's sums);
+* whether a row is used, carried or dropped at a tree is a function of that row alone (its key
+  and its gradient under the model so far): a carried row is *added* to a tree's rows and
+  displaces none (shares are ranges of keys, not counts), so the rows any other tree takes do
+  not depend on it;
+* so, for any sequence of released trees, the trees of an ensemble on two neighbouring sets
+  hold the same rows except one tree, which holds the extra row: a row is *used* by at most
+  one tree of an ensemble, whose budget bounds its influence on all of them.
+
+(Neighbours that differ by one row *replaced* are two such steps, one row removed and one
+added, with or without carrying: the old row may be used by one tree and the new one by
+another, as without carrying one tree may hold either.)
+
 The accountant (:func:`privacy_record`) states what the released model spent; the record
 travels in the model file and ``p2pboost inspect`` shows it.
 """
@@ -65,8 +86,10 @@ from p2pboost.gbdt.tree import Tree
 __all__ = [
     "PrivateRounds",
     "PrivateTree",
+    "RowCarry",
     "RowKeys",
     "TreePlan",
+    "TreeRows",
     "check_private_labels",
     "clip_on_grid",
     "gain_sensitivity",
@@ -120,7 +143,8 @@ def check_private_labels(params: BoostParams, y: F64) -> None:
 class TreePlan:
     """The privacy settings of one tree (all data-independent).
 
-    ``lo``/``hi``: the share of [0, 1) whose row keys belong to this tree (None: all rows).
+    ``lo``/``hi``: the share of [0, 1) whose row keys belong to this tree (None: all rows);
+    ``last``: the last tree of its ensemble (rows it filters are not carried on).
     ``leaf_bound`` bounds ``|V|`` (GLC's clip, else ``g*``); ``delta_v``/``delta_g`` are the
     sensitivities; ``epsilon`` = ``leaf_epsilon`` + ``max_depth * level_epsilon``.
     """
@@ -133,6 +157,7 @@ class TreePlan:
     leaf_epsilon: float
     lo: float | None
     hi: float | None
+    last: bool
     grad_bound: float
     leaf_bound: float
     delta_v: float
@@ -188,9 +213,11 @@ def tree_plan(params: BoostParams, index: int) -> TreePlan:
     ensemble, position = divmod(index, per)
     shares = _shares(params, ensemble, per)
     lo = hi = None
+    last = position == per - 1  # SEQ: one ensemble of every tree
     if shares is not None:
         lo, hi = float(sum(shares[:position])), float(sum(shares[: position + 1]))
-        if position == len(shares) - 1:
+        last = position == len(shares) - 1
+        if last:
             hi = 1.0  # the last tree takes what rounding left
     g = grad_bound(params)
     lam = params.reg_lambda
@@ -209,6 +236,7 @@ def tree_plan(params: BoostParams, index: int) -> TreePlan:
         leaf_epsilon=eps / 2.0,
         lo=lo,
         hi=hi,
+        last=last,
         grad_bound=g,
         leaf_bound=leaf_bound,
         delta_v=delta_v,
@@ -216,21 +244,69 @@ def tree_plan(params: BoostParams, index: int) -> TreePlan:
     )
 
 
-def tree_rows(plan: TreePlan, keys: F64 | None, grad: F64, gdf: bool) -> tuple[I64, int, F64]:
-    """This tree's rows, the number GDF filtered out, and the gradients it uses.
+@dataclass(frozen=True, slots=True)
+class TreeRows:
+    """What :func:`tree_rows` gives a tree: its ``sample`` (row indices), how many of the rows
+    offered to it GDF ``filtered`` out, the gradients it uses (``grad``: as given with GDF,
+    else clipped) and the rows ``carried`` on to the ensemble's next tree (None: none)."""
 
-    ``keys`` are the rows' ensemble keys (None with SEQ: every row); ``grad`` ``(n, 1)``.
-    GDF leaves out rows with ``|g| > g*``; without it their gradients are clipped to ``g*``.
+    sample: I64
+    filtered: int
+    grad: F64
+    carried: B8 | None
+
+
+def tree_rows(
+    plan: TreePlan, keys: F64 | None, grad: F64, gdf: bool, carried: B8 | None = None
+) -> TreeRows:
+    """This tree's rows, the number GDF filtered out, its gradients and the rows it carries on.
+
+    ``keys`` are the rows' ensemble keys (None with SEQ: every row); ``grad`` ``(n, 1)``;
+    ``carried``: the rows the earlier trees of this ensemble filtered out and no tree used
+    since (None: none). The tree is offered the rows whose key is in its share and the carried
+    ones; GDF leaves out those with ``|g| > g*``, which are carried on (with shares, unless the
+    tree is its ensemble's last); without GDF their gradients are clipped to ``g*`` and nothing
+    is carried. Every decision is per row, so a client can apply it to its own rows alone.
     """
     n = grad.shape[0]
-    mine = np.ones(n, dtype=np.bool_)
+    offered, shared = np.ones(n, dtype=np.bool_), False
     if plan.lo is not None and plan.hi is not None and keys is not None:
-        mine = (keys >= plan.lo) & (keys < plan.hi)
+        offered, shared = (keys >= plan.lo) & (keys < plan.hi), True
     g = plan.grad_bound
-    if gdf:
-        ok = np.abs(grad[:, 0]) <= g
-        return np.flatnonzero(mine & ok), int(np.count_nonzero(mine & ~ok)), grad
-    return np.flatnonzero(mine), 0, np.clip(grad, -g, g)
+    if not gdf:
+        return TreeRows(np.flatnonzero(offered), 0, np.clip(grad, -g, g), None)
+    if carried is not None:
+        if carried.shape != (n,):
+            raise InputError(f"carried rows: {n} expected, got shape {carried.shape}")
+        offered = offered | carried
+    ok = np.abs(grad[:, 0]) <= g
+    out = offered & ~ok
+    on = out if shared and not plan.last and out.any() else None
+    return TreeRows(np.flatnonzero(offered & ok), int(np.count_nonzero(out)), grad, on)
+
+
+class RowCarry:
+    """The rows a private run carries from tree to tree within an ensemble (see
+    :func:`tree_rows`), for a party that decides its own rows: the core's round loop, and a
+    horizontal client for its rows.
+
+    It keeps the rows carried into the tree last computed and into the one after it, so that
+    the same tree computed again (a horizontal tree grown again after a dropout, on the same
+    gradients) is offered the same rows. A tree at the start of an ensemble is offered nothing
+    carried; so is a tree whose predecessor this party did not compute (a horizontal client
+    that restarted mid-ensemble): the rows it would have carried are left out, which may cost
+    rows but never lets a tree take a row twice.
+    """
+
+    def __init__(self) -> None:
+        self._into: dict[int, B8 | None] = {}
+
+    def rows(self, plan: TreePlan, keys: F64 | None, grad: F64, gdf: bool) -> TreeRows:
+        """Tree ``plan.index``'s rows (:func:`tree_rows`) with the rows carried into it."""
+        carried = None if plan.position == 0 else self._into.get(plan.index)
+        picked = tree_rows(plan, keys, grad, gdf, carried)
+        self._into = {plan.index: carried, plan.index + 1: picked.carried}
+        return picked
 
 
 def clip_on_grid(grad: F64, grid: Grid, bound: float) -> F64:
@@ -359,6 +435,7 @@ class PrivateRounds:
         self._row_keys = row_keys
         self._keys: F64 | None = None
         self._keys_of = -1
+        self._carry = RowCarry()
         self.filtered: list[int] = []
         self.spent: list[tuple[int, float]] = []  # (ensemble, epsilon) per released tree
         self.extra = 0.0  # trees grown and abandoned after their choices were seen
@@ -379,9 +456,9 @@ class PrivateRounds:
         """Tree ``index``'s gradients (GDF or clipped), unit hessians, rows and plan."""
         plan = tree_plan(self.params, index)
         keys = None if plan.lo is None else self.keys(plan.ensemble, grad.shape[0])
-        sample, filtered, g = tree_rows(plan, keys, grad, self.dp.gdf)
-        self.filtered.append(filtered)
-        return g, np.ones_like(g), sample, plan
+        picked = self._carry.rows(plan, keys, grad, self.dp.gdf)
+        self.filtered.append(picked.filtered)
+        return picked.grad, np.ones_like(picked.grad), picked.sample, plan
 
     def tree(self, plan: TreePlan) -> PrivateTree:
         """The mechanisms of the tree planned by ``plan``."""

@@ -11,8 +11,9 @@ tree the gradient columns (from the tree's ``grid`` request) and each row's node
 
 A differentially private model (``params.dp``) changes what a client sums, as the core's
 round loop changes it: every tree uses only its rows (the client keys its own rows per
-ensemble, :class:`_PrivateRows`), gradients past the bound are filtered (or clipped) and
-clipped again on the grid, and hessians are 1 per row.
+ensemble, :class:`_PrivateRows`), gradients past the bound are filtered (the rows carried on
+to the ensemble's next tree) or clipped, and clipped again on the grid, and hessians are 1
+per row.
 
 A request that does not fit this state or these rows raises ``ValueError``; the client turns
 it into a :class:`~p2pboost.exceptions.RemoteProtocolError` naming the server.
@@ -36,7 +37,7 @@ from p2pboost.gbdt.history import History
 from p2pboost.gbdt.noise import NoiseSource
 from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.privacy import clip_on_grid, tree_plan, tree_rows
+from p2pboost.gbdt.privacy import RowCarry, clip_on_grid, tree_plan
 from p2pboost.gbdt.rounds import add_tree
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._messages import CollectChildren, CollectRoot
@@ -72,12 +73,14 @@ class _Tree:
 class _PrivateRows:
     """A client's row keys of a private model (:mod:`p2pboost.gbdt.privacy`): one uniform key
     per row and ensemble, from this client's own stream (``os.urandom``, or the test seed with
-    the client's name), and the rows the gradient filter left out, per tree."""
+    the client's name); the rows the gradient filter left out, counted per tree, and those it
+    carries on to the ensemble's next tree (the core's rule, on this client's rows)."""
 
     def __init__(self, seed: int | None, me: str) -> None:
         self.source = NoiseSource(seed, f"rows:{me}")
         self.keys: tuple[int, F64] | None = None
         self.filtered: dict[int, int] = {}
+        self.carry = RowCarry()
 
     def of(self, ensemble: int, n_rows: int) -> F64:
         if self.keys is None or self.keys[0] != ensemble:
@@ -207,7 +210,9 @@ class LocalModel:
             index = len(self.trees)  # private objectives grow one tree per round
             plan = tree_plan(self.params, index)
             keys = None if plan.lo is None else self.private.of(plan.ensemble, g.shape[0])
-            sample, self.private.filtered[index], g = tree_rows(plan, keys, g, self.params.dp.gdf)
+            picked = self.private.carry.rows(plan, keys, g, self.params.dp.gdf)
+            sample, g = picked.sample, picked.grad
+            self.private.filtered[index] = picked.filtered
             h = np.ones_like(g)
         self.tree, self.rows, self.residuals = _Tree(g, h, sample), None, None
         if sample is None:

@@ -11,7 +11,7 @@ import pytest
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.params import BoostParams, DPParams
-from p2pboost.gbdt.privacy import split_scores, tree_plan, tree_rows
+from p2pboost.gbdt.privacy import RowCarry, split_scores, tree_plan, tree_rows
 
 
 def _data(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -131,7 +131,7 @@ def test_dpboost_rows_are_disjoint_within_an_ensemble_and_cover_it() -> None:
     params = _params(trees_per_ensemble=4)
     keys = np.random.default_rng(0).random(10_000)
     grad = np.zeros((keys.size, 1))
-    rows = [tree_rows(tree_plan(params, i), keys, grad, True)[0] for i in range(4)]
+    rows = [tree_rows(tree_plan(params, i), keys, grad, True).sample for i in range(4)]
     joined = np.concatenate(rows)
     assert np.unique(joined).size == joined.size == keys.size
     sizes = np.array([r.size for r in rows]) / keys.size
@@ -145,13 +145,82 @@ def test_dpboost_rows_are_disjoint_within_an_ensemble_and_cover_it() -> None:
 def test_gdf_filters_and_clipping_bounds_the_gradients() -> None:
     plan = tree_plan(_params(mechanism="seq"), 0)  # all rows, g* = 0.5 (logistic)
     grad = np.array([[0.1], [-0.7], [0.5], [0.9]])
-    rows, filtered, g = tree_rows(plan, None, grad, gdf=True)
-    assert rows.tolist() == [0, 2]
-    assert filtered == 2
-    rows, filtered, g = tree_rows(plan, None, grad, gdf=False)
-    assert rows.tolist() == [0, 1, 2, 3]
-    assert filtered == 0
-    assert g[:, 0].tolist() == [0.1, -0.5, 0.5, 0.5]
+    picked = tree_rows(plan, None, grad, gdf=True)
+    assert picked.sample.tolist() == [0, 2]
+    assert picked.filtered == 2
+    assert picked.carried is None  # SEQ: every tree is offered every row anyway
+    picked = tree_rows(plan, None, grad, gdf=False)
+    assert picked.sample.tolist() == [0, 1, 2, 3]
+    assert picked.filtered == 0
+    assert picked.grad[:, 0].tolist() == [0.1, -0.5, 0.5, 0.5]
+
+
+def test_filtered_rows_carry_to_the_ensembles_next_trees_and_are_used_once() -> None:
+    """GDF's filtered rows are offered to the ensemble's next trees until one uses them; the
+    ensemble's end drops them; a tree computed again takes the same rows."""
+    params = _params(trees_per_ensemble=3).with_updates(n_estimators=6)
+    # DPBoost's shares at eta = 0.2: keys [0, 0.41) tree 0, [0.41, 0.74) tree 1, else tree 2.
+    assert tree_plan(params, 0).hi == pytest.approx(0.2 / (1 - 0.8**3))
+    keys = np.array([0.1, 0.2, 0.5, 0.6, 0.9, 0.3])
+    grads = np.array(  # |g| of rows 0..5 at trees 0, 1, 2 (g* = 0.5: above it, filtered)
+        [
+            [0.7, 0.1, 0.1, 0.1, 0.1, 0.9],
+            [0.3, 0.1, 0.1, 0.9, 0.1, 0.9],
+            [0.1, 0.1, 0.1, 0.8, 0.1, 0.2],
+        ]
+    )
+    carry = RowCarry()
+    # Tree 1 twice, as a horizontal client computes a tree grown again after a dropout.
+    picked = [
+        carry.rows(tree_plan(params, t), keys, -grads[t][:, None], True) for t in (0, 1, 1, 2)
+    ]
+    assert picked[1].sample.tolist() == picked[2].sample.tolist()
+    del picked[1]
+    # Row 0: filtered at tree 0, used at tree 1 (its gradient is back under g*); row 5: filtered
+    # at trees 0 and 1, used at tree 2; row 1 is used at tree 0 only, whatever its gradients
+    # later; row 3: filtered at trees 1 and 2, then dropped with the ensemble's end.
+    assert [p.sample.tolist() for p in picked] == [[1], [0, 2], [4, 5]]
+    assert [p.filtered for p in picked] == [2, 2, 1]  # filtering events: row 5 twice
+    carried = [None if p.carried is None else np.flatnonzero(p.carried).tolist() for p in picked]
+    assert carried == [[0, 5], [3, 5], None]
+    # The next ensemble starts with nothing carried (row 3 is only offered by its new key).
+    nxt = carry.rows(tree_plan(params, 3), keys, np.zeros((6, 1)), True)
+    assert nxt.sample.tolist() == [0, 1, 5]
+    # Without GDF nothing is filtered, so nothing is carried.
+    clipped = RowCarry()
+    for t in range(3):
+        assert clipped.rows(tree_plan(params, t), keys, grads[t][:, None], False).carried is None
+
+
+@pytest.mark.parametrize("mechanism", ["dpboost", "para"])
+def test_carried_rows_never_change_which_rows_the_other_trees_take(mechanism: str) -> None:
+    """Carrying only adds a tree the rows it was carried; each tree still takes the rows of its
+    share exactly as without carrying, and no row serves two trees of one ensemble."""
+    params = _params(mechanism=mechanism, trees_per_ensemble=5).with_updates(n_estimators=10)
+    rng = np.random.default_rng(3)
+    n = 2000
+    carry = RowCarry()
+    used = np.zeros(n, dtype=np.int64)
+    carried_in = np.zeros(n, dtype=np.bool_)
+    extra = 0
+    for t in range(10):
+        plan = tree_plan(params, t)
+        if plan.position == 0:
+            keys = rng.random(n)
+            used[:] = 0
+            carried_in[:] = False
+        grad = rng.normal(0.0, 0.45, size=(n, 1))
+        picked = carry.rows(plan, keys, grad, True)
+        alone = tree_rows(plan, keys, grad, True).sample
+        assert np.isin(alone, picked.sample).all()
+        more = np.setdiff1d(picked.sample, alone)
+        assert carried_in[more].all()
+        extra += more.size
+        used[picked.sample] += 1
+        assert used.max() <= 1
+        carried_in = np.zeros(n, dtype=np.bool_) if picked.carried is None else picked.carried
+        assert plan.last == (picked.carried is None)
+    assert extra > 100  # rows were carried and used
 
 
 def test_glc_shrinks_leaf_bound_and_sensitivity() -> None:

@@ -14,6 +14,7 @@ from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.train import guest_train, host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
+from tests._carried_rows import spy_carried_rows
 from tests.hetero.conftest import Keys, assert_same_trees, federate, predict
 
 
@@ -24,22 +25,30 @@ def _params(seed: int | None = 5) -> BoostParams:
 
 @pytest.mark.slow
 async def test_private_vertical_model_equals_the_cores_at_a_fixed_noise_seed(
-    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+    breast: tuple[np.ndarray, np.ndarray],
+    pool: Executor,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     X, y = breast  # with missing values: both directions of every candidate count
-    params = _params()
+    params = _params().with_updates(n_estimators=4)  # 2 ensembles of 2 trees
     blocks = [X[:, :8], X[:, 8:18], X[:, 18:]]
+    carried = spy_carried_rows(monkeypatch)
     async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
         fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys, dp_replay=True)
         margin = await predict(c, fed, blocks[0], blocks[1:])
+    by_guest = sum(carried)
+    carried.clear()
     core = train(params, X, y)
     assert_same_trees(fed.joined(), core)
+    # The guest's round loop carried rows the gradient filter left out on, as the core did.
+    assert by_guest == sum(carried) > 0
     owners = {int(o) for t in fed.guest.trees for o in t.owner}
     assert {1, 2} <= owners  # the hosts' candidates took part in the draws
     np.testing.assert_array_equal(margin, core.predict_margin(X))
     assert fed.guest.privacy == core.privacy
     assert not fed.guest.diagnostics  # leaf purity is a label statistic: not in the file
-    other = train(_params(6), X, y)
+    other = train(_params(6).with_updates(n_estimators=4), X, y)
     assert not np.array_equal(other.predict_margin(X), margin)
 
 

@@ -13,6 +13,7 @@ from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.noise import NoiseSource
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo.config import HomoConfig, HomoResult
+from tests._carried_rows import spy_carried_rows
 from tests.homo.conftest import run_homo, same_trees
 
 
@@ -21,13 +22,19 @@ def _params(mechanism: str) -> BoostParams:
     return BoostParams().with_updates(n_estimators=5, max_depth=3, max_bin=16, dp=dp)
 
 
-@pytest.mark.parametrize("mechanism", ["dpboost", "seq"])
+@pytest.mark.parametrize("mechanism", ["dpboost", "seq", "para"])
 async def test_private_homo_model_equals_the_cores_at_a_fixed_noise_seed(
-    breast: list[tuple[np.ndarray, np.ndarray]], federation: Path, mechanism: str
+    breast: list[tuple[np.ndarray, np.ndarray]],
+    federation: Path,
+    mechanism: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     params = _params(mechanism)
     parts = {"c1": breast[0], "c2": breast[1]}
+    carried = spy_carried_rows(monkeypatch)
     run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    by_clients = sum(carried)
+    carried.clear()
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
@@ -40,6 +47,10 @@ async def test_private_homo_model_equals_the_cores_at_a_fixed_noise_seed(
     core = train(params, X, y, row_keys=keys)
     assert core.privacy is not None
     assert same_trees(run.result.booster, core)
+    # Rows the gradient filter left out of a tree were used by a later tree of its ensemble,
+    # the same number at the clients as in the core (SEQ offers every row to every tree).
+    assert by_clients == sum(carried)
+    assert (by_clients > 0) == (mechanism != "seq")
     record = run.result.booster.privacy
     assert record is not None
     assert record["epsilon"] == pytest.approx(core.privacy["epsilon"])
