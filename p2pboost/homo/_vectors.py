@@ -135,11 +135,12 @@ def grid_vector(g: F64, h: F64) -> I64:
     """A one-hot of this client's largest ``|g|`` and ``|h|`` exponents, and its rows.
 
     The sum tells the server the union's largest exponents (so the union's grid is the core's)
-    and rows, and which exponents occur how often, not who holds which.
+    and rows, and which exponents occur how often, not who holds which. A client may have no
+    rows in a tree (a private tree's share of a few rows): then only zeros.
     """
     vec = np.zeros(GRID_LENGTH, dtype=np.int64)
     for j, arr in enumerate((g, h)):
-        largest = max(float(arr.max()), -float(arr.min()))
+        largest = _largest(arr)
         if largest > 0:
             vec[j * EXP_SLOTS + math.frexp(largest)[1] - EXP_MIN] = 1
     vec[-1] = g.shape[0]
@@ -165,9 +166,14 @@ def announced_grid(bits: int, magnitude_bits: int, n_rows: int, values: F64) -> 
     grid = Grid(bits, magnitude_bits, n_rows)
     if grid != _grid_for(magnitude_bits, n_rows):
         raise ValueError("inconsistent gradient grid")
-    if max(float(values.max()), -float(values.min())) > math.ldexp(1.0, magnitude_bits):
+    if _largest(values) > math.ldexp(1.0, magnitude_bits):
         raise ValueError("our gradients exceed the announced magnitude")
     return grid
+
+
+def _largest(values: F64) -> float:
+    """The largest ``|value|``; 0 for no values."""
+    return max(float(values.max()), -float(values.min())) if values.size else 0.0
 
 
 # -- histograms ---------------------------------------------------------------------------------

@@ -30,6 +30,20 @@ def _total(vectors: Iterable[Any]) -> Any:
     return functools.reduce(operator.add, vectors)
 
 
+def test_a_client_without_rows_in_a_tree_adds_nothing_to_its_grid() -> None:
+    """A private tree's share may hold none of a client's rows (a small client): its grid
+    vector is zeros, and the grid the server announces fits its (no) values."""
+    from p2pboost.homo._vectors import announced_grid
+
+    g = np.array([[0.3], [-0.2]])
+    none = np.empty((0, 1))
+    assert not grid_vector(none, none).any()
+    total = grid_vector(g, np.ones_like(g)) + grid_vector(none, none)
+    grid_g, _ = read_grid(total)
+    assert grid_g == choose_grid(g, 2)
+    assert announced_grid(grid_g.bits, grid_g.magnitude_bits, 2, none) == grid_g
+
+
 def test_layouts_read_back_what_clients_wrote() -> None:
     rng = np.random.default_rng(2)
     objective = get_objective(BoostParams(objective="multi:softmax", num_class=3))
