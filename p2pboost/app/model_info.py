@@ -191,7 +191,8 @@ def describe(
     ``best_iteration``, ``n_features``, ``features`` (name, splits, gain), ``splits``
     (per party), ``history``, ``diagnostics`` (the guest's: the leaf purity of the first tree
     and of the first the hosts saw), ``privacy`` (a private model's accountant record, else
-    None), ``holds``, ``does_not_hold``. Values a file cannot know
+    None), ``holds``, ``does_not_hold``, ``warnings`` (what the file holds that it should not,
+    e.g. a private model's un-noised count from an older release). Values a file cannot know
     are ``None``.
     """
     data = _read_json(path)
@@ -214,8 +215,24 @@ def describe(
         "privacy": getattr(model, "privacy", None),
         "holds": _holds(kind, getattr(model, "privacy", None) is not None),
         "does_not_hold": list(_NOT_HELD[kind]),
+        "warnings": _unnoised_warnings(data),
     }
     return out
+
+
+def _unnoised_warnings(data: Mapping[str, Any]) -> list[str]:
+    """Private models of older releases stored the gradient filter's count in their privacy
+    record. Loading drops it (the model object and any file saved from it are clean), so the
+    record shown is the clean one; but this file still holds the count, which is what its
+    owner must know before handing it on: say so, without repeating the value."""
+    inner = data.get("booster") if data.get("format") == gbdt_booster.ESTIMATOR_FORMAT else data
+    stored = inner.get("privacy") if isinstance(inner, Mapping) else None
+    return [
+        f"the privacy record holds {key!r}, a count of the training rows released without "
+        "noise (outside the differential privacy guarantee; files of older releases): load "
+        "and save the model again to drop it before sharing the file"
+        for key in gbdt_booster.unnoised_counts(stored)
+    ]
 
 
 def _holds(kind: ModelKind, private: bool) -> list[str]:
@@ -342,22 +359,17 @@ def _summary(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("diagnostics", f"{name} {value:.4f}"))
     if d.get("privacy"):
         rows.append(("privacy", _privacy_text(d["privacy"])))
+    rows += [("WARNING", text) for text in d.get("warnings", [])]
     return rows
 
 
 def _privacy_text(p: Mapping[str, Any]) -> str:
     """The accountant's statement in one line (docs/explanation/differential-privacy.md)."""
-    filtered = p.get("filtered_rows")
-    counted = (
-        "rows filtered: counted by each client"
-        if filtered is None
-        else (f"{filtered} row-trees filtered")
-    )
     text = (
         f"epsilon = {p.get('epsilon', float('nan')):.6g} differential privacy of this model "
         f"({p.get('mechanism')}; {p.get('trees')} trees, {p.get('trees_per_ensemble')} per "
-        f"ensemble; neighbours: {p.get('neighbouring')}); gradient bound {p.get('grad_bound')}, "
-        f"{counted}; noise: {p.get('noise')}"
+        f"ensemble; neighbours: {p.get('neighbouring')}); gradient bound {p.get('grad_bound')}; "
+        f"noise: {p.get('noise')}"
     )
     return text + _understated(p)
 

@@ -319,6 +319,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         rows=int(table.ids.size),
         trees=trees,
         s_per_tree=round(seconds / max(trees, 1), 6),
+        **_filtered(guest.model_.filtered_rows),
     )
 
 
@@ -418,7 +419,17 @@ async def _train_client(run: _Run, node: Node) -> PartyResult:
     await client.afit(node, run.peer, table.X, table.y, eval_set=valid)
     client.model_.save(run.config.model_path)
     run.reporter.info("trained; the model is local: predict needs no network")
-    return run.result([run.config.model_path], rows=int(table.ids.size))
+    return run.result(
+        [run.config.model_path],
+        rows=int(table.ids.size),
+        **_filtered(client.model_.filtered_rows),
+    )
+
+
+def _filtered(count: int | None) -> dict[str, int]:
+    """A private run's count of the row-trees this party's gradient filter left out, for its
+    own result only: a noiseless statistic of its rows, which the model file does not hold."""
+    return {} if count is None else {"filtered_rows": count}
 
 
 # -- prediction and serving -------------------------------------------------------------------

@@ -91,6 +91,8 @@ class Booster:
         feature_names: Sequence[str] | None = None,
         categories: dict[str, list[Any]] | None = None,
         privacy: dict[str, Any] | None = None,
+        *,
+        filtered_rows: int | None = None,
     ) -> None:
         self.params = params
         self.mapper = mapper
@@ -108,6 +110,11 @@ class Booster:
         self.categories = categories
         #: What a private model spent (:func:`~p2pboost.gbdt.privacy.privacy_record`), or None.
         self.privacy = privacy
+        #: A private model's training only: the row-trees the trainer's gradient filter left
+        #: out (:attr:`~p2pboost.gbdt.privacy.PrivateRounds.filtered_rows`). A noiseless
+        #: count of the training rows, outside the guarantee: never written to the model
+        #: file (a loaded model has None), so it stays with the party that trained.
+        self.filtered_rows = filtered_rows
         self.objective: Objective = get_objective(params)
 
     @property
@@ -423,6 +430,7 @@ def train(
         check_names(names, X_arr.shape[1]),
         categories,
         None if loop.privacy is None else loop.privacy.record(),
+        filtered_rows=None if loop.privacy is None else loop.privacy.filtered_rows,
     )
 
 
@@ -492,8 +500,17 @@ def check_private_run(params: BoostParams, y: F64, warm: bool, weighted: bool) -
     check_private_labels(params, y)
 
 
+#: Keys that privacy records of older releases held but that are no part of the accountant's
+#: statement: ``filtered_rows``, the gradient filter's count, a noiseless statistic of the
+#: training rows. Loading drops them, so that a model loaded and saved again, or sent to
+#: horizontal clients, no longer carries them; ``p2pboost inspect`` warns about a file that
+#: still holds one (:func:`unnoised_counts`).
+UNNOISED_RECORD_KEYS = ("filtered_rows",)
+
+
 def privacy_from(value: object, params: BoostParams) -> dict[str, Any] | None:
-    """A model file's privacy record, checked: present exactly when the model is private."""
+    """A model file's privacy record, checked: present exactly when the model is private;
+    without the counts older files held (:data:`UNNOISED_RECORD_KEYS`)."""
     if value is None and params.dp is None:
         return None
     if not isinstance(value, dict) or params.dp is None:
@@ -501,7 +518,15 @@ def privacy_from(value: object, params: BoostParams) -> dict[str, Any] | None:
     eps = value.get("epsilon")
     if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
         raise ModelError("invalid model: privacy record without a positive epsilon")
-    return dict(value)
+    return {k: v for k, v in value.items() if k not in UNNOISED_RECORD_KEYS}
+
+
+def unnoised_counts(value: object) -> list[str]:
+    """The keys of a stored privacy record that hold a count of the training rows (files of
+    older releases; :data:`UNNOISED_RECORD_KEYS`: None there meant not counted)."""
+    if not isinstance(value, dict):
+        return []
+    return [k for k in UNNOISED_RECORD_KEYS if value.get(k) is not None]
 
 
 def bin_eval_sets(

@@ -56,7 +56,11 @@ added, with or without carrying: the old row may be used by one tree and the new
 another, as without carrying one tree may hold either.)
 
 The accountant (:func:`privacy_record`) states what the released model spent; the record
-travels in the model file and ``p2pboost inspect`` shows it.
+travels in the model file and ``p2pboost inspect`` shows it. It holds settings and budgets
+only, nothing computed from the rows: how many rows the gradient filter left out
+(:attr:`PrivateRounds.filtered_rows`) depends on the training rows (a neighbouring set
+changes it) and is not covered by the guarantee, so only the party that trained sees it (the
+trained model object's ``filtered_rows``, never written to its file).
 """
 
 from __future__ import annotations
@@ -421,7 +425,8 @@ class PrivateTree:
 
 class PrivateRounds:
     """The privacy state of a training run: the noise stream, the rows' ensemble keys, the
-    filtered counts and the epsilon spent tree by tree.
+    filtered counts (for the party that trains, never released) and the epsilon spent tree by
+    tree.
 
     ``row_keys(ensemble, n)`` replaces the keys' own stream (a horizontal federation's rows
     are keyed by their clients; the core is given the same keys to compare).
@@ -475,29 +480,29 @@ class PrivateRounds:
         if tree.used:
             self.extra += tree.spent()
 
-    def record(self, *, filtered_known: bool = True) -> dict[str, Any]:
-        """The accountant's statement (see :func:`privacy_record`); ``filtered_known``: the
-        filtered rows were counted here (a horizontal server's clients count their own)."""
-        filtered = sum(self.filtered) if filtered_known else None
-        return privacy_record(
-            self.params, self.spent, filtered, self.source.seeded, extra=self.extra
-        )
+    @property
+    def filtered_rows(self) -> int:
+        """The row-trees the gradient filter left out (a carried row counts at every tree
+        that filters it). A noiseless statistic of the training rows: the trainer's to see,
+        never part of the released model (:func:`privacy_record` leaves it out)."""
+        return int(sum(self.filtered))
+
+    def record(self) -> dict[str, Any]:
+        """The accountant's statement (see :func:`privacy_record`)."""
+        return privacy_record(self.params, self.spent, self.source.seeded, extra=self.extra)
 
 
 def privacy_record(
-    params: BoostParams,
-    spent: list[tuple[int, float]],
-    filtered: int | None,
-    seeded: bool,
-    *,
-    extra: float = 0.0,
+    params: BoostParams, spent: list[tuple[int, float]], seeded: bool, *, extra: float = 0.0
 ) -> dict[str, Any]:
     """What the released model spent: trees of one ensemble compose in parallel (disjoint
     rows: the largest counts), ensembles in sequence (they add up); SEQ's trees all add up.
 
     ``epsilon`` is the total over the trees released (early stopping releases every tree
     trained, so the count is of trees, not of rounds used). ``extra``: budget spent on trees
-    grown and abandoned (added in full). ``filtered`` None: not known to this party.
+    grown and abandoned (added in full). The record travels with the model, so everything in
+    it is a setting or a budget: no count of the training rows (the gradient filter's is not
+    noised, so it would leak past the guarantee; :attr:`PrivateRounds.filtered_rows`).
     """
     dp = _dp(params)
     mech = DPMechanism(dp.mechanism)
@@ -523,6 +528,5 @@ def privacy_record(
         "delta_g": plan.delta_g,
         "gdf": dp.gdf,
         "glc": dp.glc,
-        "filtered_rows": None if filtered is None else int(filtered),
         "noise": "seeded (tests only: not private)" if seeded else "os.urandom",
     }

@@ -98,6 +98,10 @@ class GuestModel:
     diagnostics: dict[str, float] = field(default_factory=dict)
     #: What a differentially private model spent (:mod:`p2pboost.gbdt.privacy`), or None.
     privacy: dict[str, Any] | None = None
+    #: A private model's training only: the row-trees the guest's gradient filter left out.
+    #: A noiseless count of the training rows, outside the guarantee: never written to the
+    #: model file (a loaded model has None), so it stays with the guest.
+    filtered_rows: int | None = None
 
     @property
     def objective(self) -> Objective:

@@ -396,6 +396,7 @@ def _model(
         rng_state=loop.rng_state,
         diagnostics=dict(diagnostics),
         privacy=None if loop.privacy is None else loop.privacy.record(),
+        filtered_rows=None if loop.privacy is None else loop.privacy.filtered_rows,
     )
 
 

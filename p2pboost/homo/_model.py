@@ -195,6 +195,7 @@ class LocalModel:
             history,
             rng_state,
             privacy=privacy,
+            filtered_rows=None if self.private is None else sum(self.private.filtered.values()),
         )
 
     # -- the vectors --------------------------------------------------------------------------

@@ -213,7 +213,8 @@ async def server_train(
             rounds.best_iteration,
             rounds.history,  # the aggregated metric per round: report draws the learning curve
             rounds.rng_state,  # a warm start continues the draws
-            privacy=None if private is None else private.record(filtered_known=False),
+            privacy=None if private is None else private.record(),
+            # no filtered_rows: each client filters its own rows, and counts them itself
         )
 
     for it in rounds:

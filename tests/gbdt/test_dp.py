@@ -115,6 +115,24 @@ def test_same_seed_same_model_no_seed_fresh_noise(tmp_path: Path) -> None:
     np.testing.assert_array_equal(back.predict(X), a.predict(X))
 
 
+def test_a_private_model_file_holds_no_count_of_the_training_rows(tmp_path: Path) -> None:
+    """The gradient filter's count depends on the rows (here a neighbouring set, the last row
+    left out, changes it) and is not noised: the trainer sees it, the model file does not
+    hold it, and the privacy record is the same for both sets."""
+    X, y = _data()
+    a, b = train(_params(), X, y), train(_params(), X[:-1], y[:-1])
+    assert a.filtered_rows is not None
+    assert b.filtered_rows is not None
+    assert a.filtered_rows > 0
+    assert a.filtered_rows != b.filtered_rows
+    assert a.privacy == b.privacy
+    a.save(tmp_path / "a.json")
+    text = (tmp_path / "a.json").read_text()
+    assert "filtered" not in text
+    assert str(a.filtered_rows) not in json.dumps(json.loads(text)["privacy"])
+    assert Booster.load(tmp_path / "a.json").filtered_rows is None
+
+
 def test_model_file_privacy_record_must_match_its_settings(tmp_path: Path) -> None:
     X, y = _data()
     data = train(_params(), X, y).to_dict()
@@ -293,6 +311,8 @@ def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
     assert "epsilon = 2 differential privacy of this model (dpboost" in text
     assert "noise: seeded (tests only: not private)" in text
     assert "WARNING" not in text
+    assert "filtered" not in text
+    assert d["warnings"] == []
     # A file from before the split sensitivity was 3 g*^2 (lambda 1: 5/6 g*^2) is flagged.
     data = json.loads((tmp_path / "m.json").read_text())
     data["privacy"]["delta_g"] = 5.0 / 6.0 * data["privacy"]["grad_bound"] ** 2
@@ -300,6 +320,36 @@ def test_inspect_states_the_privacy_record(tmp_path: Path) -> None:
     old = format_description(describe(tmp_path / "old.json"))
     assert "WARNING: trained with the split sensitivity" in old
     assert "spent up to 3.6 times their share" in old
+
+
+def test_a_file_with_the_filters_count_loads_without_it_and_inspect_warns(
+    tmp_path: Path,
+) -> None:
+    """Files of older releases hold ``filtered_rows`` in the record: the model loads without
+    it (saved again, the file is clean), and inspect says the file holds it, not its value."""
+    from p2pboost.app.model_info import describe, format_description
+
+    X, y = _data()
+    data = train(_params(), X, y).to_dict()
+    data["privacy"]["filtered_rows"] = 98765
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    model = Booster.load(tmp_path / "old.json")
+    assert model.privacy is not None
+    assert "filtered_rows" not in model.privacy
+    model.save(tmp_path / "again.json")
+    assert "filtered_rows" not in (tmp_path / "again.json").read_text()
+    assert describe(tmp_path / "again.json")["warnings"] == []
+    d = describe(tmp_path / "old.json")
+    assert "filtered_rows" not in d["privacy"]
+    assert len(d["warnings"]) == 1
+    text = format_description(d)
+    assert "WARNING" in text
+    assert "'filtered_rows', a count of the training rows released without noise" in text
+    assert "98765" not in text
+    # A horizontal server's file of those releases said None (not counted): nothing to warn.
+    data["privacy"]["filtered_rows"] = None
+    (tmp_path / "server.json").write_text(json.dumps(data))
+    assert describe(tmp_path / "server.json")["warnings"] == []
 
 
 def test_party_config_reads_a_dp_table(tmp_path: Path) -> None:

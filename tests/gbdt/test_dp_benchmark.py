@@ -37,7 +37,7 @@ def test_dp_benchmark_prints_every_mechanism_at_every_epsilon(
         ):
             assert lo <= margin <= hi
     assert 0.5 < result["nonprivate"] <= 1.0
-    assert result["filtered_rows"] >= 0
+    assert result["filtered_rows"] > 0  # counted by training (model files do not hold it)
 
 
 def test_dp_benchmark_margins_favour_the_lower_rmse_on_regression(

@@ -47,6 +47,11 @@ async def test_private_vertical_model_equals_the_cores_at_a_fixed_noise_seed(
     assert {1, 2} <= owners  # the hosts' candidates took part in the draws
     np.testing.assert_array_equal(margin, core.predict_margin(X))
     assert fed.guest.privacy == core.privacy
+    # The filter's count is the guest's alone: the core's, and not in the guest's file.
+    assert fed.guest.filtered_rows == core.filtered_rows
+    assert fed.guest.filtered_rows is not None
+    assert fed.guest.filtered_rows > 0
+    assert "filtered_rows" not in fed.guest.to_dict()["privacy"]
     assert not fed.guest.diagnostics  # leaf purity is a label statistic: not in the file
     other = train(_params(6).with_updates(n_estimators=4), X, y)
     assert not np.array_equal(other.predict_margin(X), margin)

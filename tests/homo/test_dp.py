@@ -54,11 +54,19 @@ async def test_private_homo_model_equals_the_cores_at_a_fixed_noise_seed(
     record = run.result.booster.privacy
     assert record is not None
     assert record["epsilon"] == pytest.approx(core.privacy["epsilon"])
-    assert record["filtered_rows"] is None  # the clients count their own
+    # Each client counts the rows its own filter left out; together, the core's count. The
+    # server knows none of it, and no model (nor its record) carries a count.
+    assert run.result.booster.filtered_rows is None
+    assert "filtered_rows" not in record
+    counted = 0
     for model in run.models.values():
         assert isinstance(model, Booster), model
         assert same_trees(model, core)
         assert model.privacy == record
+        assert model.filtered_rows is not None
+        counted += model.filtered_rows
+    assert counted == core.filtered_rows
+    assert counted > 0
     # Different noise, different trees: the equality above is not a coincidence.
     other = train(params.with_updates(dp={**params.dp.to_dict(), "noise_seed": 12}), X, y)  # type: ignore[union-attr]
     assert not same_trees(other, core)
