@@ -18,7 +18,7 @@ from p2pboost.homo._messages import Reply
 from p2pboost.homo.client import client_train
 from p2pboost.homo.config import VERSION, ClientIdentity, HomoConfig, HomoPhase, HomoResult
 from p2pboost.homo.server import server_train
-from p2pboost.net.node import Node
+from p2pboost.net.node import Node, Session
 from p2pboost.testing import FAST, FaultyTransport, wait_until
 from transports.memory import MemoryNetwork, MemoryTransport
 
@@ -216,6 +216,83 @@ def crash_at(tag: str, nth: int, phase: HomoPhase = HomoPhase.TREES) -> Callable
         return reply
 
     return hook
+
+
+@dataclass
+class Restarted:
+    """A run in which one client's process died and started again (:func:`run_restarting`)."""
+
+    result: HomoResult
+    #: Every client's model: the restarted one's from its second process.
+    models: dict[str, Booster]
+
+
+async def run_restarting(
+    parts: dict[str, tuple[np.ndarray, np.ndarray]],
+    config: HomoConfig,
+    federation: Path,
+    restarts: str,
+    nth: int,
+) -> Restarted:
+    """Train with one client per entry of ``parts``; client ``restarts`` dies before its
+    ``nth`` masked reply of the trees phase (nothing more leaves its process) and a new
+    process of it joins again, which the server (given ``rejoin``) takes back."""
+    names = list(parts)
+
+    async def client(node: Node, c: str, hook: Any = None) -> Booster:
+        async with node.session(f"homo/{c}", peers=[SERVER]) as sess:
+            return await client_train(
+                sess,
+                SERVER,
+                *parts[c],
+                config,
+                identity=ClientIdentity.from_dir(federation / c),
+                me=c,
+                before_send=hook,
+            )
+
+    async with star(names) as s, contextlib.AsyncExitStack() as stack:
+
+        async def rejoin(c: str) -> Session:
+            return await stack.enter_async_context(s.server.session(f"homo/{c}", peers=[c]))
+
+        async def server() -> HomoResult:
+            sessions = {
+                c: await stack.enter_async_context(s.server.session(f"homo/{c}", peers=[c]))
+                for c in names
+            }
+            return await server_train(sessions, config, rejoin=rejoin)
+
+        async def dying_then_back() -> Booster:
+            crash = crash_at("masked", nth, HomoPhase.TREES)
+
+            def die(reply: Reply, phase: HomoPhase) -> Reply:
+                try:
+                    return crash(reply, phase)
+                except Crash:
+                    s.faults[restarts].silent = True  # the process is gone: nothing more leaves
+                    raise
+
+            with pytest.raises(Crash):
+                await client(s.clients[restarts], restarts, die)
+            await s.clients[restarts].close(flush=False)  # the process is gone
+            reborn = await stack.enter_async_context(
+                Node(
+                    restarts,
+                    peers={SERVER: f"mem://{SERVER}"},
+                    transport=MemoryTransport(s.net, restarts, allowed_peers=[SERVER]),
+                    config=TRAINING,
+                )
+            )
+            return await client(reborn, restarts)
+
+        others = [c for c in names if c != restarts]
+        async with asyncio.timeout(100):
+            result, models = await asyncio.gather(
+                server(),
+                asyncio.gather(dying_then_back(), *(client(s.clients[c], c) for c in others)),
+            )
+    return Restarted(result, dict(zip([restarts, *others], models, strict=True)))
 
 
 def same_trees(a: Booster, b: Booster) -> bool:

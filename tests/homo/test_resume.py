@@ -3,8 +3,6 @@ client is taken back; either way the model is the one an uninterrupted run grows
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,13 +14,8 @@ from p2pboost.exceptions import CheckpointError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo.checkpoint import ServerCheckpoint, server_checkpoint_path
-from p2pboost.homo.client import client_train
-from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoPhase
-from p2pboost.homo.server import server_train
-from p2pboost.net.node import Node, Session
-from p2pboost.testing import TRAINING
-from tests.homo.conftest import SERVER, Crash, crash_at, run_homo, same_trees, star
-from transports.memory import MemoryTransport
+from p2pboost.homo.config import HomoConfig
+from tests.homo.conftest import run_homo, run_restarting, same_trees
 
 CONFIG = HomoConfig(
     BoostParams(n_estimators=5, max_depth=3, subsample=0.8, colsample_bytree=0.8, seed=3),
@@ -130,58 +123,10 @@ async def test_a_restarted_client_is_taken_back(
     config = replace(CONFIG, eval_metric=None)
     reference = await run_homo(parts, config, federation)
     assert not isinstance(reference.result, BaseException)
-
-    async def client(node: Node, c: str, hook: Any = None) -> Booster:
-        async with node.session(f"homo/{c}", peers=[SERVER]) as sess:
-            return await client_train(
-                sess,
-                SERVER,
-                *parts[c],
-                config,
-                identity=ClientIdentity.from_dir(federation / c),
-                me=c,
-                before_send=hook,
-            )
-
-    async with star(names) as s, contextlib.AsyncExitStack() as stack:
-
-        async def rejoin(c: str) -> Session:
-            return await stack.enter_async_context(s.server.session(f"homo/{c}", peers=[c]))
-
-        async def server() -> Any:
-            sessions = {
-                c: await stack.enter_async_context(s.server.session(f"homo/{c}", peers=[c]))
-                for c in names
-            }
-            return await server_train(sessions, config, rejoin=rejoin)
-
-        async def dying_then_back() -> Booster:
-            def die(reply: Any, phase: HomoPhase) -> Any:
-                try:
-                    return crash_at_6(reply, phase)
-                except Crash:
-                    s.faults["c1"].silent = True  # the process is gone: nothing more leaves it
-                    raise
-
-            crash_at_6 = crash_at("masked", 6, HomoPhase.TREES)
-            with pytest.raises(Crash):
-                await client(s.clients["c1"], "c1", die)
-            reborn = await stack.enter_async_context(
-                Node(
-                    "c1",
-                    peers={SERVER: f"mem://{SERVER}"},
-                    transport=MemoryTransport(s.net, "c1", allowed_peers=[SERVER]),
-                    config=TRAINING,
-                )
-            )
-            return await client(reborn, "c1")
-
-        async with asyncio.timeout(100):
-            result, back, *others = await asyncio.gather(
-                server(), dying_then_back(), *(client(s.clients[c], c) for c in names[1:])
-            )
+    run = await run_restarting(parts, config, federation, "c1", 6)
+    result = run.result
     assert result.dropped == {}
     assert sorted(result.clients) == names
     assert same_trees(result.booster, reference.result.booster)
-    for model in (back, *others):
+    for model in run.models.values():
         assert same_trees(model, result.booster)
