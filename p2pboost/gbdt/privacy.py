@@ -55,6 +55,21 @@ row added or removed), and so the accountant's epsilon:
 added, with or without carrying: the old row may be used by one tree and the new one by
 another, as without carrying one tree may hold either.)
 
+An ensemble's keys live only in the memory of the party that drew them. A horizontal client
+that restarts mid-ensemble (the server takes it back and replays the model so far) has lost
+them, and may not draw new ones: under other keys (fresh ones, or a seeded stream started
+again) a row that an earlier tree of the ensemble used may fall in a later tree's share and
+serve two trees, and the ensemble would no longer cost one tree's budget. So such a client
+offers no rows to the rest of that ensemble and keys its rows again at the next ensemble's
+first tree (:class:`KeyedRows`). Each row still serves at most one released tree of an
+ensemble, and whether a client sits out depends on when its process restarted, not on any
+row. A restart during an ensemble's first tree costs no rows: none of the ensemble's trees
+was released, and the interrupted tree, if its choices were seen, is charged in full on top
+(as after any dropout). Two other rules would be sound: keys derived again from a secret
+kept for the run (fewer rows lost, but a client keeps no state across a restart, and would
+have to store and guard one), or the server refusing the client's return (its rows lost for
+the whole run, not for one ensemble).
+
 The accountant (:func:`privacy_record`) states what the released model spent; the record
 travels in the model file and ``p2pboost inspect`` shows it. It holds settings and budgets
 only, nothing computed from the rows: how many rows the gradient filter left out
@@ -88,6 +103,7 @@ from p2pboost.gbdt.split import LayerSplits
 from p2pboost.gbdt.tree import Tree
 
 __all__ = [
+    "KeyedRows",
     "PrivateRounds",
     "PrivateTree",
     "RowCarry",
@@ -289,6 +305,44 @@ def tree_rows(
     return TreeRows(np.flatnonzero(offered & ok), int(np.count_nonzero(out)), grad, on)
 
 
+class KeyedRows:
+    """The rows of a private run for a party that keys its own rows, one ensemble at a time
+    (a horizontal client: the core's rule applied to its rows); ``draw(n)``: ``n`` fresh
+    uniform keys. ``filtered``: the rows the gradient filter left out, per tree (this
+    process's count, for the party itself).
+
+    An ensemble's keys are drawn at its first tree and kept for its other trees, in this
+    process's memory only. A party asked for a later tree of an ensemble whose first tree it
+    did not compute (it restarted mid-ensemble) has lost them and draws none: it offers no rows
+    to the rest of that ensemble, and keys its rows again at the next ensemble's first tree
+    (see the module docstring for why).
+    """
+
+    def __init__(self, draw: Callable[[int], F64]) -> None:
+        self._draw = draw
+        self._keys: tuple[int, F64] | None = None
+        self._carry = RowCarry()
+        self.filtered: dict[int, int] = {}
+
+    def rows(self, plan: TreePlan, grad: F64, gdf: bool) -> TreeRows:
+        """Tree ``plan.index``'s rows (:func:`tree_rows`), the same if it is computed again;
+        none for the rest of an ensemble this party did not key at its first tree."""
+        keys = None
+        if plan.lo is not None:  # shares: the ensemble's keys decide
+            if self._keys is None or self._keys[0] != plan.ensemble:
+                if plan.position > 0:  # restarted mid-ensemble: sit the ensemble out
+                    self.filtered[plan.index] = 0
+                    g = plan.grad_bound
+                    return TreeRows(
+                        np.empty(0, dtype=np.int64), 0, grad if gdf else np.clip(grad, -g, g), None
+                    )
+                self._keys = (plan.ensemble, np.asarray(self._draw(grad.shape[0])))
+            keys = self._keys[1]
+        picked = self._carry.rows(plan, keys, grad, gdf)
+        self.filtered[plan.index] = picked.filtered
+        return picked
+
+
 class RowCarry:
     """The rows a private run carries from tree to tree within an ensemble (see
     :func:`tree_rows`), for a party that decides its own rows: the core's round loop, and a
@@ -297,9 +351,9 @@ class RowCarry:
     It keeps the rows carried into the tree last computed and into the one after it, so that
     the same tree computed again (a horizontal tree grown again after a dropout, on the same
     gradients) is offered the same rows. A tree at the start of an ensemble is offered nothing
-    carried; so is a tree whose predecessor this party did not compute (a horizontal client
-    that restarted mid-ensemble): the rows it would have carried are left out, which may cost
-    rows but never lets a tree take a row twice.
+    carried; so is a tree whose predecessor this party did not compute: the rows it would have
+    carried are left out, which may cost rows but never lets a tree take a row twice (a
+    horizontal client that restarted mid-ensemble offers no rows at all: :class:`KeyedRows`).
     """
 
     def __init__(self) -> None:

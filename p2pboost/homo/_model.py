@@ -11,9 +11,10 @@ tree the gradient columns (from the tree's ``grid`` request) and each row's node
 
 A differentially private model (``params.dp``) changes what a client sums, as the core's
 round loop changes it: every tree uses only its rows (the client keys its own rows per
-ensemble, :class:`_PrivateRows`), gradients past the bound are filtered (the rows carried on
-to the ensemble's next tree) or clipped, and clipped again on the grid, and hessians are 1
-per row.
+ensemble, :class:`~p2pboost.gbdt.privacy.KeyedRows`; after a restart mid-ensemble it offers
+none until the next ensemble), gradients past the bound are filtered (the rows carried on to
+the ensemble's next tree) or clipped, and clipped again on the grid, and hessians are 1 per
+row.
 
 A request that does not fit this state or these rows raises ``ValueError``; the client turns
 it into a :class:`~p2pboost.exceptions.RemoteProtocolError` naming the server.
@@ -37,7 +38,7 @@ from p2pboost.gbdt.history import History
 from p2pboost.gbdt.noise import NoiseSource
 from p2pboost.gbdt.objectives import Objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.gbdt.privacy import RowCarry, clip_on_grid, tree_plan
+from p2pboost.gbdt.privacy import KeyedRows, clip_on_grid, tree_plan
 from p2pboost.gbdt.rounds import add_tree
 from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._messages import CollectChildren, CollectRoot
@@ -68,24 +69,6 @@ class _Tree:
     g: F64
     h: F64
     sample: I64 | None = None
-
-
-class _PrivateRows:
-    """A client's row keys of a private model (:mod:`p2pboost.gbdt.privacy`): one uniform key
-    per row and ensemble, from this client's own stream (``os.urandom``, or the test seed with
-    the client's name); the rows the gradient filter left out, counted per tree, and those it
-    carries on to the ensemble's next tree (the core's rule, on this client's rows)."""
-
-    def __init__(self, seed: int | None, me: str) -> None:
-        self.source = NoiseSource(seed, f"rows:{me}")
-        self.keys: tuple[int, F64] | None = None
-        self.filtered: dict[int, int] = {}
-        self.carry = RowCarry()
-
-    def of(self, ensemble: int, n_rows: int) -> F64:
-        if self.keys is None or self.keys[0] != ensemble:
-            self.keys = (ensemble, self.source.uniform(n_rows))
-        return self.keys[1]
 
 
 @dataclass
@@ -123,8 +106,8 @@ class LocalModel:
     rows: _TreeRows | None = None
     #: Sample weights (one per row; None: every row once): they scale gradients and hessians.
     weight: F64 | None = None
-    #: A private model's row keys (None otherwise).
-    private: _PrivateRows | None = None
+    #: A private model's rows: keys, carried rows, filtered counts (None otherwise).
+    private: KeyedRows | None = None
     #: This client's name (its row sample and a private model's row keys depend on it).
     me: str = ""
     #: The tree's node count and its rows' residual keys by leaf (L1's median search).
@@ -164,7 +147,7 @@ class LocalModel:
             margin=np.tile(base, (X.shape[0], 1)),
             validation=validation,
             weight=None if weight is None else weight[:, None],
-            private=None if params.dp is None else _PrivateRows(params.dp.noise_seed, me),
+            private=None if params.dp is None else _keyed_rows(params.dp.noise_seed, me),
             me=me,
         )
 
@@ -208,12 +191,9 @@ class LocalModel:
         g_all, h_all, sample = client_rows(self.params, sample_seed, self.me, *self._round(it))
         g, h = _output(g_all, h_all, out)
         if self.private is not None and self.params.dp is not None:
-            index = len(self.trees)  # private objectives grow one tree per round
-            plan = tree_plan(self.params, index)
-            keys = None if plan.lo is None else self.private.of(plan.ensemble, g.shape[0])
-            picked = self.private.carry.rows(plan, keys, g, self.params.dp.gdf)
+            plan = tree_plan(self.params, len(self.trees))  # DP: one tree per round
+            picked = self.private.rows(plan, g, self.params.dp.gdf)
             sample, g = picked.sample, picked.grad
-            self.private.filtered[index] = picked.filtered
             h = np.ones_like(g)
         self.tree, self.rows, self.residuals = _Tree(g, h, sample), None, None
         if sample is None:
@@ -325,6 +305,13 @@ class LocalModel:
 
     def _layout(self, tree: _Tree) -> HistLayout:
         return HistLayout(self.data.n_features, self.mapper.n_slots, tree.g.shape[1])
+
+
+def _keyed_rows(seed: int | None, me: str) -> KeyedRows:
+    """A client's rows of a private model: keyed from its own stream (``os.urandom``, or the
+    test seed with the client's name), ensemble by ensemble (:class:`KeyedRows`: a client
+    that restarted mid-ensemble sits the rest of it out)."""
+    return KeyedRows(NoiseSource(seed, f"rows:{me}").uniform)
 
 
 def _output(g: F64, h: F64, out: int) -> tuple[F64, F64]:

@@ -11,7 +11,7 @@ import pytest
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.params import BoostParams, DPParams
-from p2pboost.gbdt.privacy import RowCarry, split_scores, tree_plan, tree_rows
+from p2pboost.gbdt.privacy import KeyedRows, RowCarry, split_scores, tree_plan, tree_rows
 
 
 def _data(n: int = 600, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -208,6 +208,36 @@ def test_filtered_rows_carry_to_the_ensembles_next_trees_and_are_used_once() -> 
     clipped = RowCarry()
     for t in range(3):
         assert clipped.rows(tree_plan(params, t), keys, grads[t][:, None], False).carried is None
+
+
+def test_a_party_that_restarts_mid_ensemble_offers_no_rows_until_the_next() -> None:
+    """A party keys its rows at an ensemble's first tree. Its new process, asked for a later
+    tree of that ensemble, has no keys and draws none (fresh keys could put a row an earlier
+    tree used in this tree's share): no rows until the next ensemble's first tree. With SEQ
+    every tree takes every row, so a restart changes nothing."""
+    params = _params(trees_per_ensemble=3).with_updates(n_estimators=6)
+    draws: list[int] = []
+
+    def draw(n: int) -> np.ndarray:
+        draws.append(n)
+        return np.random.default_rng(len(draws)).random(n)
+
+    grad = np.zeros((50, 1))
+    first = KeyedRows(draw)
+    before = [first.rows(tree_plan(params, t), grad, True).sample for t in (0, 1)]
+    assert draws == [50]
+    assert all(rows.size for rows in before)
+    again = KeyedRows(draw)  # the restarted process
+    for t in (1, 2):
+        picked = again.rows(tree_plan(params, t), grad, True)
+        assert picked.sample.size == 0
+        assert picked.carried is None
+    assert again.filtered == {1: 0, 2: 0}
+    assert draws == [50]  # no keys drawn mid-ensemble
+    assert again.rows(tree_plan(params, 3), grad, True).sample.size > 0
+    assert draws == [50, 50]
+    seq = _params(mechanism="seq").with_updates(n_estimators=6)
+    assert KeyedRows(draw).rows(tree_plan(seq, 4), grad, True).sample.size == 50
 
 
 @pytest.mark.parametrize("mechanism", ["dpboost", "para"])

@@ -111,3 +111,61 @@ async def test_a_tree_regrown_after_a_dropout_is_charged_in_full(
     per_tree = record["epsilon_per_tree"]  # 5 trees, 3 per ensemble: 2 ensembles of 2.0
     assert per_tree == pytest.approx(2.0)
     assert record["epsilon"] == pytest.approx(4.0 + per_tree)
+
+
+async def test_a_client_restarted_mid_ensemble_sits_the_rest_of_it_out(
+    breast: list[tuple[np.ndarray, np.ndarray]],
+    federation: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """c1 dies in the second tree of the second ensemble and its process starts again. The
+    keys its first process drew for that ensemble are gone, and keys drawn again would let a
+    row that the ensemble's first tree used into a later tree. So the new process offers no
+    rows until the next ensemble, where it keys its rows again: no row of any client serves
+    two released trees of one ensemble."""
+    from p2pboost.homo._model import LocalModel
+    from tests.homo.conftest import run_restarting
+
+    params = _params("dpboost").with_updates(n_estimators=7)  # ensembles: 0-2, 3-5, 6
+    offered: dict[tuple[str, int], np.ndarray] = {}  # (client, tree): its rows, last grown
+    real = LocalModel.grid
+
+    def spy(model: LocalModel, it: int, out: int, sample_seed: int = 0) -> np.ndarray:
+        vector = real(model, it, out, sample_seed)
+        assert model.tree is not None
+        assert model.tree.sample is not None
+        offered[model.me, len(model.trees)] = model.tree.sample.copy()
+        return vector
+
+    monkeypatch.setattr(LocalModel, "grid", spy)
+    parts = {"c1": breast[0], "c2": breast[1]}
+    config = HomoConfig(params=params, round_timeout=20)
+    # TREES-phase replies of a client: 4 per tree (grid, root, children, children), so its
+    # 18th is tree 4's root: it dies after tree 4's rows were keyed.
+    run = await run_restarting(parts, config, federation, "c1", 18)
+    assert run.result.dropped == {}
+    assert sorted(run.result.clients) == ["c1", "c2"]
+    for model in run.models.values():
+        assert same_trees(model, run.result.booster)
+    assert len(offered) == 2 * 7
+    for c in parts:
+        for ensemble in ([0, 1, 2], [3, 4, 5], [6]):
+            rows = np.concatenate([offered[c, t] for t in ensemble])
+            assert np.unique(rows).size == rows.size, (c, ensemble)  # no row serves two trees
+    sat_out = {("c1", 4), ("c1", 5)}  # tree 4 regrown without c1's rows, and tree 5
+    for key, rows in offered.items():
+        assert (rows.size == 0) == (key in sat_out), key  # c1 keyed its rows again at tree 6
+
+
+async def test_a_private_server_neither_resumes_nor_continues_a_model(tmp_path: Path) -> None:
+    """The other restart: a server started again would redraw what its first run spent (the
+    ensembles' rows, the noise), so a private run refuses ``resume`` and ``init_model``."""
+    from p2pboost.homo.server import server_train
+
+    config = HomoConfig(params=_params("dpboost"))
+    with pytest.raises(InputError, match="cannot continue a model"):
+        await server_train({}, config, checkpoint=tmp_path, resume=True)
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    warm = train(BoostParams(n_estimators=1), X, (X[:, 0] > 0).astype(float))
+    with pytest.raises(InputError, match="cannot continue a model"):
+        await server_train({}, config, init_model=warm)
