@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,7 @@ __all__ = [
     "Progress",
     "grid_wire",
     "packing_spec",
+    "positions",
     "unpack_bitmap",
 ]
 
@@ -139,6 +141,19 @@ class HeteroConfig:
 
 
 # -- message validation ------------------------------------------------------------------------
+
+
+def positions(keys: npt.NDArray[Any], wanted: npt.NDArray[Any]) -> I64 | None:
+    """Where each of ``wanted`` sits in ``keys`` (distinct, in any order), or None if one is
+    not there: how a derived child's candidates are found in its parent's and sibling's
+    packages, by the host (by candidate) and by the guest (by id)."""
+    if keys.size == 0:
+        return None if wanted.size else np.zeros(0, dtype=np.int64)
+    order = np.argsort(keys)
+    pos = order[np.searchsorted(keys, wanted, sorter=order).clip(0, keys.size - 1)]
+    if not np.array_equal(keys[pos], wanted):
+        return None
+    return np.asarray(pos, dtype=np.int64)
 
 
 def unpack_bitmap(obj: object, n: int, peer: str) -> B8:

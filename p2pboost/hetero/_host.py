@@ -49,6 +49,7 @@ from p2pboost.hetero._common import (
     HostPhase,
     Progress,
     packing_spec,
+    positions,
     unpack_bitmap,
 )
 from p2pboost.hetero._messages import (
@@ -143,10 +144,8 @@ class _Lookup:
         """The ids of candidates ``(feature, bin, default_left)``, every one of which this
         node offered (a derived child's candidates are its parent's and its sibling's)."""
         mine = _candidate_keys(self.feature, self.bin, self.default_left)
-        wanted = _candidate_keys(feature, bin_, default_left)
-        order = np.argsort(mine)
-        pos = order[np.searchsorted(mine, wanted, sorter=order).clip(0, mine.size - 1)]
-        if wanted.size and not np.array_equal(mine[pos], wanted):
+        pos = positions(mine, _candidate_keys(feature, bin_, default_left))
+        if pos is None:
             raise AssertionError("a derived candidate the node did not offer")
         return np.asarray(self.ids[pos], dtype=np.uint64)
 
@@ -499,7 +498,8 @@ class _HostTree:
         return grow
 
     async def _layer(self) -> None:
-        """Children histograms (smaller built, sibling subtracted), packages sent when ready."""
+        """Children histograms (smaller built; sibling derived by the guest or subtracted),
+        packages sent when ready."""
         h = self.h
         sample_pos = self.positions[self.sample]
         counts = np.bincount(sample_pos, minlength=self.n_nodes)
@@ -513,9 +513,11 @@ class _HostTree:
         ):
             small, big = (left, right) if counts[left] <= counts[right] else (right, left)
             splits.append((node, small, big))
-        if self.capacity is not None:  # the largest first: they keep the most worth keeping
+        if self.capacity is not None and not self.derive:
+            # The largest first: they keep the most worth keeping.
             splits.sort(key=lambda split: -int(counts[split[1]] + counts[split[2]]))
-        keep = self._keep(splits, counts)
+        # Derived children need no histogram kept (their sums are the guest's to derive).
+        keep = [(False, False)] * len(splits) if self.derive else self._keep(splits, counts)
         # The shards run each one's tasks in order: splits go in in this order, SPLITS_AHEAD
         # at a time, so what they hold follows the plan of _keep.
         ahead = [asyncio.Event() for _ in range(len(splits) + SPLITS_AHEAD)]
@@ -550,7 +552,7 @@ class _HostTree:
             child
             for (_, small, big), (ks, kb) in zip(splits, keep, strict=True)
             for child, kept in ((small, ks), (big, kb))
-            if kept and not self.derive
+            if kept
         }
 
 

@@ -136,6 +136,11 @@ def node_candidates(
     ok, left = _offered(counts, allowed, min_rows)
     if also is not None:
         ok |= also
+    return _listed(ok, left)
+
+
+def _listed(ok: B8, left: I64) -> tuple[I64, I64, B8, I64]:
+    """The candidates of mask ``ok`` as ``(feature, bin, default_left, left_count)``."""
     f, b, d = np.nonzero(ok)  # C order: sorted by (feature, bin, direction)
     return (
         f.astype(np.int64),
@@ -303,16 +308,14 @@ class _Shard:
 
     def candidates(
         self,
-        hist: EncryptedHistogram | None,
+        hist: EncryptedHistogram,
         counts: I64,
         features: B8 | None = None,
         also: B8 | None = None,
     ) -> NodeCandidates:
         """The node's candidates (``features``: the node's own column draw, if any; ``also``:
-        more to offer) with their partial sums, or without (``hist`` None: a derived node)."""
+        more to offer) with their partial sums."""
         f, b, dl, left = node_candidates(counts, self.mask(features), self.tree_min_rows, also)
-        if hist is None:
-            return NodeCandidates(f, b, dl, left, b"")
         sums = candidate_sums(hist, f, b, dl, counts[:, -1])
         data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
         return NodeCandidates(f, b, dl, left, data)
@@ -459,10 +462,10 @@ def shard_split(
     if derive:
         shard.keep(small, None, small_counts)
         shard.keep(big, None, big_counts)
-        also, _ = _offered(big_counts, shard.mask(features[1]), shard.tree_min_rows)
+        also, big_left = _offered(big_counts, shard.mask(features[1]), shard.tree_min_rows)
         return (
             shard.candidates(small_hist, small_counts, features[0], also),
-            shard.candidates(None, big_counts, features[1]),
+            NodeCandidates(*_listed(also, big_left), b""),
         )
     if parent_hist is not None:
         big_hist = parent_hist.subtract(small_hist)

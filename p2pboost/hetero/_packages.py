@@ -27,7 +27,7 @@ from p2pboost.crypto.compress import compressed_count
 from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed
-from p2pboost.hetero._common import F64, I64
+from p2pboost.hetero._common import F64, I64, positions
 from p2pboost.hetero._messages import Derived, Package
 
 __all__ = ["OpenPackage", "check_package", "derive", "open_package"]
@@ -72,25 +72,14 @@ def check_package(msg: Package, spec: PackingSpec, public_key: AnyPublicKey) -> 
     return None
 
 
-def _positions(ids: npt.NDArray[np.uint64], wanted: npt.NDArray[np.uint64]) -> I64 | None:
-    """Where each of ``wanted`` sits in ``ids``, or None if one is missing."""
-    if ids.size == 0:
-        return None if wanted.size else np.zeros(0, dtype=np.int64)
-    order = np.argsort(ids)
-    pos = order[np.searchsorted(ids, wanted, sorter=order).clip(0, ids.size - 1)]
-    if not np.array_equal(ids[pos], wanted):
-        return None
-    return np.asarray(pos, dtype=np.int64)
-
-
 def derive(
     msg: Derived, parent: OpenPackage, sibling: OpenPackage, grids: tuple[Grid, Grid]
 ) -> OpenPackage:
     """The larger child's package: each candidate's sums over the parent minus its sums over
     the sibling. Raises :class:`ValueError` (saying what is wrong) when the host names a
     candidate either package lacks or gives a count the two packages contradict."""
-    at_parent = _positions(parent.ids, msg.parent_ids)
-    at_sibling = _positions(sibling.ids, msg.sibling_ids)
+    at_parent = positions(parent.ids, msg.parent_ids)
+    at_sibling = positions(sibling.ids, msg.sibling_ids)
     if at_parent is None:
         raise ValueError("names a candidate its parent's package does not hold")
     if at_sibling is None:
