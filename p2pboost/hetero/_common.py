@@ -25,6 +25,7 @@ __all__ = [
     "HeteroConfig",
     "HostPhase",
     "Progress",
+    "chunk_bounds",
     "grid_wire",
     "packing_spec",
     "positions",
@@ -94,7 +95,11 @@ class HeteroConfig:
     (Okamoto-Uchiyama: cheaper additions and encryption, see docs/explanation/ou.md); the
     guest chooses, the hosts follow its key. ``key_bits`` below 2048 needs
     ``allow_insecure_key`` (1024 is for tests and comparisons).
-    ``chunk_rows``: ciphertexts per streamed chunk (one pool task each). ``workers``:
+    ``chunk_rows``: rows of the first streamed chunk of gradients (one pool task each); each
+    later chunk is twice the one before, up to ``max_chunk_rows`` (:func:`chunk_bounds`): the
+    hosts start summing as soon as a small first chunk arrives, and the rest of the stream
+    pays the per-task and per-message costs a few times rather than once per 2,048 rows.
+    ``workers``:
     processes of the pool the protocol starts when no executor is given. ``precompute``:
     while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
     next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
@@ -114,6 +119,7 @@ class HeteroConfig:
     allow_insecure_key: bool = False
     scheme: str = "paillier"
     chunk_rows: int = 2048
+    max_chunk_rows: int = 16384
     workers: int | None = None
     precompute: bool = True
     stash_bytes: int = 64 * 1024 * 1024
@@ -134,10 +140,31 @@ class HeteroConfig:
             raise InputError("hello_timeout must be > 0")
         if self.chunk_rows < 1:
             raise InputError("chunk_rows must be at least 1")
+        if self.max_chunk_rows < self.chunk_rows:
+            raise InputError(
+                f"max_chunk_rows ({self.max_chunk_rows}) must be at least chunk_rows "
+                f"({self.chunk_rows})"
+            )
         if self.workers is not None and self.workers < 1:
             raise InputError("workers must be at least 1")
         if self.stash_bytes < 0:
             raise InputError("stash_bytes must be >= 0")
+
+
+def chunk_bounds(n: int, first: int, largest: int) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` of each streamed chunk of ``n`` rows: ``first`` rows, then each
+    chunk twice the one before, up to ``largest`` rows.
+
+    Why growing: the hosts wait for the first chunk (a pipeline's fill), so it is small; every
+    chunk after it costs a task, a message and a host task per shard, which on a cluster
+    (a scheduler's round trips, TLS between processes) are worth amortising over more rows.
+    """
+    bounds, start, size = [], 0, first
+    while start < n:
+        stop = min(n, start + size)
+        bounds.append((start, stop))
+        start, size = stop, min(2 * size, largest)
+    return bounds
 
 
 # -- message validation ------------------------------------------------------------------------

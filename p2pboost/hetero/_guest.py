@@ -60,6 +60,7 @@ from p2pboost.hetero._common import (
     GuestPhase,
     HeteroConfig,
     Progress,
+    chunk_bounds,
     grid_wire,
     packing_spec,
     unpack_bitmap,
@@ -266,23 +267,22 @@ class GuestTrainer:
             return
         gi = to_fixed(gq[rows], g_grid)  # (rows, outputs)
         hi = to_fixed(hq[rows], h_grid)
-        step = self.config.chunk_rows
-        starts = list(range(0, rows.size, step))
+        bounds = chunk_bounds(rows.size, self.config.chunk_rows, self.config.max_chunk_rows)
         pk = self.engine.public_key
 
-        def encrypt(start: int) -> asyncio.Future[bytes]:
-            sl = slice(start, start + step)
+        def encrypt(start: int, stop: int) -> asyncio.Future[bytes]:
+            sl = slice(start, stop)
             return asyncio.ensure_future(self.engine.encrypt_packed(spec, gi[sl], hi[sl]))
 
         # Two chunks per worker ahead: every worker has its next chunk queued while the loop
         # sends, and memory stays bounded.
         ahead = 2 * self.workers
-        pending = [encrypt(start) for start in starts[:ahead]]
+        pending = [encrypt(*bound) for bound in bounds[:ahead]]
         try:
-            for i, start in enumerate(starts):
+            for i, (start, _) in enumerate(bounds):
                 data = await pending.pop(0)
-                if i + ahead < len(starts):
-                    pending.append(encrypt(starts[i + ahead]))
+                if i + ahead < len(bounds):
+                    pending.append(encrypt(*bounds[i + ahead]))
                 msg = Chunk(start, CiphertextBatch.of(pk, data))
                 await gather_or_cancel(*(send(link.grad, msg) for link in active))
         finally:
