@@ -503,7 +503,8 @@ class _HostTree:
         h = self.h
         sample_pos = self.positions[self.sample]
         counts = np.bincount(sample_pos, minlength=self.n_nodes)
-        await h.shards.each(k.shard_retain, self.layer_nodes.tolist())
+        if not self.derive:  # derived trees keep no histogram: nothing to drop
+            await h.shards.each(k.shard_retain, self.layer_nodes.tolist())
         splits = []
         for node, left, right in zip(
             self.layer_nodes.tolist(),
