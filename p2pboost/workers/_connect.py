@@ -90,14 +90,23 @@ def connect_cluster(
 ) -> ClusterPool:
     """A :class:`ClusterPool` on the cluster whose scheduler is at ``scheduler``
     (``tls://host:8786``), with the TLS identity in ``tls_dir``; it closes its client when
-    shut down. Blocks while it connects: call it before the event loop or in a thread."""
+    shut down. Blocks while it connects: call it before the event loop or in a thread.
+
+    The client fetches results from the workers directly, so this process must reach the
+    workers' addresses as well as the scheduler's (docs/how-to/cluster.md)."""
     distributed = _distributed()
     if not scheduler.startswith("tls://"):
         raise ConfigError(f"the compute scheduler must be a tls:// address, not {scheduler!r}")
     security = cluster_security(tls_dir)
     try:
+        # Results come straight from the worker that made them (one TLS hop, not two through
+        # the scheduler, which would also spend its time relaying ciphertext bytes).
         client = distributed.Client(
-            scheduler, security=security, timeout=timeout, set_as_default=False
+            scheduler,
+            security=security,
+            timeout=timeout,
+            set_as_default=False,
+            direct_to_workers=True,
         )
     except (OSError, TimeoutError) as exc:
         raise ClusterError(f"cannot reach the compute cluster at {scheduler}: {exc}") from None
