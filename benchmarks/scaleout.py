@@ -1,7 +1,8 @@
 """Scale-out: a party's work on a Dask cluster (TLS) against its local process pool.
 
 ``python -m benchmarks scaleout --dataset synth150k --trees 2 --depth 4 --key-bits 1024
-[--workers 2 --psi-ids 1000000 --overlap 0.5 --bins 32 --lr 0.3 --seed 0 --data-dir DIR]``
+[--workers 2 --repeats 3 --psi-ids 1000000 --overlap 0.5 --bins 32 --lr 0.3 --seed 0
+--data-dir DIR]``
 
 Back to back, in this order:
 
@@ -9,9 +10,13 @@ Back to back, in this order:
    TLS WebSockets on 127.0.0.1), each party with a local pool of ``--workers`` processes;
 2. **dask**: the same, each party with its own TLS ``LocalCluster`` of ``--workers``
    single-threaded worker processes (certificates of a cluster CA of its own, not the
-   federation's), used through a :class:`~p2pboost.workers.ClusterPool`; the guest's
-   decryptions run in a local pool (the private key never goes to the cluster);
-   The guest's cluster, on the guest's own machine, may hold its key (``key_workers="all"``);
+   federation's), used through a :class:`~p2pboost.workers.ClusterPool`. The guest's cluster
+   runs on the guest's own machine here, as trusted as its local pool, so its workers hold
+   the key (``key_workers="all"``: decryption there, encryption in the key's CRT form, as
+   the pool does); run 4 keeps the key off it.
+
+   Runs 1 and 2 alternate ``--repeats`` times (a slow spell of a shared machine then falls
+   on both) and the figures are their medians;
 3. **dask, a worker killed**: as 2, and the host's worker of its first shard is killed with
    SIGKILL when the host starts the first layer of the first tree;
 4. **dask, the key kept off the cluster**: as 2, but the guest's decryptions run in a local
@@ -21,9 +26,9 @@ Back to back, in this order:
    TLS ``LocalCluster`` of as many workers.
 
 Timed as in ``hetero`` (``s_per_tree``: the guest's wall time in ``guest_train`` per tree;
-pools and clusters are started and warmed before). ``identical_trees``: runs 1, 2 and 4 grow the
-plaintext core's trees; ``worker_killed_identical``: run 3 too, and the host's shard moved to a
-live worker (``moves``). ``psi_*_s``: wall seconds of the PSI run; both must be correct.
+pools and clusters are started and warmed before). ``identical_trees``: every run 1, 2 and 4
+grows the plaintext core's trees; ``worker_killed_identical``: run 3 too, and the host's shard
+moved to a live worker (``moves``). ``psi_*_s``: wall seconds of the PSI run; both must be correct.
 
 ``model``: predicted seconds per tree and PSI seconds on clusters of 8, 32 and 128 workers per
 party, for 1 and 10 million rows (ids), from costs measured in this run: the elementary
@@ -32,7 +37,8 @@ overhead per task (the mean of 200 empty tasks in flight at once on the TLS clus
 the tree's shape measured in run 1. Its assumptions are in the README next to this file.
 
 Last line: ``{"benchmark": "scaleout", "dataset", "pool_s_per_tree", "dask_s_per_tree",
-"ratio", "identical_trees", "tls": true, "worker_killed_identical", "killed_s_per_tree",
+"ratio", "repeats", "pool_runs_s_per_tree", "dask_runs_s_per_tree", "identical_trees",
+"tls": true, "worker_killed_identical", "killed_s_per_tree",
 "keyless_s_per_tree", "moves", "psi_ids",
 "psi_pool_s", "psi_dask_s", "psi_ratio", "psi_correct", "model": {...}}``.
 """
@@ -57,6 +63,7 @@ from benchmarks.psi import bare_exchange_rate, run_psi
 from p2pboost import certs
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.tree import Tree
+from p2pboost.hetero._common import HeteroConfig, chunk_bounds
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.workers import ClusterPool, connect_cluster, local_cluster, process_pool
 
@@ -67,8 +74,10 @@ MODEL_WORKERS = (8, 32, 128)
 MODEL_ROWS = (1_000_000, 10_000_000)
 #: Bandwidth inside a party (bytes/s): 10 Gb/s Ethernet between its machines.
 PARTY_BANDWIDTH = 1.25e9
-#: Ciphertexts per encryption task and per host chunk (``HeteroConfig.chunk_rows``).
-CHUNK_ROWS = 2048
+#: The guest's stream of gradient chunks (``HeteroConfig.chunk_rows``, ``max_chunk_rows``):
+#: one encryption task and one host task per shard each.
+CHUNK_ROWS = HeteroConfig().chunk_rows
+MAX_CHUNK_ROWS = HeteroConfig().max_chunk_rows
 #: Ids per PSI task (``p2pboost.protocols.psi.DEFAULT_BATCH``).
 PSI_BATCH = 4096
 
@@ -112,8 +121,9 @@ def _model(
     encrypts ``n`` rows and decrypts the scored nodes' packed candidates, the host adds
     ``n * m * (1 + (layers - 1) / 2)`` ciphertexts and compresses the candidates. Each party's
     operations are spread over its ``W`` workers; the parties' work is added (no overlap, a
-    bound from above). Tasks: ``n / CHUNK_ROWS`` encryptions and as many host chunks, one
-    task per shard and layer, and the compressions; each costs the measured overhead on the
+    bound from above). Tasks: an encryption and a host task per shard for each chunk of the
+    guest's stream (:func:`~p2pboost.hetero._common.chunk_bounds`), one task per shard and
+    layer, and the compressions; each costs the measured overhead on the
     scheduler, which runs them one after another. Bytes inside a party: the guest's
     ciphertexts come back from its workers once, the host's go out to its workers once.
     PSI: each party blinds both sets once (``2 n`` X25519 per party for ``n`` ids each),
@@ -131,8 +141,9 @@ def _model(
         guest_cpu = rows * costs.encrypt + infos / costs.capacity * costs.decrypt
         host_cpu = rows * host_features * (1 + (layers - 1) / 2) * costs.add
         host_cpu += infos * costs.compress
+        chunks = len(chunk_bounds(rows, CHUNK_ROWS, MAX_CHUNK_ROWS))
         for workers in MODEL_WORKERS:
-            tasks = 2 * rows / CHUNK_ROWS + workers * layers + scored
+            tasks = chunks * (1 + workers) + workers * layers + scored
             moved = 2 * rows * ct_bytes / PARTY_BANDWIDTH
             tree = (guest_cpu + host_cpu) / workers + tasks * overhead + moved
             psi_tasks = 2 * (2 * rows) / PSI_BATCH
@@ -193,10 +204,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=2, help="processes per party")
     parser.add_argument("--psi-ids", type=int, default=1_000_000, help="ids per party")
     parser.add_argument("--overlap", type=float, default=0.5)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="pool and dask runs, alternated (medians)"
+    )
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.psi_ids < 1 or not 0.0 <= args.overlap <= 1.0:
-        parser.error("--workers and --psi-ids must be >= 1, --overlap in [0, 1]")
+    if min(args.workers, args.psi_ids, args.repeats) < 1 or not 0.0 <= args.overlap <= 1.0:
+        parser.error("--workers, --psi-ids and --repeats must be >= 1, --overlap in [0, 1]")
     split: HeteroSplit = load_hetero_split(data_dir(args.data_dir), args.dataset)
     if split.task is not Task.BINARY:
         parser.error(f"{args.dataset} is not a binary task")
@@ -235,8 +249,11 @@ def main(argv: list[str]) -> int:
                 compute=compute_by_party,
             )
 
-        pool_run = federation(None)
-        dask_run = federation(compute)
+        # Alternated, so that a slow spell of a shared machine falls on both.
+        pool_runs, dask_runs = [], []
+        for _ in range(args.repeats):
+            pool_runs.append(federation(None))
+            dask_runs.append(federation(compute))
         killed = {GUEST: compute[GUEST], "host1": {**compute["host1"], "kill": True}}
         kill_run = federation(killed)
         keyless_run = federation(keyless)
@@ -257,16 +274,16 @@ def main(argv: list[str]) -> int:
             base / "psi-cluster",
         )
 
+    pool_run = pool_runs[0]
     n_trees = max(1, len(GuestModel.from_dict(pool_run.guest["model"]).trees))
-    pool_s = pool_run.guest["seconds"] / n_trees
-    dask_s = dask_run.guest["seconds"] / n_trees
+    pool_each = [r.guest["seconds"] / n_trees for r in pool_runs]
+    dask_each = [r.guest["seconds"] / n_trees for r in dask_runs]
+    pool_s, dask_s = statistics.median(pool_each), statistics.median(dask_each)
     kill_s = kill_run.guest["seconds"] / n_trees
     keyless_s = keyless_run.guest["seconds"] / n_trees
     core = train(params, split.X_train, split.y_train).trees
-    pool_trees, dask_trees, kill_trees, keyless_trees = (
-        _trees(r) for r in (pool_run, dask_run, kill_run, keyless_run)
-    )
-    identical = all(compare_trees(t, core) for t in (pool_trees, dask_trees, keyless_trees))
+    kill_trees = _trees(kill_run)
+    identical = all(compare_trees(_trees(r), core) for r in (*pool_runs, *dask_runs, keyless_run))
     moves = int(kill_run.hosts[0]["moves"])
     killed_identical = compare_trees(kill_trees, core) and moves >= 1
     scored, layers = _scored_nodes(GuestModel.from_dict(pool_run.guest["model"]), args.depth)
@@ -290,13 +307,13 @@ def main(argv: list[str]) -> int:
                 "trees / depth / key bits / workers per party",
                 f"{args.trees} / {args.depth} / {args.key_bits} / {args.workers}",
             ),
-            ("pool s/tree", pool_s),
-            ("dask (TLS LocalCluster) s/tree", dask_s),
-            ("dask / pool", dask_s / pool_s),
+            (f"pool s/tree (median of {args.repeats})", pool_s),
+            (f"dask (TLS LocalCluster) s/tree (median of {args.repeats})", dask_s),
+            ("dask / pool (medians)", dask_s / pool_s),
             ("dask, a host worker killed in tree 1: s/tree", kill_s),
             ("dask, the key off the guest's cluster: s/tree", keyless_s),
             ("host shard moves after the kill", moves),
-            ("identical trees (pool, both dask runs = core)", identical),
+            ("identical trees (every pool and dask run = core)", identical),
             ("identical trees with a worker killed", killed_identical),
             ("cluster overhead per task (ms)", 1e3 * overhead),
             (f"PSI {args.psi_ids} x {args.psi_ids}: pool s", psi_pool_s),
@@ -319,6 +336,9 @@ def main(argv: list[str]) -> int:
             "pool_s_per_tree": round(pool_s, 4),
             "dask_s_per_tree": round(dask_s, 4),
             "ratio": round(dask_s / pool_s, 4),
+            "repeats": args.repeats,
+            "pool_runs_s_per_tree": [round(x, 4) for x in pool_each],
+            "dask_runs_s_per_tree": [round(x, 4) for x in dask_each],
             "identical_trees": identical,
             "tls": True,
             "worker_killed_identical": killed_identical,
