@@ -96,7 +96,8 @@ class HeteroConfig:
     guest chooses, the hosts follow its key. ``key_bits`` below 2048 needs
     ``allow_insecure_key`` (1024 is for tests and comparisons).
     ``chunk_rows``: rows of the first streamed chunk of gradients (one pool task each); each
-    later chunk is twice the one before, up to ``max_chunk_rows`` (:func:`chunk_bounds`): the
+    later chunk is twice the one before, up to ``max_chunk_rows`` ciphertexts (a multi-output
+    row packed in ``k`` ciphertexts counts ``k`` times; :func:`chunk_bounds`): the
     hosts start summing as soon as a small first chunk arrives, and the rest of the stream
     pays the per-task and per-message costs a few times rather than once per 2,048 rows.
     ``workers``:

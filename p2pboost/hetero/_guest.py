@@ -267,7 +267,11 @@ class GuestTrainer:
             return
         gi = to_fixed(gq[rows], g_grid)  # (rows, outputs)
         hi = to_fixed(hq[rows], h_grid)
-        bounds = chunk_bounds(rows.size, self.config.chunk_rows, self.config.max_chunk_rows)
+        # The cap counts ciphertexts: a row of several planes (multi-output) weighs that many,
+        # so a chunk's bytes stay bounded whatever the outputs.
+        first = self.config.chunk_rows
+        largest = max(first, self.config.max_chunk_rows // spec.plaintexts_per_row)
+        bounds = chunk_bounds(rows.size, first, largest)
         pk = self.engine.public_key
 
         def encrypt(start: int, stop: int) -> asyncio.Future[bytes]:
