@@ -14,6 +14,7 @@ import pytest
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero import _guest, _host
+from p2pboost.hetero._common import chunk_bounds
 from p2pboost.hetero._messages import Chunk, Package, TreeStart
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees, merged_model
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
@@ -51,7 +52,8 @@ async def test_multi_output_trees_equal_the_core(
     pool: Executor, keys: Keys, monkeypatch: pytest.MonkeyPatch, k: int, planes: int
 ) -> None:
     """Two hosts, missing values; 3 classes fit one 1023-bit plaintext per row, 11 need two,
-    whose short second planes share ciphertexts in the packages."""
+    whose short second planes share ciphertexts in the packages. The gradient stream's chunks grow
+    to a cap counted in ciphertexts, so rows of two planes make chunks of half the rows."""
     X, y = _classes(240, k)
     received = _record(monkeypatch)
     params = BoostParams(
@@ -64,7 +66,8 @@ async def test_multi_output_trees_equal_the_core(
     )
     blocks = [X[:, :3], X[:, 3:6], X[:, 6:]]
     async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
-        fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys)
+        config = replace(CONFIG, chunk_rows=32, max_chunk_rows=128)
+        fed = await federate(c, blocks[0], y, blocks[1:], params, pool, keys, config=config)
         margin = await predict(c, fed, blocks[0], blocks[1:])
     core = train(params, X, y)
     assert len(fed.guest.trees) == 3  # one tree per round
@@ -84,6 +87,12 @@ async def test_multi_output_trees_equal_the_core(
     width = keys[0].ciphertext_bytes
     rows = sum(len(m.ct) for m in received if isinstance(m, Chunk))
     assert rows == planes * 240 * len(starts)  # every host, every tree: `planes` per row
+    # Per tree and host (the two hosts receive concurrently): 32 rows, then doubling up to 128
+    # ciphertexts (128 // planes rows).
+    sizes = sorted(len(m.ct) // planes for m in received if isinstance(m, Chunk))
+    stream = [b - a for a, b in chunk_bounds(240, 32, 128 // planes)]
+    assert sizes == sorted(stream * len(starts))  # a tree start per host and tree
+    assert max(sizes) * planes == 128
     packages = [m for m in received if isinstance(m, Package)]
     candidates = sum(m.ids.size for m in packages)
     ciphertexts = sum(len(m.ciphertexts.data) // width for m in packages)
