@@ -64,6 +64,7 @@ from p2pboost import certs
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero._common import HeteroConfig, chunk_bounds
+from p2pboost.hetero._kernels import shard_block
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.workers import ClusterPool, connect_cluster, local_cluster, process_pool
 
@@ -105,6 +106,13 @@ def _trees(result: Any) -> list[Tree]:
     return joined_trees(model, hosts)
 
 
+def _host_chunk_tasks(chunks: list[tuple[int, int]], rows: int, workers: int) -> int:
+    """The host's tasks for a tree's stream: one per shard a chunk reaches, the shards of the
+    blocks it spans (:func:`~p2pboost.hetero._kernels.shard_block`)."""
+    block = shard_block(rows, workers)
+    return sum(min(workers, (b - 1) // block - a // block + 1) for a, b in chunks)
+
+
 def _model(
     costs: CostModel,
     exchange_rate: float,
@@ -121,10 +129,10 @@ def _model(
     encrypts ``n`` rows and decrypts the scored nodes' packed candidates, the host adds
     ``n * m * (1 + (layers - 1) / 2)`` ciphertexts and compresses the candidates. Each party's
     operations are spread over its ``W`` workers; the parties' work is added (no overlap, a
-    bound from above). Tasks: an encryption and a host task per shard for each chunk of the
-    guest's stream (:func:`~p2pboost.hetero._common.chunk_bounds`), one task per shard and
-    layer, and the compressions; each costs the measured overhead on the
-    scheduler, which runs them one after another. Bytes inside a party: the guest's
+    bound from above). Tasks: for each chunk of the guest's stream
+    (:func:`~p2pboost.hetero._common.chunk_bounds`) an encryption and a host task per shard it
+    reaches, one task per shard and layer, and the compressions; each costs the measured
+    overhead on the scheduler, which runs them one after another. Bytes inside a party: the guest's
     ciphertexts come back from its workers once, the host's go out to its workers once.
     PSI: each party blinds both sets once (``2 n`` X25519 per party for ``n`` ids each),
     in tasks of ``PSI_BATCH`` ids, moving 32-byte points both ways.
@@ -141,9 +149,10 @@ def _model(
         guest_cpu = rows * costs.encrypt + infos / costs.capacity * costs.decrypt
         host_cpu = rows * host_features * (1 + (layers - 1) / 2) * costs.add
         host_cpu += infos * costs.compress
-        chunks = len(chunk_bounds(rows, CHUNK_ROWS, MAX_CHUNK_ROWS))
+        chunks = chunk_bounds(rows, CHUNK_ROWS, MAX_CHUNK_ROWS)
         for workers in MODEL_WORKERS:
-            tasks = chunks * (1 + workers) + workers * layers + scored
+            stream = len(chunks) + _host_chunk_tasks(chunks, rows, workers)
+            tasks = stream + workers * layers + scored
             moved = 2 * rows * ct_bytes / PARTY_BANDWIDTH
             tree = (guest_cpu + host_cpu) / workers + tasks * overhead + moved
             psi_tasks = 2 * (2 * rows) / PSI_BATCH

@@ -270,6 +270,8 @@ class _HostTree:
             if host.min_rows <= 0
             else min_child_rows(host.min_rows, host.min_child_weight, grids[1].magnitude_bits)
         )
+        #: Rows per block of the shards' layout of this tree's sample (:func:`k.shard_block`).
+        self.block = k.shard_block(m, host.shards.n)
         self.positions = np.zeros(n, dtype=np.int64)
         self.n_nodes = 1
         self.frontier = [0]
@@ -316,7 +318,12 @@ class _HostTree:
         h = self.h
         h.progress.enter(HostPhase.ROOT, 0)
         await h.shards.each(
-            k.shard_tree, self.sample, self.allowed, self.spec.plaintexts_per_row, self.min_rows
+            k.shard_tree,
+            self.sample,
+            self.allowed,
+            self.spec.plaintexts_per_row,
+            self.min_rows,
+            self.block,
         )
         await self._root()
         root = self.node_features.get(0)
@@ -340,9 +347,9 @@ class _HostTree:
             await self._layer()
 
     async def _root(self) -> None:
-        """Hand each gradient chunk to the shards as it arrives: shard ``s`` gets the slots
-        ``s, s + W, ...`` (their ciphertext bytes, a row's planes together, cut out with
-        numpy)."""
+        """Hand each gradient chunk to the shards as it arrives: each shard whose blocks of
+        slots it spans gets their ciphertext bytes, a row's planes together, cut out with
+        numpy (:func:`k.shard_block`: the blocks go to the shards in turn)."""
         h, peer = self.h, self.h.guest
         m, n_shards = int(self.sample.size), h.shards.n
         planes = self.spec.plaintexts_per_row
@@ -365,7 +372,7 @@ class _HostTree:
                 ):
                     raise reject(peer, "bad gradient ciphertexts: not under the training key")
                 for shard, first, part in k.chunk_parts(
-                    start, batch.data, width * planes, n_shards
+                    start, batch.data, width * planes, n_shards, self.block
                 ):
                     pending.append(h.shards.call(shard, k.shard_chunk, first, part))
                 received += rows

@@ -81,6 +81,7 @@ __all__ = [
     "chunk_parts",
     "node_candidates",
     "node_counts",
+    "shard_block",
     "shard_chunk",
     "shard_close",
     "shard_end_tree",
@@ -192,21 +193,64 @@ def candidate_sums(
     return sums
 
 
-def chunk_parts(start: int, data: bytes, width: int, shards: int) -> list[tuple[int, int, bytes]]:
-    """Cut a chunk of ciphertexts (slots ``start, start + 1, ...``, ``width`` bytes each) into
-    the shards' parts: ``(shard, first slot, bytes of slots first, first + shards, ...)``.
+#: The most rows a block of a tree's shard layout holds (:func:`shard_block`).
+MAX_BLOCK = 1024
 
-    Runs on the event loop: one numpy strided copy per shard, no per-ciphertext Python.
+
+def shard_block(rows: int, shards: int) -> int:
+    """Rows per block of a tree's shard layout: the tree's slots are dealt to the shards in
+    blocks of this many, in turn (block-cyclic, as ScaLAPACK lays out matrices).
+
+    Why blocks: a chunk of the gradient stream then reaches only the shards of the blocks it
+    spans, one task each, instead of every shard (a 16,384-row chunk over 128 workers: 16
+    tasks, not 128, each with more rows). Why at most ``rows / (8 shards)``: every shard holds
+    at least 8 blocks spread over the whole sample, so any node whose rows fill a run of the
+    sample as long as ``shards`` blocks is built evenly by all shards, whatever the rows'
+    order in the file. Why at most :data:`MAX_BLOCK`: a chunk of the stream (2,048 rows or
+    more) then reaches at least two shards, and consecutive chunks the next ones, so the
+    stream keeps every shard busy rather than filling one shard's blocks at a time. One row
+    per block is plain round-robin.
+    """
+    return max(1, min(MAX_BLOCK, rows // (8 * shards)))
+
+
+def _owner(slots: I64, block: int, shards: int) -> I64:
+    """The shard of each slot."""
+    return (slots // block) % shards
+
+
+def _local(slots: I64, block: int, shards: int) -> I64:
+    """Each slot's position among its shard's slots."""
+    return slots // (block * shards) * block + slots % block
+
+
+def _slots_of(local: I64, index: int, block: int, shards: int) -> I64:
+    """The slots at positions ``local`` of shard ``index`` (the inverse of :func:`_local`)."""
+    return (local // block * shards + index) * block + local % block
+
+
+def chunk_parts(
+    start: int, data: bytes, width: int, shards: int, block: int = 1
+) -> list[tuple[int, int, bytes]]:
+    """Cut a chunk of ciphertexts (slots ``start, start + 1, ...``, ``width`` bytes each) into
+    the shards' parts in the layout of :func:`shard_block`: ``(shard, first slot, bytes of the
+    shard's slots from the first on, in order)``, for the shards the chunk reaches.
+
+    Runs on the event loop: one numpy gather of the chunk, no per-ciphertext Python.
     """
     n = len(data) // width
     if shards == 1:
         return [(0, start, bytes(data))] if n else []
-    blocks = np.frombuffer(data, dtype=np.uint8).reshape(n, width)
-    parts = []
-    for shard in range(shards):
-        j0 = (shard - start) % shards
-        if j0 < n:
-            parts.append((shard, start + j0, blocks[j0::shards].tobytes()))
+    slots = np.arange(start, start + n, dtype=np.int64)
+    owner = _owner(slots, block, shards)
+    order = np.argsort(owner, kind="stable")
+    counts = np.bincount(owner, minlength=shards)
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(n, width)[order]
+    parts, at = [], 0
+    for shard in np.flatnonzero(counts).tolist():
+        end = at + int(counts[shard])
+        parts.append((shard, int(slots[order[at]]), rows[at:end].tobytes()))
+        at = end
     return parts
 
 
@@ -258,6 +302,8 @@ class _Shard:
     min_rows: int
     index: int
     shards: int
+    #: Rows per block of this tree's layout (:func:`shard_block`).
+    block: int = 1
     #: This tree's fewest rows per child (:func:`shard_tree`): ``min_rows`` or more.
     tree_min_rows: int = 0
     sample: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -371,12 +417,20 @@ def shard_open(
 
 @stateful(Log.APPEND)
 def shard_tree(
-    token: str, sample: I64, allowed: B8, planes: int = 1, min_rows: int | None = None
+    token: str,
+    sample: I64,
+    allowed: B8,
+    planes: int = 1,
+    min_rows: int | None = None,
+    block: int = 1,
 ) -> None:
     """A tree begins: its sampled rows (slot order), candidate mask, the plaintexts per
-    packed row and the fewest rows a child may have (None: the run's); nothing else kept."""
+    packed row, the fewest rows a child may have (None: the run's) and the rows per block of
+    its layout (:func:`shard_block`); nothing else kept."""
+    if block < 1:
+        raise InputError("a layout block holds at least one row")
     shard = _get(token)
-    shard.sample, shard.allowed = sample, allowed
+    shard.sample, shard.allowed, shard.block = sample, allowed, block
     shard.tree_min_rows = shard.min_rows if min_rows is None else min_rows
     shard.used = np.flatnonzero(allowed.reshape(allowed.shape[0], -1).any(axis=1))
     shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
@@ -388,19 +442,25 @@ def shard_tree(
 
 @stateful(Log.APPEND)
 def shard_chunk(token: str, first: int, data: bytes) -> None:
-    """This shard's ciphertexts of slots ``first, first + W, ...`` (bytes from the guest):
-    parse and range-check them (:class:`~p2pboost.exceptions.CodecError`), keep them, and add
-    them to the root's partial histogram."""
+    """This shard's ciphertexts of its slots from ``first`` on (bytes from the guest, cut by
+    :func:`chunk_parts`): parse and range-check them (:class:`~p2pboost.exceptions.CodecError`),
+    keep them, and add them to the root's partial histogram."""
     shard = _get(token)
     pk = shard.public_key
     planes = len(shard.cts)
-    if first % shard.shards != shard.index or first // shard.shards != len(shard.cts[0]):
+    have = len(shard.cts[0])
+    at = np.array([first], dtype=np.int64)
+    if (
+        int(_owner(at, shard.block, shard.shards)[0]) != shard.index
+        or int(_local(at, shard.block, shard.shards)[0]) != have
+    ):
         raise InputError("chunk slots out of order for this shard")
     flat = CiphertextBatch.of(pk, data).ciphertexts(pk)
     if len(flat) % planes:
         raise InputError("a chunk's rows must each hold every plane")
     cts = [flat[p::planes] for p in range(planes)]  # a row's planes are consecutive
-    slots = np.arange(first, first + shard.shards * len(cts[0]), shard.shards)
+    local = np.arange(have, have + len(cts[0]), dtype=np.int64)
+    slots = _slots_of(local, shard.index, shard.block, shard.shards)
     codes = shard.codes[shard.sample[slots]]
     before = products_made()
     part = build_histogram(
@@ -489,7 +549,9 @@ def _build(shard: _Shard, rows: I64) -> tuple[EncryptedHistogram, I64]:
     slots = shard.slot_of_row[rows]
     if slots.size and slots.min() < 0:
         raise InputError("split rows outside the tree's sample")
-    mine = slots[slots % shard.shards == shard.index] // shard.shards
+    mine = _local(
+        slots[_owner(slots, shard.block, shard.shards) == shard.index], shard.block, shard.shards
+    )
     before = products_made()
     hist = build_histogram(
         shard.public_key,

@@ -48,12 +48,13 @@ class _Run:
     def each(self, fn: Any, *args: Any) -> list[Any]:
         return [fn(token, *args) for token in self.tokens]
 
-    def stream(self, data: bytes, chunk: int) -> None:
+    def stream(self, data: bytes, chunk: int, block: int = 1) -> None:
         width = self.public_key.ciphertext_bytes
         n = len(data) // width
+        shards = len(self.tokens)
         for start in range(0, n, chunk):
             piece = data[start * width : min(n, start + chunk) * width]
-            for shard, first, part in k.chunk_parts(start, piece, width, len(self.tokens)):
+            for shard, first, part in k.chunk_parts(start, piece, width, shards, block):
                 k.shard_chunk(self.tokens[shard], first, part)
 
     def close(self) -> None:
@@ -124,6 +125,7 @@ def _check(
     shards=st.integers(1, 3),
     chunk=st.integers(1, 40),
     min_rows=st.integers(1, 3),
+    block=st.integers(1, 9),
 )
 def test_shards_give_the_plaintext_left_sums(
     keys: Keys,
@@ -135,9 +137,11 @@ def test_shards_give_the_plaintext_left_sums(
     shards: int,
     chunk: int,
     min_rows: int,
+    block: int,
 ) -> None:
     """Root over a streamed sample, then a split (smaller child built, sibling subtracted):
-    every candidate's sums equal the plaintext fixed-point left sums, whatever the shards."""
+    every candidate's sums equal the plaintext fixed-point left sums, whatever the shards,
+    the chunks and the layout's blocks."""
     public_key = keys[0]
     p = _problem(seed, n, n_feat, max_bin)
     rng = p["rng"]
@@ -150,8 +154,8 @@ def test_shards_give_the_plaintext_left_sums(
     allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
     run = _Run(public_key, p["codes"], max_bin + 1, min_rows, shards)
     try:
-        run.each(k.shard_tree, sample, allowed)
-        run.stream(data, chunk)
+        run.each(k.shard_tree, sample, allowed, 1, None, block)
+        run.stream(data, chunk, block)
         _check(run.each(k.shard_root), sample, p, spec, keys, max_bin, min_rows)
         left = sample[p["codes"][sample, 0] <= rng.integers(0, max_bin)]
         right = np.setdiff1d(sample, left)
@@ -295,15 +299,30 @@ def test_shards_refuse_bad_input(keys: Keys, table: AnyTable) -> None:
 
 def test_chunk_parts_cover_every_slot_once() -> None:
     width = 3
-    for shards, start, n in itertools.product((1, 2, 3), (0, 1, 5), (1, 2, 7)):
+    for shards, start, n, block in itertools.product((1, 2, 3), (0, 1, 5), (1, 2, 7), (1, 2, 3)):
         data = bytes(itertools.chain.from_iterable([s] * width for s in range(start, start + n)))
         got: dict[int, int] = {}
-        for shard, first, part in k.chunk_parts(start, data, width, shards):
+        for shard, first, part in k.chunk_parts(start, data, width, shards, block):
             slots = list(part[::width])
-            assert slots == list(range(first, first + shards * len(slots), shards))
-            assert all(s % shards == shard for s in slots)
+            # The shard's slots of the chunk, in order: blocks of `block` dealt in turn.
+            assert slots == [
+                s for s in range(start, start + n) if shards == 1 or (s // block) % shards == shard
+            ]
+            assert slots[0] == first
             got.update(dict.fromkeys(slots, shard))
         assert sorted(got) == list(range(start, start + n))
+
+
+def test_a_chunk_reaches_only_the_shards_of_the_blocks_it_spans() -> None:
+    """128 shards, a million rows: a 16,384-row chunk is 18 parts, not 128; every shard still
+    holds blocks from all over the sample."""
+    block = k.shard_block(1_000_000, 128)
+    assert block == 976
+    parts = k.chunk_parts(30_720, bytes(16_384), 1, 128, block)
+    assert len(parts) == 18  # 16 whole blocks and a part of one at each end
+    assert k.shard_block(240, 2) == 15
+    assert k.shard_block(10, 4) == 1
+    assert k.shard_block(10**8, 2) == k.MAX_BLOCK
 
 
 def test_a_trees_fewest_rows_per_child_leaves_out_more_candidates(
