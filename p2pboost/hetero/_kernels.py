@@ -202,12 +202,12 @@ def shard_block(rows: int, shards: int) -> int:
     blocks of this many, in turn (block-cyclic, as ScaLAPACK lays out matrices).
 
     Why blocks: a chunk of the gradient stream then reaches only the shards of the blocks it
-    spans, one task each, instead of every shard (a 16,384-row chunk over 128 workers: 16
-    tasks, not 128, each with more rows). Why at most ``rows / (8 shards)``: every shard holds
+    spans, one task each, instead of every shard (a 16,384-row chunk over 128 workers: 16 to
+    18 tasks, not 128, each with more rows). Why at most ``rows / (8 shards)``: every shard holds
     at least 8 blocks spread over the whole sample, so any node whose rows fill a run of the
     sample as long as ``shards`` blocks is built evenly by all shards, whatever the rows'
     order in the file. Why at most :data:`MAX_BLOCK`: a chunk of the stream (2,048 rows or
-    more) then reaches at least two shards, and consecutive chunks the next ones, so the
+    more by default) then reaches at least two shards, and consecutive chunks the next ones, so the
     stream keeps every shard busy rather than filling one shard's blocks at a time. One row
     per block is plain round-robin.
     """
