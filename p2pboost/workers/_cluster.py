@@ -15,10 +15,12 @@ place's worker: it runs there while that worker lives, elsewhere once it is gone
 **A lost worker.** Tasks that keep no state are rerun by Dask on another worker. A stateful
 kernel (:func:`~p2pboost.workers.stateful`) that lands on a worker without its state raises
 :class:`~p2pboost.exceptions.WorkerStateLost`; the place then moves to the worker that ran it,
-replays there the log of calls that made the state (kept here, in the party's process: for a
-vertical host, the run's settings and the current tree's calls, the tree's ciphertexts
-included) and runs the task again. Kernels are deterministic, so the state and the results
-are those the lost worker would have had: training goes on to the identical model.
+replays there the log of calls that made the state (kept here, in the party's process, in the
+order the calls ran, whatever order their results arrive in: for a vertical host, the run's
+settings and the current tree's calls, the tree's ciphertexts included) and runs the task
+again, with every later task of the place, in order. Kernels are deterministic, so the state
+and the results are those the lost worker would have had: training goes on to the identical
+model.
 
 **The private key stays home.** Tasks that carry a private key (decryption) run on
 :meth:`ClusterPool.keyholder`: a process pool on the party's own machine, or only the workers
@@ -93,6 +95,12 @@ class _Job:
     replays: int = 0
     #: The Dask future of the current attempt (None while none is submitted).
     remote: Any = None
+    #: Ran and succeeded; stays in its place's queue until every earlier task has settled,
+    #: so that the state logs take the calls in the order they ran (results may arrive in
+    #: another order: each is fetched from its worker on its own).
+    done: bool = False
+    #: Its caller's future was given its outcome (a task run again after a move keeps it).
+    settled: bool = False
 
 
 @dataclass(eq=False)
@@ -233,22 +241,33 @@ class ClusterPool(PinnedExecutor):
         """One attempt of a place's task ended (on the client's event loop)."""
         settle: tuple[Future[Any], bool, Any] | None = None
         with self._lock:
-            if job.remote is not remote or self._closed:
-                return  # an attempt the place gave up when it moved
+            if job.remote is not remote or self._closed or job not in place.jobs:
+                return  # an attempt the place gave up (it moved, or failed the task)
             if not ok and isinstance(value, WorkerStateLost | _Cancelled):
                 move = True
             else:
                 move = False
-                place.jobs.remove(job)
-                if job.future is not None:
-                    if ok:
-                        _log(place, job)
+                if ok:
+                    job.done = True
+                else:
+                    place.jobs.remove(job)
+                if job.future is not None and not job.settled:
+                    job.settled = True
                     settle = (job.future, ok, value)
-                elif not ok:  # a replayed call failed: so does the first task it served
-                    served = next((j for j in place.jobs if j.future is not None), None)
+                elif not ok:  # a replayed call (or a settled task run again after a move)
+                    # failed: so does the first task it served
+                    served = next(
+                        (j for j in place.jobs if j.future is not None and not j.settled), None
+                    )
                     if served is not None and served.future is not None:
                         place.jobs.remove(served)
+                        served.settled = True
                         settle = (served.future, False, value)
+                # The place ran its tasks in order: log them in that order.
+                while place.jobs and place.jobs[0].done:
+                    head = place.jobs.popleft()
+                    if head.future is not None:  # a replayed call is in its log already
+                        _log(place, head)
         if move:
             self._mover.submit(self._move, place)
         if settle is not None:
@@ -283,7 +302,9 @@ class ClusterPool(PinnedExecutor):
             place.moving = True
             stale = [j.remote for j in place.jobs if j.remote is not None]
             for j in place.jobs:
-                j.remote = None
+                # A task that ran but waits for an earlier one to settle runs again, in its
+                # turn: the state it changed was on the lost worker. Its caller has its result.
+                j.remote, j.done = None, False
         with contextlib.suppress(Exception):
             self._client.cancel(stale)
         with self._lock:
