@@ -64,7 +64,7 @@ from p2pboost import certs
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero._common import HeteroConfig, chunk_bounds
-from p2pboost.hetero._kernels import shard_block
+from p2pboost.hetero._kernels import shard_block, shards_reached
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.workers import ClusterPool, connect_cluster, local_cluster, process_pool
 
@@ -110,7 +110,7 @@ def _host_chunk_tasks(chunks: list[tuple[int, int]], rows: int, workers: int) ->
     """The host's tasks for a tree's stream: one per shard a chunk reaches, the shards of the
     blocks it spans (:func:`~p2pboost.hetero._kernels.shard_block`)."""
     block = shard_block(rows, workers)
-    return sum(min(workers, (b - 1) // block - a // block + 1) for a, b in chunks)
+    return sum(shards_reached(a, b, block, workers) for a, b in chunks)
 
 
 def _model(

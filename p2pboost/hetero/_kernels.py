@@ -90,6 +90,7 @@ __all__ = [
     "shard_root",
     "shard_split",
     "shard_tree",
+    "shards_reached",
     "sparse_zero_bins",
 ]
 
@@ -212,6 +213,12 @@ def shard_block(rows: int, shards: int) -> int:
     per block is plain round-robin.
     """
     return max(1, min(MAX_BLOCK, rows // (8 * shards)))
+
+
+def shards_reached(start: int, stop: int, block: int, shards: int) -> int:
+    """How many shards the chunk of slots ``start .. stop - 1`` reaches in that layout (the
+    parts :func:`chunk_parts` makes of it): one per block it spans, at most every shard."""
+    return min(shards, (stop - 1) // block - start // block + 1) if stop > start else 0
 
 
 def _owner(slots: I64, block: int, shards: int) -> I64:

@@ -311,6 +311,8 @@ def test_chunk_parts_cover_every_slot_once() -> None:
             assert slots[0] == first
             got.update(dict.fromkeys(slots, shard))
         assert sorted(got) == list(range(start, start + n))
+        parts = k.chunk_parts(start, data, width, shards, block)
+        assert len(parts) == k.shards_reached(start, start + n, block, shards)
 
 
 def test_a_chunk_reaches_only_the_shards_of_the_blocks_it_spans() -> None:
