@@ -3,22 +3,35 @@
 Okamoto and Uchiyama ("A new public-key cryptosystem as secure as factoring", EUROCRYPT '98)
 work modulo ``n = p**2 * q``. The public key is ``(n, g, h = g**n mod n)``; a plaintext ``m``
 in ``[0, p)`` encrypts to ``E(m) = g**m * h**r mod n``, and the key owner decrypts with
-``m = L(c**(p-1) mod p**2) / L(g**(p-1) mod p**2) mod p`` for ``L(x) = (x - 1) / p``. The
-scheme is additively homomorphic like Paillier (``E(a) * E(b) = E(a + b mod p)``), but:
+``m = L(c**e mod p**2) / L(g**e mod p**2) mod p`` for ``L(x) = (x - 1) / p``, with an
+exponent ``e`` that takes ``h`` to 1 modulo ``p**2`` and ``g`` to 1 modulo ``p``.
+The scheme is additively homomorphic like Paillier (``E(a) * E(b) = E(a + b mod p)``), but:
 
 * ciphertexts live modulo ``n``, not ``n**2``: at the same 2048-bit modulus a homomorphic
   addition multiplies 2048-bit numbers instead of 4096-bit ones (about 3x cheaper here), and a
   ciphertext is half the bytes;
 * the plaintext space is ``[0, p)`` with ``|p| = |n| / 3`` (681 usable bits at 2048), so fewer
   packed sums fit one ciphertext (:attr:`OUPublicKey.plaintext_bits` drives the packing);
-* decryption is one exponentiation modulo ``p**2`` (a third of the modulus) with a ``|p|``-bit
-  exponent.
+* decryption is one exponentiation modulo ``p**2`` (a third of the modulus).
+
+**Keys with a short decryption exponent.** With a random ``g``, ``e`` must be ``p - 1``
+(682 bits at 2048). Coron, Naccache and Paillier ("Accelerating Okamoto-Uchiyama public-key
+cryptosystem", Electronics Letters 35(4), 1999; SecretFlow's HEU builds its keys so) choose
+``p - 1 = t u`` with ``t`` a prime of ``2 * lambda`` bits (224 at 2048) and ``g = g0**u``:
+then ``g`` has order ``p t`` modulo ``p**2``, ``h = g**n`` has order ``t``, and ``e = t``,
+about three times cheaper. :func:`generate_ou_keypair` makes such keys; the public key's
+format does not change, the private key carries ``t`` (:attr:`OUPrivateKey.t`), and keys made
+before, without ``t``, still load and decrypt with ``p - 1``. The best generic attack that
+uses ``h``'s order ``t`` (finding ``p`` by a baby-step giant-step search with gcds modulo
+``n``) costs about ``sqrt(t) = 2**lambda``, the level of the modulus.
 
 **Randomness.** ``h**r`` with a *short* exponent ``r`` of ``4 * lambda`` bits (448 at 2048),
 with the same argument and margin as our Paillier (see :mod:`p2pboost.crypto.paillier`): the
-best generic attack on an ``l``-bit exponent costs ``2**(l/2)``. Both ``g**m`` and ``h**r``
-are fixed-base exponentiations (:class:`OUTable`); the key owner computes them modulo ``p**2``
-and ``q`` and recombines by CRT.
+best generic attack on an ``l``-bit exponent costs ``2**(l/2)``. Modulo ``p`` the exponent
+only counts modulo ``t``, where ``r mod t`` is within ``t / 2**(4 lambda)`` of uniform, and
+working there at all needs ``p``; docs/explanation/ou.md compares it with keys without ``t``.
+Both ``g**m`` and ``h**r`` are fixed-base exponentiations (:class:`OUTable`); the key owner
+computes them modulo ``p**2`` and ``q`` and recombines by CRT.
 
 **Security caveats** (docs/explanation/ou.md). OU is IND-CPA under the p-subgroup assumption;
 it is *not* secure against chosen ciphertexts: whoever learns the decryption of a ciphertext of
@@ -50,6 +63,7 @@ from p2pboost.crypto.additive import (
     DEFAULT_KEY_BITS,
     MAX_KEY_BITS,
     MIN_KEY_BITS,
+    SECURITY_LEVELS,
     TABLE_MEMORY_BUDGET,
     WINDOW_BITS,
     KeySizes,
@@ -66,6 +80,8 @@ __all__ = ["OUPrivateKey", "OUPublicKey", "OUTable", "generate_ou_keypair"]
 
 _FINGERPRINT_TAG = b"p2pboost/ou/v1"
 _FINGERPRINT_BYTES = 16
+#: Miller-Rabin rounds of :func:`gmpy2.is_prime` for ``t`` and ``p`` (as ``next_prime``'s 25).
+_PRIME_ROUNDS = 25
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,13 +193,29 @@ class OUPublicKey(KeySizes):
 
 @dataclass(frozen=True, eq=False)
 class OUPrivateKey:
-    """The factors ``p``, ``q`` of ``n = p**2 q`` and the decryption constant."""
+    """The factors ``p``, ``q`` of ``n = p**2 q``, the decryption exponent and its constant.
+
+    ``t`` is the ``2 * security_bits``-bit prime factor of ``p - 1`` that the keys of
+    :func:`generate_ou_keypair` are built around (Coron, Naccache and Paillier's structure: see
+    the module docstring): decryption raises ``c`` to ``t`` instead of ``p - 1``, about three
+    times cheaper at 2048 bits. ``t`` is ``None`` for a key made before that structure (its
+    ``g`` is a random unit, so only ``p - 1`` clears the randomiser); such keys, and the bytes
+    they were saved as, keep working with exponent ``p - 1``.
+
+    The attributes ``p``, ``q``, ``t``, ``psquare``, ``gp_inverse`` and
+    :attr:`decryption_exponent` are the contract of the decryption kernels: ``m = L(c**e mod
+    p**2) * gp_inverse mod p`` with ``e = decryption_exponent`` and ``L(x) = (x - 1) / p``.
+    Construction validates all of it (it is also how keys are parsed) and raises
+    :class:`InputError` naming what is wrong.
+    """
 
     public_key: OUPublicKey
     p: mpz
     q: mpz
+    t: mpz | None = None
     psquare: mpz = field(init=False, repr=False)
     gp_inverse: mpz = field(init=False, repr=False)
+    _exponent: mpz = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         p, q = mpz(self.p), mpz(self.q)
@@ -191,13 +223,31 @@ class OUPrivateKey:
         if p == q or p * p * q != pk.n or p.bit_length() != pk.prime_bits:
             raise InputError("p**2 * q does not equal the public modulus")
         p2 = p * p
-        lg = (gmpy2.powmod(pk.g, p - 1, p2) - 1) // p % p
+        if self.t is None:
+            t, exponent, name = None, p - 1, "p-1"
+        else:
+            t = mpz(self.t)
+            _check_order(pk, p, p2, t)
+            exponent, name = t, "t"
+        lg = (gmpy2.powmod(pk.g, exponent, p2) - 1) // p % p
         if lg == 0:
-            raise InputError("g**(p-1) has order 1 modulo p**2: not an OU generator")
+            raise InputError(f"g**({name}) has order 1 modulo p**2: not an OU generator")
+        try:
+            gp_inverse = gmpy2.invert(lg, p)
+        except ZeroDivisionError:
+            raise InputError(f"L(g**({name})) has no inverse modulo p: p is not prime") from None
         object.__setattr__(self, "p", p)
         object.__setattr__(self, "q", q)
+        object.__setattr__(self, "t", t)
         object.__setattr__(self, "psquare", p2)
-        object.__setattr__(self, "gp_inverse", gmpy2.invert(lg, p))
+        object.__setattr__(self, "gp_inverse", gp_inverse)
+        object.__setattr__(self, "_exponent", exponent)
+
+    @property
+    def decryption_exponent(self) -> mpz:
+        """The exponent decryption raises ``c mod p**2`` to: ``t``, or ``p - 1`` for a key
+        without ``t``; :attr:`gp_inverse` is the inverse of ``L(g**e mod p**2)`` for it."""
+        return self._exponent
 
     def __repr__(self) -> str:
         pk = self.public_key
@@ -206,26 +256,61 @@ class OUPrivateKey:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, OUPrivateKey):
             return NotImplemented
-        return self.public_key == other.public_key and self.p == other.p
+        return self.public_key == other.public_key and self.p == other.p and self.t == other.t
 
     def __hash__(self) -> int:
         return hash(self.public_key)
 
     def decrypt(self, c: mpz) -> mpz:
         """Raw decryption to ``m mod p``. Never reveal the result of a ciphertext a peer made
-        unless it passed the range checks of its layout (see the module docstring)."""
+        unless it passed the range checks of its layout (see the module docstring).
+
+        ``gmpy2.powmod`` is GMP's ``mpz_powm``, whose timing depends on the secret exponent
+        (see docs/explanation/ou.md on why the gmpy2 path accepts that)."""
         p = self.p
-        return (gmpy2.powmod(c, p - 1, self.psquare) - 1) // p * self.gp_inverse % p
+        return (gmpy2.powmod(c, self._exponent, self.psquare) - 1) // p * self.gp_inverse % p
 
     def to_bytes(self) -> bytes:
-        """``public_key.to_bytes() || p || q`` (``key_bytes`` each). SECRET."""
-        return join_private(self.public_key.to_bytes(), self.public_key.key_bytes, self.p, self.q)
+        """``public_key.to_bytes() || p || q || t`` (``key_bytes`` each; without ``t`` for a
+        key that has none, the format of keys made before it). SECRET."""
+        k = self.public_key.key_bytes
+        data = join_private(self.public_key.to_bytes(), k, self.p, self.q)
+        return data if self.t is None else bytes(data + self.t.to_bytes(k, "big"))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> OUPrivateKey:
-        """Parse :meth:`to_bytes` output; raises :class:`InputError` when inconsistent."""
+        """Parse :meth:`to_bytes` output, with ``t`` (``2 + 6 * key_bytes`` bytes) or without
+        (``2 + 5 * key_bytes``, a key made before ``t``); raises :class:`InputError` when the
+        bytes are malformed or inconsistent."""
+        if len(data) < 2:
+            raise InputError("private key too short")
+        (k,) = struct.unpack_from(">H", data)
+        t = None
+        if k and len(data) == 2 + 6 * k:
+            data, t = data[: 2 + 5 * k], mpz.from_bytes(data[2 + 5 * k :], "big")
         public, p, q = split_private(data)
-        return cls(OUPublicKey.from_bytes(public), p, q)
+        return cls(OUPublicKey.from_bytes(public), p, q, t)
+
+
+def _check_order(public_key: OUPublicKey, p: mpz, psquare: mpz, t: mpz) -> None:
+    """Raise :class:`InputError` unless ``t`` is a prime factor of ``p - 1`` of at least
+    ``2 * security_bits`` bits and the public key has the structure decryption by ``t`` needs:
+    ``g``'s order modulo ``p`` divides ``t`` (so ``L`` of ``g**t`` is defined), ``h**t = 1``
+    modulo ``p**2`` (so ``t`` clears every randomiser) and ``h`` is not 1 modulo ``p`` (so the
+    randomiser has order ``t`` there, the margin docs/explanation/ou.md counts on)."""
+    need = 2 * public_key.security_bits
+    if t <= 1 or t.bit_length() < need:
+        raise InputError(f"t has {t.bit_length()} bits, fewer than 2 * security_bits = {need}")
+    if (p - 1) % t:
+        raise InputError("t does not divide p - 1")
+    if not gmpy2.is_prime(t, _PRIME_ROUNDS):
+        raise InputError("t is not prime")
+    if gmpy2.powmod(public_key.g, t, p) != 1:
+        raise InputError("g**t is not 1 modulo p: the public key lacks the structure of t")
+    if gmpy2.powmod(public_key.h, t, psquare) != 1:
+        raise InputError("h**t is not 1 modulo p**2: the public key lacks the structure of t")
+    if public_key.h % p == 1:
+        raise InputError("h is 1 modulo p: encryption would have no randomness there")
 
 
 def _random_prime(bits: int) -> mpz:
@@ -236,14 +321,42 @@ def _random_prime(bits: int) -> mpz:
             return candidate
 
 
+def _prime_over(t: mpz, bits: int) -> mpz:
+    """A random prime ``p = t * u + 1`` of exactly ``bits`` bits with its top two bits set.
+
+    ``u`` is drawn uniformly (even, so that ``p`` is odd) from the range that gives ``p`` that
+    size, afresh for every candidate; about one in ``ln(2**bits) / 2`` candidates is prime
+    (236 at 682 bits), most rejected by GMP's trial division before any Miller-Rabin round.
+    """
+    lo = ((mpz(3) << (bits - 2)) - 1 + t - 1) // t  # least u with t*u + 1 >= 3 * 2**(bits-2)
+    span = int(((mpz(1) << bits) - 2) // t - lo + 1)  # u up to t*u + 1 < 2**bits
+    while True:
+        u = lo + mpz(secrets.randbelow(span))
+        p = t * (u + (u & 1)) + 1
+        if p >> (bits - 2) == 3 and gmpy2.is_prime(p, _PRIME_ROUNDS):
+            return p
+
+
+def _security_bits(bits: int) -> int:
+    """The NIST SP 800-57 level of a ``bits``-bit modulus (:attr:`KeySizes.security_bits`)."""
+    return next(level for size, level in SECURITY_LEVELS if bits >= size)
+
+
 def generate_ou_keypair(
     bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False
 ) -> tuple[OUPublicKey, OUPrivateKey]:
-    """Generate ``n = p**2 q`` of exactly ``bits`` bits with ``|p| = bits // 3``.
+    """Generate ``n = p**2 q`` of exactly ``bits`` bits with ``|p| = bits // 3``, ``p - 1 = t u``.
 
-    Primes from :func:`gmpy2.next_prime` on ``secrets`` randomness (GMP's test: trial division
-    and 25 Miller-Rabin rounds); ``p`` does not divide ``q - 1``. ``g`` is random with
-    ``g**(p-1) mod p**2`` of order ``p``; ``h = g**n mod n``.
+    The structure of Coron, Naccache and Paillier ("Accelerating Okamoto-Uchiyama public-key
+    cryptosystem", Electronics Letters 35(4), 1999), as SecretFlow's HEU builds it: ``t`` is a
+    random prime of ``2 * security_bits`` bits (224 at 2048), ``p = t u + 1`` a prime of
+    ``bits // 3`` bits with its top two bits set, ``q`` a random prime with ``p`` not dividing
+    ``q - 1``. ``g = g0**u mod n`` for a random unit ``g0``, so that ``g``'s order modulo
+    ``p**2`` is ``p t`` (checked: ``g`` is not 1 modulo ``p`` and ``g**t mod p**2`` has
+    order ``p``), and ``h = g**n mod n``, of order ``t`` modulo ``p``: decryption raises to
+    ``t``. The public key has the format it always had. Primes are tested with
+    :func:`gmpy2.is_prime` / :func:`gmpy2.next_prime` on ``secrets`` randomness (GMP's trial
+    division, BPSW and Miller-Rabin rounds).
     """
     if bits % 8 or not MIN_KEY_BITS <= bits <= MAX_KEY_BITS:
         raise InputError(
@@ -252,19 +365,23 @@ def generate_ou_keypair(
     if bits < DEFAULT_KEY_BITS and not allow_insecure:
         raise InputError(f"{bits}-bit keys are below 2048 bits; pass allow_insecure=True")
     p_bits = bits // 3
+    t = _random_prime(2 * _security_bits(bits))
+    p = _prime_over(t, p_bits)
     while True:
-        p = _random_prime(p_bits)
         q = _random_prime(bits - 2 * p_bits)
         n = p * p * q
         if p != q and n.bit_length() == bits and (q - 1) % p != 0:
             break
-    p2 = p * p
+    p2, u = p * p, (p - 1) // t
     while True:
-        g = mpz(secrets.randbelow(int(n) - 2) + 2)
-        if gmpy2.gcd(g, n) == 1 and (gmpy2.powmod(g, p - 1, p2) - 1) // p % p != 0:
+        g0 = mpz(secrets.randbelow(int(n) - 2) + 2)
+        if gmpy2.gcd(g0, n) != 1:
+            continue
+        g = gmpy2.powmod(g0, u, n)
+        if g % p != 1 and (gmpy2.powmod(g, t, p2) - 1) // p % p != 0:
             break
     public = OUPublicKey(n, g, gmpy2.powmod(g, n, n))
-    return public, OUPrivateKey(public, p, q)
+    return public, OUPrivateKey(public, p, q, t)
 
 
 def _default_window(public_key: OUPublicKey, *, crt: bool) -> int:
