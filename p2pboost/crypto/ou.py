@@ -200,7 +200,8 @@ class OUPrivateKey:
     the module docstring): decryption raises ``c`` to ``t`` instead of ``p - 1``, about three
     times cheaper at 2048 bits. ``t`` is ``None`` for a key made before that structure (its
     ``g`` is a random unit, so only ``p - 1`` clears the randomiser); such keys, and the bytes
-    they were saved as, keep working with exponent ``p - 1``.
+    they were saved as, keep working with exponent ``p - 1``. ``t`` is as secret as ``p``:
+    ``h**t - 1`` is a multiple of ``p**2``, so a gcd with ``n`` would factor it.
 
     The attributes ``p``, ``q``, ``t``, ``psquare``, ``gp_inverse`` and
     :attr:`decryption_exponent` are the contract of the decryption kernels: ``m = L(c**e mod
