@@ -138,6 +138,71 @@ def _histogram_rates(
     return add_rates, floor_rates
 
 
+def _kernel_figures(
+    schemes: list[str], keys: dict[str, tuple[Any, Any]], packed_bits: int, repeats: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per kernel (native, when built, and gmpy2), per scheme, one core: the key owner's
+    encryption of a packed row, one ciphertext addition inside a histogram build, and one
+    decryption, in microseconds (medians of ``repeats`` interleaved rounds: kernel after
+    kernel in each round). For OU, gmpy2 also times decryption with the exponent ``p - 1``
+    (the key structure before the fast-decryption one): ``decrypt_us_p_minus_1``."""
+    import gmpy2
+
+    from p2pboost.crypto import kernels
+    from p2pboost.crypto.encryptors import make_encryptor
+
+    names = [k for k in kernels.KERNELS if k == "gmpy2" or kernels.native_available()]
+    rng = np.random.default_rng(4)
+    n_enc, n_dec, n_rows = 400, 60, 2000
+    plain = [int(v) << (packed_bits - 62) | int(v) for v in rng.integers(0, 2**62, n_enc)]
+    bins = rng.integers(0, 32, (n_rows, 4)).astype(np.uint8)
+    previous = kernels.active()
+    times: dict[tuple[str, str, str], list[float]] = {}
+    try:
+        encryptors = {}
+        for name in names:
+            kernels.use(name)
+            for s in schemes:
+                encryptors[name, s] = make_encryptor(*keys[s])
+        data = {s: encryptors["gmpy2", s].encrypt(plain) for s in schemes}
+        for _ in range(repeats):
+            for name in names:
+                kernels.use(name)
+                for s in schemes:
+                    pk, sk = keys[s]
+                    enc = encryptors[name, s]
+                    t = _timed(lambda: enc.encrypt(plain))  # noqa: B023 - called at once
+                    times.setdefault((name, s, "encrypt_us"), []).append(1e6 * t / n_enc)
+                    cts = CiphertextBatch.of(pk, data[s]).residues(pk)
+                    rows_ct = kernels.prefer(cts.take(np.arange(n_rows, dtype=np.int64) % len(cts)))
+                    additions = 4 * n_rows - 4 * 32
+                    t = _timed(lambda: build_histogram(pk, bins, 32, [rows_ct]))  # noqa: B023
+                    times.setdefault((name, s, "add_us"), []).append(1e6 * t / additions)
+                    few = kernels.prefer(cts.take(np.arange(n_dec, dtype=np.int64)))
+                    t = _timed(lambda: kernels.decrypt(sk, few))  # noqa: B023
+                    times.setdefault((name, s, "decrypt_us"), []).append(1e6 * t / n_dec)
+                    if name == "gmpy2" and s == "ou":
+                        p, p2 = sk.p, sk.psquare
+                        e = p - 1
+                        inv = gmpy2.invert((gmpy2.powmod(pk.g, e, p2) - 1) // p % p, p)
+                        vals = few.values
+
+                        def legacy() -> None:
+                            for c in vals:  # noqa: B023
+                                (gmpy2.powmod(c, e, p2) - 1) // p * inv % p  # noqa: B023
+
+                        t = _timed(legacy)
+                        key = (name, s, "decrypt_us_p_minus_1")
+                        times.setdefault(key, []).append(1e6 * t / n_dec)
+        assert kernels.decrypt(keys[schemes[-1]][1], few)[:3] == plain[:3]
+    finally:
+        kernels.use(previous)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for (name, s, what), values in times.items():
+        out.setdefault(name, {}).setdefault(s, {})[what] = round(statistics.median(values), 2)
+    return out
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks crypto", description=__doc__)
     parser.add_argument("--key-bits", type=int, default=2048)
@@ -238,6 +303,7 @@ def main(argv: list[str]) -> int:
             "splitinfos_per_decrypt": spec.split_infos_per_plaintext,
             "bytes_per_ciphertext": round(wire_bytes, 3),
         }
+    kernel_times = _kernel_figures(schemes, keys, specs[schemes[-1]].row_bits[0], repeats)
     paillier = per_scheme["paillier"]
     result: dict[str, Any] = {
         "benchmark": "crypto",
@@ -260,6 +326,19 @@ def main(argv: list[str]) -> int:
                 3,
             ),
         }
+    result["kernels"] = kernel_times
+    if "native" in kernel_times:
+        ratios: dict[str, dict[str, float]] = {}
+        for s in schemes:
+            nat, ref = kernel_times["native"][s], kernel_times["gmpy2"][s]
+            ratios[s] = {
+                k: round(nat[k] / ref[k], 3) for k in ("encrypt_us", "add_us", "decrypt_us")
+            }
+            if "decrypt_us_p_minus_1" in ref:
+                ratios[s]["decrypt_vs_p_minus_1"] = round(
+                    nat["decrypt_us"] / ref["decrypt_us_p_minus_1"], 3
+                )
+        result["native_over_gmpy2"] = ratios
     # Cost model per tree (DESIGN.md section 2) with these rates: 10 host features, 32 bins,
     # depth 5 (15 split nodes).
     m, b, depth, nodes = 10, 32, 5, 15
@@ -299,6 +378,9 @@ def main(argv: list[str]) -> int:
                 nodes * m * b / c / r["decrypt_per_s"],
             ),
         ]
+    for name, per in kernel_times.items():
+        for s, figures in per.items():
+            rows += [(f"[{s}] {name} kernel, 1 core: {k}", v) for k, v in figures.items()]
     print_table(rows, f"crypto benchmark ({os.cpu_count()} cpus)")
     emit_json(result)
     return 0

@@ -14,14 +14,15 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from gmpy2 import mpz  # type: ignore[import-untyped]
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.compress import compress_parts, open_split_infos
+from p2pboost.crypto.encryptors import Encryptor, make_encryptor
 from p2pboost.crypto.keys import (
     AnyPrivateKey,
     AnyPublicKey,
-    AnyTable,
-    make_table,
     private_key_from_bytes,
     public_key_from_bytes,
 )
@@ -56,19 +57,20 @@ class KeyMaterial:
 
 
 class WorkerKey:
-    """Per-process state for one key: the parsed keys and the lazily built table."""
+    """Per-process state for one key: the parsed keys and the lazily built encryptor (its
+    fixed-base tables, for the kernel of the process: :mod:`p2pboost.crypto.encryptors`)."""
 
     def __init__(self, material: KeyMaterial) -> None:
         self.public_key: AnyPublicKey = public_key_from_bytes(material.scheme, material.public)
         self.private_key: AnyPrivateKey | None = (
             private_key_from_bytes(material.scheme, material.private) if material.private else None
         )
-        self._table: AnyTable | None = None
+        self._table: Encryptor | None = None
 
     @property
-    def table(self) -> AnyTable:
+    def table(self) -> Encryptor:
         if self._table is None:
-            self._table = make_table(self.public_key, self.private_key)
+            self._table = make_encryptor(self.public_key, self.private_key)
         return self._table
 
     def require_private(self) -> AnyPrivateKey:
@@ -76,17 +78,13 @@ class WorkerKey:
             raise KeyMismatchError("worker holds no private key for this fingerprint")
         return self.private_key
 
-    def encrypt(self, plaintexts: Sequence[int], factors: bytes) -> list[Any]:
-        """Encrypt, the first ``len(factors) // width`` values with those factors."""
-        pk = self.public_key
-        if not factors:
-            return self.table.encrypt_many(plaintexts)
-        stashed = CiphertextBatch.of(pk, factors).ciphertexts(pk)
-        k = len(stashed)
-        if k > len(plaintexts):
+    def encrypt(self, plaintexts: Sequence[int], factors: bytes) -> bytes:
+        """Encrypt to ciphertext bytes, the first ``len(factors) // width`` values with those
+        factors (each used once)."""
+        width = self.public_key.ciphertext_bytes
+        if len(factors) % width or len(factors) // width > len(plaintexts):
             raise InputError("more randomisers than plaintexts")
-        head = self.table.encrypt_with_factors(plaintexts[:k], stashed)
-        return head + self.table.encrypt_many(plaintexts[k:])
+        return self.table.encrypt(plaintexts, factors)
 
 
 WORKER_KEYS: dict[bytes, WorkerKey] = {}
@@ -122,7 +120,9 @@ def worker_key(fingerprint: bytes, material: KeyMaterial | None) -> WorkerKey:
 def encrypt_task(
     fingerprint: bytes, material: KeyMaterial | None, plaintexts: list[int], factors: bytes
 ) -> list[Any]:
-    return worker_key(fingerprint, material).encrypt(plaintexts, factors)
+    state = worker_key(fingerprint, material)
+    pk = state.public_key
+    return CiphertextBatch.of(pk, state.encrypt(plaintexts, factors)).ciphertexts(pk)
 
 
 def encrypt_packed_task(
@@ -137,7 +137,7 @@ def encrypt_packed_task(
     state = worker_key(fingerprint, material)
     planes = pack(spec, g, h)
     rows = planes[0] if len(planes) == 1 else [v for row in zip(*planes, strict=True) for v in row]
-    return CiphertextBatch.from_ciphertexts(state.public_key, state.encrypt(rows, factors)).data
+    return state.encrypt(rows, factors)
 
 
 def prepare_task(fingerprint: bytes, material: KeyMaterial | None) -> int:
@@ -147,15 +147,14 @@ def prepare_task(fingerprint: bytes, material: KeyMaterial | None) -> int:
 
 
 def factors_task(fingerprint: bytes, material: KeyMaterial | None, count: int) -> bytes:
-    state = worker_key(fingerprint, material)
-    return CiphertextBatch.from_ciphertexts(
-        state.public_key, state.table.random_factors(count)
-    ).data
+    return worker_key(fingerprint, material).table.factors(count)
 
 
 def decrypt_task(fingerprint: bytes, material: KeyMaterial | None, ciphertexts: list[Any]) -> Any:
-    decrypt = worker_key(fingerprint, material).require_private().decrypt
-    return [decrypt(c) for c in ciphertexts]
+    private_key = worker_key(fingerprint, material).require_private()
+    pk = private_key.public_key
+    cts = CiphertextBatch.from_ciphertexts(pk, ciphertexts).residues(pk)
+    return [mpz(m) for m in kernels.decrypt(private_key, cts)]
 
 
 def open_task(

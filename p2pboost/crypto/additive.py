@@ -21,6 +21,7 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 from gmpy2 import mpz
 
+from p2pboost.crypto.residues import Residues, check_range
 from p2pboost.exceptions import CodecError, CryptoError, InputError, KeyMismatchError
 
 __all__ = [
@@ -237,8 +238,7 @@ class CiphertextBatch:
             parts.append(c.to_bytes(width, "big"))
         return cls.of(public_key, b"".join(parts))
 
-    def ciphertexts(self, public_key: CipherKey) -> list[mpz]:
-        """The validated ciphertexts, bound to ``public_key``."""
+    def _bind(self, public_key: CipherKey) -> None:
         if self.scheme != public_key.scheme:
             raise KeyMismatchError(
                 f"ciphertext batch is {self.scheme}, the key is {public_key.scheme}"
@@ -248,6 +248,23 @@ class CiphertextBatch:
         width = self.width
         if width != public_key.ciphertext_bytes:
             raise KeyMismatchError("ciphertext block width does not match the public key")
+
+    def residues(self, public_key: CipherKey) -> Residues:
+        """The validated ciphertexts, bound to ``public_key``, as kernel input: the bytes as
+        they are (no integer is made), every value checked to lie in ``(0, modulus)``
+        (:func:`~p2pboost.crypto.residues.check_range`, vectorised)."""
+        self._bind(public_key)
+        mod = int(public_key.modulus)
+        width = (mod.bit_length() + 7) // 8
+        if width != self.width:
+            raise KeyMismatchError("ciphertext block width does not match the modulus")
+        check_range(self.data, self.width, mod)
+        return Residues.of_bytes(self.data, self.width)
+
+    def ciphertexts(self, public_key: CipherKey) -> list[mpz]:
+        """The validated ciphertexts, bound to ``public_key``."""
+        self._bind(public_key)
+        width = self.width
         mod = public_key.modulus
         data = self.data
         from_bytes = mpz.from_bytes

@@ -36,6 +36,7 @@ import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec, unpack_sums
@@ -155,12 +156,29 @@ def compress(
     return compress_groups(public_key.modulus, compression_groups(spec, sums))
 
 
+def horner_plan(spec: PackingSpec, n_infos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The compression layout of ``n_infos`` split-infos as kernel arguments: the flat index
+    (split-info ``i``, plane ``p`` at ``i * planes + p``) of each sum in Horner order, the
+    shift before each sum is added (its width), and the offsets of the compressed
+    ciphertexts' groups."""
+    planes = spec.plaintexts_per_row
+    layout = compression_layout(spec, n_infos)
+    index = np.fromiter(
+        (item.info * planes + item.plane for items in layout for item in items), dtype=np.int64
+    )
+    shifts = np.fromiter((item.width for items in layout for item in items), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum([len(items) for items in layout])]).astype(np.int64)
+    return index, shifts, offsets
+
+
 def compress_parts(public_key: AnyPublicKey, spec: PackingSpec, parts: Sequence[bytes]) -> bytes:
     """Worker kernel: multiply partial sums and compress them, bytes in and out.
 
     ``parts[k]`` holds ``plaintexts_per_row`` ciphertexts per split-info (its planes in
     order), fixed-width big-endian, all in the same split-info order; a sum is the product of
     the same ciphertext of every part. Returns the compressed ciphertexts, same encoding.
+    Both steps are kernel calls (:func:`~p2pboost.crypto.kernels.multiply`,
+    :func:`~p2pboost.crypto.kernels.horner`).
     """
     planes = spec.plaintexts_per_row
     if not parts:
@@ -168,15 +186,13 @@ def compress_parts(public_key: AnyPublicKey, spec: PackingSpec, parts: Sequence[
     n2 = public_key.modulus
     if len({len(part) for part in parts}) != 1:
         raise InputError("partial sums differ in length")
-    flat = CiphertextBatch.of(public_key, parts[0]).ciphertexts(public_key)
+    flat = CiphertextBatch.of(public_key, parts[0]).residues(public_key)
     for part in parts[1:]:
-        other = CiphertextBatch.of(public_key, part).ciphertexts(public_key)
-        flat = [a * b % n2 for a, b in zip(flat, other, strict=True)]
+        flat = kernels.multiply(n2, flat, CiphertextBatch.of(public_key, part).residues(public_key))
     if len(flat) % planes:
         raise InputError(f"partial sums must hold {planes} ciphertexts per split-info")
-    sums = [flat[i : i + planes] for i in range(0, len(flat), planes)]
-    compressed = compress(public_key, spec, sums)
-    return CiphertextBatch.from_ciphertexts(public_key, compressed).data
+    index, shifts, offsets = horner_plan(spec, len(flat) // planes)
+    return kernels.horner(n2, flat.take(index), shifts, offsets).data
 
 
 def decompress(spec: PackingSpec, plaintexts: Sequence[int], n_infos: int) -> list[list[int]]:
@@ -217,7 +233,6 @@ def open_split_infos(
     (:func:`decompress_split_infos`), raising :class:`CryptoError` for a sum that cannot be.
     """
     public_key = private_key.public_key
-    batch = CiphertextBatch.of(public_key, data)
-    decrypt = private_key.decrypt
-    plaintexts = [decrypt(c) for c in batch.ciphertexts(public_key)]
+    cts = CiphertextBatch.of(public_key, data).residues(public_key)
+    plaintexts = kernels.decrypt(private_key, cts)
     return decompress_split_infos(spec, plaintexts, counts)

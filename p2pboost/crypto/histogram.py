@@ -31,15 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
-import gmpy2  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 from gmpy2 import mpz
 
+from p2pboost.crypto import _kernel_gmpy2 as _py
+from p2pboost.crypto import kernels
 from p2pboost.crypto.keys import AnyPublicKey
+from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import InputError
 
 __all__ = ["EncryptedHistogram", "batch_invert", "build_histogram", "product", "products_made"]
@@ -59,43 +60,35 @@ def product(values: Sequence[Any], n2: Any) -> Any:
 def batch_invert(values: Sequence[Any], modulus: Any) -> list[Any]:
     """Inverses of all ``values`` modulo ``modulus`` with one ``invert`` (Montgomery's trick).
 
-    Three multiplications per value instead of one ``invert`` each (about ten times dearer).
+    Three multiplications per value instead of one ``invert`` each (about ten times dearer);
+    the gmpy2 kernel's :func:`~p2pboost.crypto._kernel_gmpy2.divide` of ones.
     """
-    if not values:
-        return []
-    prefix = [values[0]]
-    for v in values[1:]:
-        prefix.append(prefix[-1] * v % modulus)
-    inv = gmpy2.invert(prefix[-1], modulus)
-    out = [_ONE] * len(values)
-    for i in range(len(values) - 1, 0, -1):
-        out[i] = inv * prefix[i - 1] % modulus
-        inv = inv * values[i] % modulus
-    out[0] = inv
-    return out
+    return _py.divide(modulus, [_ONE] * len(values), values)
 
 
 @dataclass(frozen=True, eq=False)
 class EncryptedHistogram:
     """Ciphertext sums and row counts per (feature, bin) of one node (or of one chunk).
 
-    ``planes[p][f * n_bins + b]`` is the ciphertext of plane ``p`` summed over the rows with bin
-    ``b`` of feature ``f``; ``counts[f, b]`` is how many rows that is. An empty cell holds ``1``.
+    ``planes[p]`` holds plane ``p``'s cells, cell ``f * n_bins + b`` being the ciphertext summed
+    over the rows with bin ``b`` of feature ``f``, as :class:`~p2pboost.crypto.residues.
+    Residues` (bytes for the native kernel, integers for the gmpy2 one); ``counts[f, b]`` is
+    how many rows that is. An empty cell holds ``1``.
     """
 
     public_key: AnyPublicKey
     n_bins: int
     counts: npt.NDArray[np.int64]
-    planes: tuple[list[Any], ...]
+    planes: tuple[Residues, ...]
 
     @property
     def n_features(self) -> int:
         return int(self.counts.shape[0])
 
     def cell(self, feature: int, bin_: int) -> list[Any]:
-        """The ciphertexts (one per plane) of one cell."""
+        """The ciphertexts (one per plane) of one cell, as integers."""
         i = feature * self.n_bins + bin_
-        return [plane[i] for plane in self.planes]
+        return [plane.take([i]).values[0] for plane in self.planes]
 
     def _check_compatible(self, other: EncryptedHistogram) -> None:
         if (
@@ -110,8 +103,7 @@ class EncryptedHistogram:
         self._check_compatible(other)
         n2 = self.public_key.modulus
         planes = tuple(
-            [a * b % n2 for a, b in zip(pa, pb, strict=True)]
-            for pa, pb in zip(self.planes, other.planes, strict=True)
+            kernels.multiply(n2, pa, pb) for pa, pb in zip(self.planes, other.planes, strict=True)
         )
         return EncryptedHistogram(self.public_key, self.n_bins, self.counts + other.counts, planes)
 
@@ -124,30 +116,25 @@ class EncryptedHistogram:
         n2 = self.public_key.modulus
         # Only the child's non-empty cells cost anything: an empty cell is E(0) = 1, whose
         # inverse is 1, so the parent's cell is the sibling's as it is (sparse data, and the
-        # features a tree does not sample, leave most cells empty).
-        planes = tuple(list(pa) for pa in self.planes)
-        for out, pc in zip(planes, child.planes, strict=True):
-            filled = [i for i, c in enumerate(pc) if c != _ONE]
-            inverses = batch_invert([pc[i] for i in filled], n2)
-            for i, inv in zip(filled, inverses, strict=True):
-                out[i] = out[i] * inv % n2
-        return EncryptedHistogram(self.public_key, self.n_bins, counts, planes)
+        # features a tree does not sample, leave most cells empty). One batched division per
+        # plane: a single modular inversion for all its cells (Montgomery's trick).
+        planes = []
+        for pa, pc in zip(self.planes, child.planes, strict=True):
+            filled = np.flatnonzero(~pc.ones())
+            quotients = kernels.divide(n2, pa.take(filled), pc.take(filled))
+            planes.append(pa.replace(filled, quotients))
+        return EncryptedHistogram(self.public_key, self.n_bins, counts, tuple(planes))
 
     def cumulative(self) -> EncryptedHistogram:
         """Prefix sums over bins: cell ``(f, b)`` becomes the sum of bins ``0..b`` of ``f``."""
         n2 = self.public_key.modulus
-        B = self.n_bins
-        planes = []
-        for plane in self.planes:
-            out = list(plane)
-            for start in range(0, len(out), B):
-                acc = out[start]
-                for i in range(start + 1, start + B):
-                    c = out[i]
-                    acc = out[i] = acc if c == _ONE else acc * c % n2  # empty bin: no product
-            planes.append(out)
+        planes = tuple(kernels.prefix_products(n2, plane, self.n_bins) for plane in self.planes)
         counts = np.cumsum(self.counts, axis=1, dtype=np.int64)
-        return EncryptedHistogram(self.public_key, self.n_bins, counts, tuple(planes))
+        return EncryptedHistogram(self.public_key, self.n_bins, counts, planes)
+
+    def nbytes(self) -> int:
+        """Memory its ciphertexts take (the cells of every plane, in their current forms)."""
+        return sum(plane.nbytes() for plane in self.planes)
 
 
 #: Ciphertext products made by :func:`build_histogram` in this process (read the difference
@@ -171,7 +158,7 @@ def build_histogram(
     public_key: AnyPublicKey,
     bins: npt.NDArray[np.integer[Any]],
     n_bins: int,
-    ciphertexts: Sequence[Sequence[Any]],
+    ciphertexts: Sequence[Residues | Sequence[Any]],
     rows: npt.NDArray[np.integer[Any]] | None = None,
     *,
     zero_bins: npt.NDArray[np.integer[Any]] | None = None,
@@ -183,17 +170,25 @@ def build_histogram(
     (the encryption of 0 and zero counts) and cost nothing: column sampling saves a host the
     additions of every feature a tree does not use.
 
-    ``bins`` is the ``(n_rows, n_features)`` uint8/uint16 bin matrix; ``ciphertexts[p][i]`` is
-    plane ``p`` of row ``i`` (indexed like ``bins``: for a chunk, pass the chunk's bins and
-    ciphertexts). ``zero_bins[f]``, when given and ``>= 0``, names the bin of feature ``f`` that
-    is derived from the node total instead of summed (its rows are skipped: sparse data).
+    ``bins`` is the ``(n_rows, n_features)`` uint8/uint16 bin matrix; ``ciphertexts[p]`` holds
+    plane ``p`` of every row (:class:`~p2pboost.crypto.residues.Residues`, or a list of
+    integers), indexed like ``bins``: for a chunk, pass the chunk's bins and ciphertexts.
+    ``zero_bins[f]``, when given and ``>= 0``, names the bin of feature ``f`` that is derived
+    from the node total instead of summed (its rows are skipped: sparse data).
+
+    The products of every cell of a plane are one kernel call
+    (:func:`~p2pboost.crypto.kernels.segment_products`): the rows sorted by (feature, bin)
+    with numpy, the cells as segments of that order.
     """
     if bins.ndim != 2 or bins.dtype.kind != "u":
         raise InputError("bins must be a 2-d unsigned integer matrix (rows x features)")
     n_rows, n_features = bins.shape
     if not 1 <= n_bins <= 1 << 16:
         raise InputError("n_bins must be in [1, 65536]")
-    if not ciphertexts or any(len(plane) != n_rows for plane in ciphertexts):
+    mod = public_key.modulus
+    width = public_key.ciphertext_bytes
+    planes_in = [kernels.values_of(plane, width) for plane in ciphertexts]
+    if not planes_in or any(len(plane) != n_rows for plane in planes_in):
         raise InputError("need one ciphertext per row of bins in every plane")
     idx = (
         np.arange(n_rows, dtype=np.int64)
@@ -213,49 +208,46 @@ def build_histogram(
     if zb.shape != (n_features,) or np.any(zb >= n_bins):
         raise InputError("zero_bins needs one bin (or -1) per feature")
 
-    n2 = public_key.modulus
     counts = np.zeros((n_features, n_bins), dtype=np.int64)
-    planes: tuple[list[Any], ...] = tuple([_ONE] * (n_features * n_bins) for _ in ciphertexts)
-    used = range(n_features) if features is None else _feature_list(features, n_features)
-    made = 0
-    totals: list[Any] | None = None
-    if any(zb[f] >= 0 for f in used):  # the node total, once for every derived bin
-        ids_all = idx.tolist()
-        totals = [product([plane[i] for i in ids_all], n2) for plane in ciphertexts]
-        made += len(ciphertexts) * max(0, len(ids_all) - 1)
-
-    derived: list[tuple[int, int, Any]] = []  # (plane, cell, product of the other bins)
+    used = range(n_features) if features is None else sorted(_feature_list(features, n_features))
+    # Rows in (feature, bin) order: one segment per cell, cells in plane order.
+    orders: list[npt.NDArray[np.int64]] = []
+    sizes = np.zeros(n_features * n_bins, dtype=np.int64)
+    derived_features: list[int] = []
     for f in used:
-        col = sub[:, f]
+        col = sub[:, f].astype(np.int64)
         ids = idx
         if zb[f] >= 0:
             keep = col != zb[f]
             col, ids = col[keep], idx[keep]
-        order = np.argsort(col, kind="stable")
+            derived_features.append(f)
+        orders.append(ids[np.argsort(col, kind="stable")])
         cnt = np.bincount(col, minlength=n_bins)
         counts[f] = cnt
-        sorted_ids = ids[order].tolist()
-        cnt_list = cnt.tolist()
-        base = f * n_bins
-        made += len(ciphertexts) * (len(sorted_ids) - sum(1 for k in cnt_list if k))
-        for plane, out in zip(ciphertexts, planes, strict=True):
-            it = iter(sorted_ids)
-            for b, k in enumerate(cnt_list):
-                if k:
-                    acc = plane[next(it)]
-                    for i in islice(it, k - 1):
-                        acc = acc * plane[i] % n2
-                    out[base + b] = acc
-        if zb[f] >= 0 and totals is not None:
-            z = int(zb[f])
-            counts[f, z] = idx.size - int(cnt.sum())
-            occupied = [base + b for b, k in enumerate(cnt_list) if k]
-            for p, out in enumerate(planes):
-                derived.append((p, base + z, product([out[i] for i in occupied], n2)))
-            made += len(ciphertexts) * len(occupied)  # the others' product and the division
-    if derived and totals is not None:  # every derived bin's division with one inversion
-        inverses = batch_invert([others for _, _, others in derived], n2)
-        for (p, cell, _), inv in zip(derived, inverses, strict=True):
-            planes[p][cell] = totals[p] * inv % n2
+        sizes[f * n_bins : (f + 1) * n_bins] = cnt
+        if zb[f] >= 0:
+            counts[f, int(zb[f])] = idx.size - int(cnt.sum())
+    order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    planes = [kernels.segment_products(mod, plane, order, offsets) for plane in planes_in]
+    n_planes = len(planes)
+    made = n_planes * (int(order.size) - int(np.count_nonzero(sizes)))
+
+    if derived_features:  # the node total over the product of the other cells, batched
+        made += n_planes * max(0, int(idx.size) - 1)
+        cells = np.array([f * n_bins + int(zb[f]) for f in derived_features], dtype=np.int64)
+        feature_cells = np.concatenate(
+            [np.arange(f * n_bins, (f + 1) * n_bins, dtype=np.int64) for f in derived_features]
+        )
+        per_feature = np.arange(0, feature_cells.size + 1, n_bins, dtype=np.int64)
+        occupied = int(np.count_nonzero(sizes.reshape(n_features, n_bins)[derived_features]))
+        made += n_planes * occupied
+        for p, plane in enumerate(planes):
+            total = kernels.segment_products(
+                mod, planes_in[p], idx, np.array([0, idx.size], dtype=np.int64)
+            )
+            totals = total.take(np.zeros(len(derived_features), dtype=np.int64))
+            others = kernels.segment_products(mod, plane, feature_cells, per_feature)
+            planes[p] = plane.replace(cells, kernels.divide(mod, totals, others))
     _PRODUCTS[0] += made
-    return EncryptedHistogram(public_key, n_bins, counts, planes)
+    return EncryptedHistogram(public_key, n_bins, counts, tuple(planes))

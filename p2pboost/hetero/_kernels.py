@@ -62,16 +62,17 @@ That also cuts the guest's decryptions.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram, products_made
 from p2pboost.crypto.keys import AnyPublicKey, public_key_from_bytes
+from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import InputError, WorkerStateLost
 from p2pboost.workers import Log, stateful
 
@@ -174,24 +175,35 @@ def _offered(counts: I64, allowed: B8, min_rows: int) -> tuple[B8, I64]:
 
 def candidate_sums(
     hist: EncryptedHistogram, feature: I64, bin_: I64, default_left: B8, missing: I64
-) -> list[Any]:
+) -> bytes:
     """Encrypted left sums of candidates over the rows of ``hist``: each candidate's
-    ciphertexts, one per plane, after the previous candidate's.
+    ciphertexts, one per plane, after the previous candidate's, as fixed-width bytes.
 
     Prefix sums over the value bins (:meth:`EncryptedHistogram.cumulative`), times the missing
-    slot for "missing left" where the node (``missing[f]``: all shards' rows) has missing values.
+    slot for "missing left" where the node (``missing[f]``: all shards' rows) has missing values:
+    one :func:`~p2pboost.crypto.kernels.segment_products` call per plane over the prefix sums
+    and the cells side by side, a candidate being a segment of one or two of them.
     """
-    n2, n_slots = hist.public_key.modulus, hist.n_bins
-    pairs = list(zip(hist.planes, hist.cumulative().planes, strict=True))
-    sums = []
-    for f, b, dl in zip(feature.tolist(), bin_.tolist(), default_left.tolist(), strict=True):
-        cell, miss = f * n_slots + b, f * n_slots + n_slots - 1
-        for plane, cumulative in pairs:
-            s = cumulative[cell]
-            if dl and missing[f] > 0:
-                s = s * plane[miss] % n2
-            sums.append(s)
-    return sums
+    mod, n_slots = hist.public_key.modulus, hist.n_bins
+    width = hist.public_key.ciphertext_bytes
+    n = int(feature.size)
+    cells = feature * n_slots + bin_
+    need = default_left & (missing[feature] > 0)
+    sizes = 1 + need.astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    index = np.empty(int(offsets[-1]), dtype=np.int64)
+    index[offsets[:-1]] = cells
+    n_cells = hist.n_features * n_slots
+    index[offsets[:-1][need] + 1] = n_cells + feature[need] * n_slots + n_slots - 1
+    cumulative = hist.cumulative()
+    planes = [
+        kernels.segment_products(mod, Residues.concat([c, p], width), index, offsets)
+        for c, p in zip(cumulative.planes, hist.planes, strict=True)
+    ]
+    if len(planes) == 1:
+        return planes[0].data
+    rows = [np.frombuffer(p.data, dtype=np.uint8).reshape(n, width) for p in planes]
+    return np.stack(rows, axis=1).tobytes()  # a candidate's planes are consecutive
 
 
 #: The most rows a block of a tree's shard layout holds (:func:`shard_block`).
@@ -323,8 +335,8 @@ class _Shard:
     #: Ciphertext products of this tree's histogram builds (reported at the end of the tree).
     additions: int = 0
     local_codes: list[Codes] = field(default_factory=list)
-    #: This tree's ciphertexts of the shard's rows, one list per plane of a packed row.
-    cts: tuple[list[Any], ...] = field(default_factory=lambda: ([],))
+    #: This tree's ciphertexts of the shard's rows, one per plane of a packed row.
+    cts: tuple[Residues, ...] = ()
     #: node -> (partial histogram over this shard's rows or None where it is not kept,
     #: counts over all the node's rows)
     hists: dict[int, tuple[EncryptedHistogram | None, I64]] = field(default_factory=dict)
@@ -346,7 +358,10 @@ class _Shard:
     def empty(self) -> EncryptedHistogram:
         n_feat = self.codes.shape[1]
         none = np.zeros((0, n_feat), np.uint8)
-        return build_histogram(self.public_key, none, self.n_slots, [[] for _ in self.cts])
+        width = self.public_key.ciphertext_bytes
+        return build_histogram(
+            self.public_key, none, self.n_slots, [kernels.empty(width) for _ in self.cts]
+        )
 
     def local(self) -> Codes:
         """Bins of this shard's rows in slot order (the chunks' parts joined once)."""
@@ -369,19 +384,14 @@ class _Shard:
         """The node's candidates (``features``: the node's own column draw, if any; ``also``:
         more to offer) with their partial sums."""
         f, b, dl, left = node_candidates(counts, self.mask(features), self.tree_min_rows, also)
-        sums = candidate_sums(hist, f, b, dl, counts[:, -1])
-        data = CiphertextBatch.from_ciphertexts(self.public_key, sums).data
+        data = candidate_sums(hist, f, b, dl, counts[:, -1])
         return NodeCandidates(f, b, dl, left, data)
 
 
 def _measure(hist: EncryptedHistogram) -> int:
-    """Bytes ``hist``'s ciphertexts take: every filled cell's integer object and every slot of
-    the plane lists (an empty cell is one shared object)."""
-    total = 0
-    for plane in hist.planes:
-        total += sys.getsizeof(plane)
-        total += sum(sys.getsizeof(c) for c in plane if c != 1)
-    return total
+    """Bytes ``hist``'s ciphertexts take, in the form the kernel keeps them (fixed-width
+    bytes for the native kernel, integer objects for the gmpy2 one)."""
+    return hist.nbytes()
 
 
 _SHARDS: dict[str, _Shard] = {}
@@ -442,7 +452,8 @@ def shard_tree(
     shard.used = np.flatnonzero(allowed.reshape(allowed.shape[0], -1).any(axis=1))
     shard.slot_of_row = np.full(shard.codes.shape[0], -1, dtype=np.int64)
     shard.slot_of_row[sample] = np.arange(sample.size)
-    shard.local_codes, shard.cts = [], tuple([] for _ in range(planes))
+    width = shard.public_key.ciphertext_bytes
+    shard.local_codes, shard.cts = [], tuple(kernels.empty(width) for _ in range(planes))
     shard.hists, shard.sizes, shard.peak = {}, {}, 0
     shard.hists[0] = (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))
 
@@ -462,11 +473,14 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
         or int(_local(at, shard.block, shard.shards)[0]) != have
     ):
         raise InputError("chunk slots out of order for this shard")
-    flat = CiphertextBatch.of(pk, data).ciphertexts(pk)
+    flat = kernels.prefer(CiphertextBatch.of(pk, data).residues(pk))
     if len(flat) % planes:
         raise InputError("a chunk's rows must each hold every plane")
-    cts = [flat[p::planes] for p in range(planes)]  # a row's planes are consecutive
-    local = np.arange(have, have + len(cts[0]), dtype=np.int64)
+    rows = len(flat) // planes
+    cts = [  # a row's planes are consecutive
+        flat if planes == 1 else flat.take(np.arange(p, len(flat), planes)) for p in range(planes)
+    ]
+    local = np.arange(have, have + rows, dtype=np.int64)
     slots = _slots_of(local, shard.index, shard.block, shard.shards)
     codes = shard.codes[shard.sample[slots]]
     before = products_made()
@@ -477,8 +491,9 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
     root, counts = shard.hists[0]
     assert root is not None  # shard_tree starts it empty
     shard.hists[0] = (root.merge(part), counts)  # being built: kept (and measured) once whole
-    for kept, new in zip(shard.cts, cts, strict=True):
-        kept.extend(new)
+    shard.cts = tuple(
+        Residues.concat([kept, new], kept.width) for kept, new in zip(shard.cts, cts, strict=True)
+    )
     shard.local_codes.append(codes)
 
 
@@ -587,7 +602,7 @@ def shard_end_tree(token: str) -> tuple[int, int]:
     the ciphertext products of the tree's histogram builds in this shard and the peak bytes of
     its cached histograms."""
     shard = _get(token)
-    shard.cts, shard.local_codes, shard.hists, shard.sizes = ([],), [], {}, {}
+    shard.cts, shard.local_codes, shard.hists, shard.sizes = (), [], {}, {}
     shard.sample = shard.slot_of_row = np.zeros(0, np.int64)
     additions, shard.additions = shard.additions, 0
     peak, shard.peak = shard.peak, 0

@@ -203,10 +203,12 @@ def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: A
             for hist, _ in k._SHARDS[token].hists.values():
                 assert hist is not None
                 assert all(
-                    c == 1 for plane in hist.planes for c in plane[max_bin + 1 : 2 * (max_bin + 1)]
+                    c == 1
+                    for plane in hist.planes
+                    for c in plane.values[max_bin + 1 : 2 * (max_bin + 1)]
                 )
                 assert hist.counts[1].sum() == 0
-                assert any(c != 1 for plane in hist.planes for c in plane[: max_bin + 1])
+                assert any(c != 1 for plane in hist.planes for c in plane.values[: max_bin + 1])
         _check(roots, sample, p, spec, keys, max_bin, 1)
     finally:
         run.close()

@@ -1,0 +1,69 @@
+"""Build of the optional native kernel (p2pboost.crypto._native, C over GMP).
+
+Everything else about the package is in pyproject.toml. The extension is optional: without a
+C compiler or without GMP's headers (libgmp-dev) the build prints why and installs the pure
+Python package, which runs the same kernels on gmpy2 (p2pboost.crypto.kernels chooses at
+import). ``P2PBOOST_NATIVE=0`` skips the build on purpose; ``P2PBOOST_NATIVE=1`` makes a failed
+build an error instead of a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+_WANT = os.environ.get("P2PBOOST_NATIVE", "auto").strip().lower()
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that falls back to the pure package when the kernel cannot be compiled."""
+
+    def run(self) -> None:
+        if _WANT in ("0", "no", "off", "false"):
+            print("p2pboost: P2PBOOST_NATIVE=0, native kernel not built", file=sys.stderr)
+            return
+        try:
+            super().run()
+        except Exception as exc:  # no compiler at all: setuptools raises before compiling
+            self._fallback(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # compiler or GMP headers missing, or the compile failed
+            self._fallback(exc)
+
+    @staticmethod
+    def _fallback(exc: Exception) -> None:
+        if _WANT in ("1", "yes", "on", "true", "required"):
+            raise exc
+        print(
+            f"p2pboost: native kernel not built ({type(exc).__name__}: {exc}); "
+            "the gmpy2 kernel will be used",
+            file=sys.stderr,
+        )
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "p2pboost.crypto._native",
+            sources=["p2pboost/crypto/_native.c"],
+            libraries=["gmp"],
+            extra_compile_args=[
+                "-O3",
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Wno-unused-parameter",
+                "-Wno-missing-field-initializers",
+                "-Wno-cast-function-type",
+            ],
+            optional=True,
+        )
+    ],
+    cmdclass={"build_ext": OptionalBuildExt},
+)
