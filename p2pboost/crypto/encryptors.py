@@ -27,6 +27,7 @@ a table (``mpz_powm_sec``).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -126,24 +127,37 @@ def _window(entry_bytes: int, exponent_bits: int, budget: int) -> int:
 
 
 class _Tables:
-    """A native fixed-base table of one base modulo one modulus, rebuilt wider on demand."""
+    """A native fixed-base table of one base modulo one modulus, rebuilt wider on demand.
+
+    The table objects are immutable (a task on another thread may be reading one while the
+    GIL is released); a wider one replaces the reference, under a lock, so that two threads
+    never install a narrower table over a wider one."""
 
     def __init__(self, base: int, mod: int, w: int, bits: int) -> None:
         self.base, self.mod, self.w = int(base) % int(mod), int(mod), w
         self.modulus = kernels.native_modulus(self.mod)
-        self.table: Any = None
-        self.bits = 0
+        self._lock = threading.Lock()
+        self._current: tuple[int, Any] = (0, None)
         self.upto(bits)
 
+    @property
+    def table(self) -> Any:
+        return self._current[1]
+
     def upto(self, bits: int) -> Any:
-        if bits > self.bits:
-            windows = max(1, -(-bits // self.w))
-            width = self.modulus.width
-            self.table = kernels._native.FixedBase(
-                self.modulus, self.base.to_bytes(width, "big"), self.w, windows
-            )
-            self.bits = windows * self.w
-        return self.table
+        have, table = self._current
+        if bits <= have:
+            return table
+        with self._lock:
+            have, table = self._current
+            if bits > have:
+                windows = max(1, -(-bits // self.w))
+                width = self.modulus.width
+                table = kernels._native.FixedBase(
+                    self.modulus, self.base.to_bytes(width, "big"), self.w, windows
+                )
+                self._current = (windows * self.w, table)
+            return table
 
 
 def _entry_bytes(mod: int) -> int:
