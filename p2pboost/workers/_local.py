@@ -39,6 +39,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from p2pboost.workers._base import PinnedExecutor
+from p2pboost.workers._trace import traced
 
 __all__ = [
     "WORKER_NICENESS",
@@ -143,6 +144,14 @@ def _start_worker(initializer: Callable[..., object] | None, initargs: tuple[Any
         initializer(*initargs)
 
 
+class _Pool(ProcessPoolExecutor):
+    """A process pool whose tasks are recorded while a task trace is on
+    (:mod:`p2pboost.workers._trace`; ``map`` goes through ``submit``)."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return super().submit(traced(fn), *args, **kwargs)
+
+
 def process_pool(
     workers: int | None = None,
     *,
@@ -150,7 +159,7 @@ def process_pool(
     initargs: tuple[Any, ...] = (),
 ) -> ProcessPoolExecutor:
     """A spawn-based pool whose workers run at lower priority, then call ``initializer``."""
-    return ProcessPoolExecutor(
+    return _Pool(
         max_workers=workers or default_workers(),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start_worker,
@@ -195,7 +204,7 @@ class PinnedPool(PinnedExecutor):
         self, worker: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     ) -> Future[T]:
         """Run ``fn(*args, **kwargs)`` in worker ``worker``, after its earlier tasks."""
-        future = self._pools[worker].submit(fn, *args, **kwargs)
+        future = self._pools[worker].submit(traced(fn, worker), *args, **kwargs)
         with self._lock:
             self._pending[worker] += 1
 
