@@ -177,6 +177,14 @@ class PinnedPool(PinnedExecutor):
     pending, so the pool also serves as an ordinary executor. Workers are started as by
     :func:`process_pool` (spawn, lower priority, then ``initializer``), each when it is first
     used; :meth:`start` starts them all and waits until they run.
+
+    ``processes``: how many processes carry the ``workers`` places (default: one each). With
+    fewer, place ``i`` lives in process ``i mod processes`` beside others and still runs its
+    tasks one at a time in order; the state of several places shares a process, as on a
+    cluster, so kernels name their state per place. Why: a party can cut its work for a wider
+    machine than the one it runs on (as many shards as that machine has workers), which is
+    how a two-core machine records the tasks a 64-worker party would run (the benchmarks'
+    scaling prediction, ``--trace-workers``).
     """
 
     def __init__(
@@ -185,26 +193,35 @@ class PinnedPool(PinnedExecutor):
         *,
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
+        processes: int | None = None,
     ) -> None:
         n = workers or default_workers()
         if n < 1:
             raise ValueError("a pinned pool needs at least one worker")
+        k = min(n, processes or n)
+        if k < 1:
+            raise ValueError("a pinned pool needs at least one process")
         self._pools = [
-            process_pool(1, initializer=initializer, initargs=initargs) for _ in range(n)
+            process_pool(1, initializer=initializer, initargs=initargs) for _ in range(k)
         ]
+        self._places = n
         self._pending = [0] * n
         self._lock = threading.Lock()
 
     @property
     def workers(self) -> int:
-        """How many worker processes (and so how many places state can be pinned to)."""
-        return len(self._pools)
+        """How many places state can be pinned to (one worker process each, unless the pool
+        was made with fewer ``processes``)."""
+        return self._places
 
     def submit_to(
         self, worker: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     ) -> Future[T]:
         """Run ``fn(*args, **kwargs)`` in worker ``worker``, after its earlier tasks."""
-        future = self._pools[worker].submit(traced(fn, worker), *args, **kwargs)
+        if not 0 <= worker < self._places:
+            raise IndexError(f"no place {worker} in a pinned pool of {self._places}")
+        pool = self._pools[worker % len(self._pools)]
+        future = pool.submit(traced(fn, worker), *args, **kwargs)
         with self._lock:
             self._pending[worker] += 1
 
@@ -223,7 +240,7 @@ class PinnedPool(PinnedExecutor):
 
     def start(self) -> None:
         """Start every worker process and wait until each has run a task."""
-        for future in [self.submit_to(i, os.getpid) for i in range(self.workers)]:
+        for future in [self.submit_to(i, os.getpid) for i in range(len(self._pools))]:
             future.result()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -236,6 +253,8 @@ def pinned_pool(
     *,
     initializer: Callable[..., object] | None = None,
     initargs: tuple[Any, ...] = (),
+    processes: int | None = None,
 ) -> PinnedPool:
-    """A :class:`PinnedPool` of ``workers`` processes (default: one per core)."""
-    return PinnedPool(workers, initializer=initializer, initargs=initargs)
+    """A :class:`PinnedPool` of ``workers`` places (default: one per core), each in a process
+    of its own unless ``processes`` says fewer."""
+    return PinnedPool(workers, initializer=initializer, initargs=initargs, processes=processes)
