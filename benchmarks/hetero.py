@@ -1,7 +1,9 @@
 """Hetero SecureBoost end to end: guest and hosts as separate processes over WebSocket + mTLS.
 
 ``python -m benchmarks hetero --dataset synth150k --trees 5 --depth 5 --key-bits 1024
-[--hosts 1] [--bins 32 --lr 0.3 --seed 0 --workers W --rows N --data-dir DIR]``
+[--hosts 1] [--bins 32 --lr 0.3 --seed 0 --workers W --rows N --data-dir DIR]
+[--scheme paillier|ou | --compare-schemes] [--compare-kernels]
+[--bandwidth-gbps 10 --trace-workers N]``
 
 The guest holds ``NAME_hetero_guest.csv`` (labels and its features); the host features of
 ``NAME_hetero_host.csv`` go to one host, or are split column-wise into ``--hosts`` contiguous
@@ -38,6 +40,16 @@ What is timed, and what is not:
   :class:`benchmarks._hetero_lossless.CostModel`).
 * ``bytes_per_tree``: bytes the guest's node sent and received (all hosts, framing included)
   during training, divided by the trees.
+* ``scaling``: every pool task of both parties while they train is recorded (the task
+  trace, :mod:`p2pboost.workers._trace`) and replayed by list scheduling with each party on a
+  machine of its own with 8, 16, 32 and 64 workers (:mod:`benchmarks._schedule` states the
+  model): predicted seconds per tree and parallel efficiency. ``--trace-workers N`` has the
+  parties cut their work for ``N`` workers (a host's shards, the engine's pieces) while they
+  run it on ``--workers`` processes, so the trace holds the tasks of an ``N``-worker party.
+* ``--compare-kernels``: each scheme with the ``native`` and the ``gmpy2`` crypto kernel,
+  selected in the parties by ``P2PBOOST_KERNEL`` before they import p2pboost; the floor of a
+  run is timed with its kernel (in a process started with the same setting), and each run
+  reports the kernel its parties actually used.
 * ``auc``: the federated model on the test rows through the one-round prediction protocol
   (:mod:`p2pboost.hetero.predict`) over the same nodes; ``xgboost_auc``: xgboost
   ``hist`` with the same trees, depth, bins, learning rate and lambda, one thread, trained
@@ -675,10 +687,11 @@ def main(argv: list[str]) -> int:
     load_before = os.getloadavg()[0]
     schemes = list(SCHEMES) if args.compare_schemes else [args.scheme]
     kernels: list[str | None] = list(KERNELS) if args.compare_kernels else [None]
+    # A scheme's kernels back to back: their ratio is the one compared, and this machine drifts.
     runs = [
         _run_scheme(args, split, blocks, params, scheme, workers, kernel)
-        for kernel in kernels
         for scheme in schemes
+        for kernel in kernels
     ]
 
     t0 = time.perf_counter()
