@@ -94,10 +94,10 @@ def test_the_kernel_reaches_processes_started_in_the_block(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(hetero.KERNEL_ENV, raising=False)
-    with hetero._environment(**{hetero.KERNEL_ENV: "native"}), process_pool(1) as pool:
+    with hetero.environment(**{hetero.KERNEL_ENV: "native"}), process_pool(1) as pool:
         assert pool.submit(_kernel_here).result() == "native"
     assert hetero.KERNEL_ENV not in os.environ
-    with hetero._environment(**{hetero.KERNEL_ENV: None}), process_pool(1) as pool:
+    with hetero.environment(**{hetero.KERNEL_ENV: None}), process_pool(1) as pool:
         assert pool.submit(_kernel_here).result() is None
 
 
