@@ -78,8 +78,13 @@ def test_a_pinned_pool_records_the_place_and_each_party_its_own(tmp_path: Path) 
             pool.submit_to(1, _pair, 1, 1).result()
         with trace_party("host2"):
             pool.submit_to(0, _pair, 2, 2).result()
+            pool.submit(_pair, 3, 3).result()  # any worker could run it: no place
     records = read_trace(tmp_path)
-    assert [(r.party, r.place, r.out_bytes) for r in records] == [("host1", 1, 2), ("host2", 0, 4)]
+    assert [(r.party, r.place, r.out_bytes) for r in records] == [
+        ("host1", 1, 2),
+        ("host2", 0, 4),
+        ("host2", None, 6),
+    ]
     assert records[0].worker != records[1].worker  # two places, two processes
 
 

@@ -205,7 +205,7 @@ class PinnedPool(PinnedExecutor):
             process_pool(1, initializer=initializer, initargs=initargs) for _ in range(k)
         ]
         self._places = n
-        self._pending = [0] * n
+        self._pending = [0] * k  # per process
         self._lock = threading.Lock()
 
     @property
@@ -220,23 +220,28 @@ class PinnedPool(PinnedExecutor):
         """Run ``fn(*args, **kwargs)`` in worker ``worker``, after its earlier tasks."""
         if not 0 <= worker < self._places:
             raise IndexError(f"no place {worker} in a pinned pool of {self._places}")
-        pool = self._pools[worker % len(self._pools)]
-        future = pool.submit(traced(fn, worker), *args, **kwargs)
+        return self._run(worker % len(self._pools), traced(fn, worker), args, kwargs)
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Run ``fn`` in the process with the fewest pending tasks (a task trace records it as
+        a task of no place: any worker could have run it)."""
         with self._lock:
-            self._pending[worker] += 1
+            process = min(range(len(self._pending)), key=self._pending.__getitem__)
+        return self._run(process, traced(fn), args, kwargs)
+
+    def _run(
+        self, process: int, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[T]:
+        future = self._pools[process].submit(fn, *args, **kwargs)
+        with self._lock:
+            self._pending[process] += 1
 
         def _done(_: Future[T]) -> None:
             with self._lock:
-                self._pending[worker] -= 1
+                self._pending[process] -= 1
 
         future.add_done_callback(_done)
         return future
-
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        """Run ``fn`` in the worker with the fewest pending tasks."""
-        with self._lock:
-            worker = min(range(len(self._pending)), key=self._pending.__getitem__)
-        return self.submit_to(worker, fn, *args, **kwargs)
 
     def start(self) -> None:
         """Start every worker process and wait until each has run a task."""
