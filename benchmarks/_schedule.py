@@ -267,6 +267,8 @@ class _Replay:
                         best = (queue[0], w, queue)
             if best is not None:
                 entry, w, queue = best
+                if queue is unbound:  # a worker with no place's task waiting, if there is one
+                    w = next((v for v in sorted(idle) if not self.pinned.get((party, v))), w)
                 heapq.heappop(queue)
                 idle.discard(w)
                 i = entry[2]

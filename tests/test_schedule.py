@@ -119,6 +119,13 @@ def test_a_place_keeps_its_tasks_on_one_worker_in_order() -> None:
     assert replay(spread, 1, start=0.0) == pytest.approx(4.0)
 
 
+def test_a_task_of_no_place_leaves_the_worker_a_place_needs() -> None:
+    # Ready together: first a task any worker can run, then one of place 0. On two workers
+    # they run side by side (the free task goes to worker 1), not one after the other.
+    tasks = [_t(0.0, 1.0, 1.0), _t(0.0, 2.0, 1.0, place=0)]
+    assert replay(tasks, 2, start=0.0) == pytest.approx(1.0)
+
+
 def test_background_tasks_fill_idle_workers_and_nobody_waits_for_them() -> None:
     # A 5 s background task ends before the real one is submitted: no dependency, and it does
     # not count in the run's length, but it does hold its worker while it runs.
