@@ -1,12 +1,19 @@
 """PSI benchmark: guest and host nodes over loopback WebSocket + mutual TLS, against the floor.
 
-``python -m benchmarks psi --n 150000 --overlap 0.5``
+``python -m benchmarks psi --n 150000 --overlap 0.5 [--bandwidth-gbps 10]``
 
 Both parties run in this process, each in its own node, talking over real TLS 1.3 WebSockets on
 127.0.0.1, and share one process pool with a worker per core (as two parties on one machine
 share its cores). The floor is the scalar multiplications the protocol performs (every id is
 blinded by both parties: ``2 * (n_guest + n_host)``) divided by the rate of a bare
 ``X25519PrivateKey.exchange`` loop measured in the same run, divided by the cores.
+
+``scaling``: every pool task of the PSI is recorded with its party (each party's coroutine
+labels the tasks it submits) and the trace is replayed with each party on a machine of its
+own with 8 to 64 workers (:mod:`benchmarks._schedule`); the seconds are those of the whole
+PSI, so its entries say ``seconds`` where the tree benchmarks say ``s_per_tree``. The
+protocol cuts its work for the pool's workers (one per core here), and the replay keeps
+those cuts.
 """
 
 from __future__ import annotations
@@ -22,13 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import _scaling
 from benchmarks._common import emit_json, print_table
 from p2pboost import certs
 from p2pboost.certs import TLSConfig
 from p2pboost.crypto.psi import PsiKey, hash_ids
 from p2pboost.net.node import Node
 from p2pboost.protocols.psi import PsiResult, psi_guest, psi_host
-from p2pboost.workers import process_pool
+from p2pboost.workers import process_pool, record_trace, trace_party
 
 
 def bare_exchange_rate(samples: int = 20000, repeat: int = 3) -> float:
@@ -52,7 +60,10 @@ def bare_exchange_rate(samples: int = 20000, repeat: int = 3) -> float:
 
 
 async def run_psi(
-    guest_ids: list[int], host_ids: list[int], federation: Path, pool: Executor
+    guest_ids: list[int],
+    host_ids: list[int],
+    federation: Path,
+    pool: Executor,
 ) -> tuple[PsiResult, PsiResult, float]:
     async with Node(
         "host",
@@ -67,12 +78,14 @@ async def run_psi(
         ) as guest_node:
 
             async def host() -> PsiResult:
-                async with host_node.session("psi", peers=["guest"]) as s:
-                    return await psi_host(s, "guest", host_ids, executor=pool)
+                with trace_party("host"):  # the tasks this coroutine submits are the host's
+                    async with host_node.session("psi", peers=["guest"]) as s:
+                        return await psi_host(s, "guest", host_ids, executor=pool)
 
             async def guest() -> PsiResult:
-                async with guest_node.session("psi", peers=["host"]) as s:
-                    return await psi_guest(s, ["host"], guest_ids, executor=pool)
+                with trace_party("guest"):
+                    async with guest_node.session("psi", peers=["host"]) as s:
+                        return await psi_guest(s, ["host"], guest_ids, executor=pool)
 
             t0 = time.perf_counter()
             g, h = await asyncio.gather(guest(), host())
@@ -84,6 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n", type=int, default=150_000, help="ids per party")
     parser.add_argument("--overlap", type=float, default=0.5, help="fraction of ids in common")
     parser.add_argument("--seed", type=int, default=0)
+    _scaling.add_bandwidth_argument(parser)
     args = parser.parse_args(argv)
     if args.n < 1 or not 0.0 <= args.overlap <= 1.0:
         parser.error("--n must be >= 1 and --overlap in [0, 1]")
@@ -99,7 +113,20 @@ def main(argv: list[str]) -> int:
         certs.init(Path(tmp), ["guest", "host"])
         PsiKey.generate().blind(hash_ids(range(cores * 8)))  # warm-up outside the timing
         list(pool.map(abs, range(cores * 4)))  # start the workers outside the timing
-        g, h, seconds = asyncio.run(run_psi(guest_ids, host_ids, Path(tmp), pool))
+        trace = Path(tmp) / "trace"
+        with record_trace(trace):
+            start = time.time()
+            g, h, seconds = asyncio.run(run_psi(guest_ids, host_ids, Path(tmp), pool))
+            stop = time.time()
+        prediction = _scaling.predict(
+            trace,
+            start=start,
+            stop=stop,
+            units=1,
+            workers=cores,
+            bandwidth=_scaling.bandwidth(args.bandwidth_gbps),
+            key="seconds",
+        )
 
     expected = set(guest_ids) & set(host_ids)
     aligned_g = [guest_ids[i] for i in g.positions.tolist()]
@@ -115,6 +142,7 @@ def main(argv: list[str]) -> int:
         "seconds": round(seconds, 4),
         "floor_seconds": round(floor, 4),
         "items_per_s": round((len(guest_ids) + len(host_ids)) / seconds, 1),
+        "scaling": prediction.scaling,
     }
     print_table(
         [
@@ -127,6 +155,7 @@ def main(argv: list[str]) -> int:
             ("seconds", seconds),
             ("floor seconds", floor),
             ("seconds / floor", seconds / floor),
+            *_scaling.rows("", prediction, seconds, "PSI"),
         ],
         "PSI: guest + host over loopback WebSocket + mTLS",
     )

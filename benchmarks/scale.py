@@ -1,7 +1,7 @@
 """A million rows on one machine: vertical training's time against its floor, and its memory.
 
 ``python -m benchmarks scale --rows 1000000 --features 10 --trees 1 --depth 4 --key-bits 1024
-[--test-rows 10000 --bins 32 --workers W --seed 0]``
+[--test-rows 10000 --bins 32 --workers W --seed 0 --bandwidth-gbps 10 --trace-workers N]``
 
 The data are synthetic, generated here from ``--seed``: ``--features`` standard normal columns,
 the first half the guest's (with a 0/1 label from a logistic model of all of them), the rest
@@ -11,8 +11,13 @@ cost model for ``floor_s_per_tree``. While they run, a thread here samples every
 resident memory of every process below this one (the guest, the host and their workers) from
 ``/proc`` and keeps the largest sum: ``peak_rss_mb_total``.
 
+``scaling``: the run's pool tasks, traced in both parties, replayed with each party on a
+machine of its own with 8 to 64 workers (:mod:`benchmarks._schedule`; ``--trace-workers N``
+has the parties cut their work for ``N`` workers, see the ``hetero`` benchmark).
+
 Last line: ``{"benchmark": "scale", "rows", "features", "key_bits", "s_per_tree",
-"floor_s_per_tree", "peak_rss_mb_total", "bytes_per_tree", "auc"}``.
+"floor_s_per_tree", "peak_rss_mb_total", "bytes_per_tree", "auc", "scaling": {"8":
+{"s_per_tree", "efficiency"}, "16": ..., "32": ..., "64": ...}}``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import _scaling
 from benchmarks._common import emit_json, print_table
 from benchmarks.hetero import _run_scheme
 from benchmarks.lossless import HeteroSplit, Task
@@ -107,13 +113,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--key-bits", type=int, default=1024, choices=[1024, 2048, 3072])
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    _scaling.add_bandwidth_argument(ap)
+    _scaling.add_trace_workers_argument(ap)
     args = ap.parse_args(argv)
     if args.features < 2 or args.rows < 2:
         ap.error("--features and --rows must be at least 2")
+    if args.trace_workers is not None and args.trace_workers < 1:
+        ap.error("--trace-workers must be at least 1")
     split = _synthetic(args.rows, args.test_rows, args.features, args.seed)
     params = BoostParams(n_estimators=args.trees, max_depth=args.depth, max_bin=args.bins)
     workers = args.workers or default_workers()
-    runner = argparse.Namespace(key_bits=args.key_bits, depth=args.depth, bins=args.bins, hosts=1)
+    runner = argparse.Namespace(
+        key_bits=args.key_bits,
+        depth=args.depth,
+        bins=args.bins,
+        hosts=1,
+        bandwidth_gbps=args.bandwidth_gbps,
+        trace_workers=args.trace_workers,
+    )
     blocks = [np.arange(split.host_train.shape[1])]
     sampler = _RssSampler()
     sampler.start()
@@ -131,9 +148,13 @@ def main(argv: list[str]) -> int:
         "peak_rss_mb_total": round(sampler.peak_kib / 1024, 1),
         "bytes_per_tree": int(run.bytes_per_tree),
         "auc": round(run.auc, 6),
+        "scaling": run.prediction.scaling,
     }
-    rows: list[tuple[str, Any]] = [(k, v) for k, v in out.items() if k != "benchmark"]
+    rows: list[tuple[str, Any]] = [
+        (k, v) for k, v in out.items() if k not in ("benchmark", "scaling")
+    ]
     rows.append(("s_per_tree / floor", round(run.s_per_tree / run.floor, 3)))
+    rows += _scaling.rows("", run.prediction, run.s_per_tree, "tree")
     print_table(rows, f"vertical SecureBoost at {args.rows} rows (guest + host processes)")
     emit_json(out)
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 
+import pytest
+
 from p2pboost.workers import (
     WORKER_NICENESS,
     PinnedPool,
@@ -55,6 +57,18 @@ def test_pinned_workers_keep_state_in_order() -> None:
         assert pool.submit_to(0, _niceness).result() == min(19, os.nice(0) + WORKER_NICENESS)
         # An ordinary executor too: map, submit.
         assert list(pool.map(_add, [1, 2, 3], [3, 4, 5])) == [4, 6, 8]
+
+
+def test_a_pinned_pool_can_carry_more_places_than_processes() -> None:
+    with pinned_pool(4, processes=2) as pool:
+        assert pool.workers == 4
+        pids = [pool.submit_to(i, os.getpid).result() for i in range(4)]
+        assert pids[0] == pids[2] != pids[1] == pids[3]  # place i in process i mod 2
+        futures = [pool.submit_to(i % 4, _keep, i) for i in range(8)]
+        # One process carries places 0 and 2: it got 0, 2, 4, 6 in the order sent.
+        assert futures[6].result()[-4:] == [0, 2, 4, 6]
+        with pytest.raises(IndexError):
+            pool.submit_to(4, os.getpid)
 
 
 async def test_owned_executor_gives_a_pinned_pool_when_asked() -> None:

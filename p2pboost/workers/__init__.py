@@ -14,6 +14,11 @@ Work that keeps state between tasks addresses *places* of a :class:`PinnedExecut
 kernels say what they do to that state (:func:`stateful`), so that a cluster can rebuild a
 place whose worker it lost (:mod:`p2pboost.workers._base`).
 
+Every executor here can record the tasks it runs (party, worker, function, submission, start,
+end, CPU time) while a task trace is on (:func:`record_trace`, or the ``P2PBOOST_TRACE``
+environment variable; :mod:`p2pboost.workers._trace`): the benchmarks replay a run's trace to
+predict how it would scale on more cores than the machine has.
+
 :func:`owned_executor` is the one place that decides what a protocol run uses.
 """
 
@@ -36,6 +41,15 @@ from p2pboost.workers._local import (
     process_pool,
     spare_cpus,
 )
+from p2pboost.workers._trace import (
+    PARTY_ENV,
+    TRACE_ENV,
+    TaskRecord,
+    read_trace,
+    record_trace,
+    trace_party,
+    traced,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -44,12 +58,15 @@ if TYPE_CHECKING:
 AnyExecutor: TypeAlias = "Executor | Client"
 
 __all__ = [
+    "PARTY_ENV",
+    "TRACE_ENV",
     "WORKER_NICENESS",
     "AnyExecutor",
     "ClusterPool",
     "Log",
     "PinnedExecutor",
     "PinnedPool",
+    "TaskRecord",
     "cluster_security",
     "connect_cluster",
     "default_workers",
@@ -59,8 +76,12 @@ __all__ = [
     "owned_executor",
     "pinned_pool",
     "process_pool",
+    "read_trace",
+    "record_trace",
     "spare_cpus",
     "stateful",
+    "trace_party",
+    "traced",
 ]
 
 

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast
 from p2pboost.exceptions import ClusterError, ConfigError, WorkerStateLost
 from p2pboost.workers._base import Log, PinnedExecutor, log_effect
 from p2pboost.workers._local import default_workers, process_pool
+from p2pboost.workers._trace import traced
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -201,7 +202,7 @@ class ClusterPool(PinnedExecutor):
         """A task without state, on ``workers`` only (None: any worker)."""
         future: Future[T] = Future()
         try:
-            remote = self._send(_call, fn, args, kwargs, workers)
+            remote = self._send(_call, traced(fn), args, kwargs, workers)
         except ClusterError as exc:
             future.set_exception(exc)
             return future
@@ -225,7 +226,8 @@ class ClusterPool(PinnedExecutor):
 
     def _dispatch(self, place: _Place, job: _Job) -> None:
         try:
-            remote = self._send(_pinned, job.fn, job.args, job.kwargs, [place.home])
+            fn = traced(job.fn, self._places.index(place))
+            remote = self._send(_pinned, fn, job.args, job.kwargs, [place.home])
         except ClusterError as exc:  # the client is gone: so is every task of the place
             with self._lock:
                 waiting = [j.future for j in place.jobs if j.future is not None]

@@ -39,6 +39,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from p2pboost.workers._base import PinnedExecutor
+from p2pboost.workers._trace import traced
 
 __all__ = [
     "WORKER_NICENESS",
@@ -143,6 +144,14 @@ def _start_worker(initializer: Callable[..., object] | None, initargs: tuple[Any
         initializer(*initargs)
 
 
+class _Pool(ProcessPoolExecutor):
+    """A process pool whose tasks are recorded while a task trace is on
+    (:mod:`p2pboost.workers._trace`; ``map`` goes through ``submit``)."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return super().submit(traced(fn), *args, **kwargs)
+
+
 def process_pool(
     workers: int | None = None,
     *,
@@ -150,7 +159,7 @@ def process_pool(
     initargs: tuple[Any, ...] = (),
 ) -> ProcessPoolExecutor:
     """A spawn-based pool whose workers run at lower priority, then call ``initializer``."""
-    return ProcessPoolExecutor(
+    return _Pool(
         max_workers=workers or default_workers(),
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_start_worker,
@@ -168,6 +177,14 @@ class PinnedPool(PinnedExecutor):
     pending, so the pool also serves as an ordinary executor. Workers are started as by
     :func:`process_pool` (spawn, lower priority, then ``initializer``), each when it is first
     used; :meth:`start` starts them all and waits until they run.
+
+    ``processes``: how many processes carry the ``workers`` places (default: one each). With
+    fewer, place ``i`` lives in process ``i mod processes`` beside others and still runs its
+    tasks one at a time in order; the state of several places shares a process, as on a
+    cluster, so kernels name their state per place. Why: a party can cut its work for a wider
+    machine than the one it runs on (as many shards as that machine has workers), which is
+    how a two-core machine records the tasks a 64-worker party would run (the benchmarks'
+    scaling prediction, ``--trace-workers``).
     """
 
     def __init__(
@@ -176,45 +193,59 @@ class PinnedPool(PinnedExecutor):
         *,
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
+        processes: int | None = None,
     ) -> None:
         n = workers or default_workers()
         if n < 1:
             raise ValueError("a pinned pool needs at least one worker")
+        k = min(n, processes or n)
+        if k < 1:
+            raise ValueError("a pinned pool needs at least one process")
         self._pools = [
-            process_pool(1, initializer=initializer, initargs=initargs) for _ in range(n)
+            process_pool(1, initializer=initializer, initargs=initargs) for _ in range(k)
         ]
-        self._pending = [0] * n
+        self._places = n
+        self._pending = [0] * k  # per process
         self._lock = threading.Lock()
 
     @property
     def workers(self) -> int:
-        """How many worker processes (and so how many places state can be pinned to)."""
-        return len(self._pools)
+        """How many places state can be pinned to (one worker process each, unless the pool
+        was made with fewer ``processes``)."""
+        return self._places
 
     def submit_to(
         self, worker: int, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
     ) -> Future[T]:
         """Run ``fn(*args, **kwargs)`` in worker ``worker``, after its earlier tasks."""
-        future = self._pools[worker].submit(fn, *args, **kwargs)
+        if not 0 <= worker < self._places:
+            raise IndexError(f"no place {worker} in a pinned pool of {self._places}")
+        return self._run(worker % len(self._pools), traced(fn, worker), args, kwargs)
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Run ``fn`` in the process with the fewest pending tasks (a task trace records it as
+        a task of no place: any worker could have run it)."""
         with self._lock:
-            self._pending[worker] += 1
+            process = min(range(len(self._pending)), key=self._pending.__getitem__)
+        return self._run(process, traced(fn), args, kwargs)
+
+    def _run(
+        self, process: int, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Future[T]:
+        future = self._pools[process].submit(fn, *args, **kwargs)
+        with self._lock:
+            self._pending[process] += 1
 
         def _done(_: Future[T]) -> None:
             with self._lock:
-                self._pending[worker] -= 1
+                self._pending[process] -= 1
 
         future.add_done_callback(_done)
         return future
 
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        """Run ``fn`` in the worker with the fewest pending tasks."""
-        with self._lock:
-            worker = min(range(len(self._pending)), key=self._pending.__getitem__)
-        return self.submit_to(worker, fn, *args, **kwargs)
-
     def start(self) -> None:
         """Start every worker process and wait until each has run a task."""
-        for future in [self.submit_to(i, os.getpid) for i in range(self.workers)]:
+        for future in [self.submit_to(i, os.getpid) for i in range(len(self._pools))]:
             future.result()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -227,6 +258,8 @@ def pinned_pool(
     *,
     initializer: Callable[..., object] | None = None,
     initargs: tuple[Any, ...] = (),
+    processes: int | None = None,
 ) -> PinnedPool:
-    """A :class:`PinnedPool` of ``workers`` processes (default: one per core)."""
-    return PinnedPool(workers, initializer=initializer, initargs=initargs)
+    """A :class:`PinnedPool` of ``workers`` places (default: one per core), each in a process
+    of its own unless ``processes`` says fewer."""
+    return PinnedPool(workers, initializer=initializer, initargs=initargs, processes=processes)

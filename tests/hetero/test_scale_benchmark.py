@@ -23,6 +23,10 @@ def test_scale_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
     # Guest and host processes, each at least a Python interpreter with numpy loaded.
     assert result["peak_rss_mb_total"] > 2 * 20
     assert result["bytes_per_tree"] > 3000 * 128  # the host got every row's ciphertext
+    assert list(result["scaling"]) == ["8", "16", "32", "64"]
+    for entry in result["scaling"].values():
+        assert entry["s_per_tree"] > 0
+        assert 0 < entry["efficiency"] <= 1.0
 
 
 def test_descendants_are_counted() -> None:
