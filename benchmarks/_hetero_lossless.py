@@ -47,8 +47,11 @@ from benchmarks.lossless import (
     _xgboost_model,
     load_hetero_split,
 )
+from p2pboost.crypto import kernels
+from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.compress import compress
-from p2pboost.crypto.keys import SCHEMES, make_keypair, make_table
+from p2pboost.crypto.encryptors import make_encryptor
+from p2pboost.crypto.keys import SCHEMES, make_keypair
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, train
@@ -99,27 +102,31 @@ class CostModel:
         ``timeit`` advises: the least time is the closest to the uncontended cost, so the
         floor is the harder target on a shared machine)."""
         public_key, private_key = make_keypair(scheme, key_bits, allow_insecure=key_bits < 2048)
-        table = make_table(public_key, private_key)
+        # The process' kernel (P2PBOOST_KERNEL): the floor is timed with the kernel in use.
+        encryptor = make_encryptor(public_key, private_key)
         rng = np.random.default_rng(0)
         plain = [int(v) for v in rng.integers(0, 1 << 60, size=400)]
-        cts = table.encrypt_many(plain)
+        data = encryptor.encrypt(plain)
+        cts = kernels.prefer(CiphertextBatch.of(public_key, data).residues(public_key))
         n2 = public_key.modulus
-
-        def add_all() -> None:
-            acc = cts[0]
-            for c in cts * 10:
-                acc = acc * c % n2
+        many = kernels.prefer(cts.take(np.arange(10 * len(cts)) % len(cts)))
+        whole = np.array([0, len(many)], dtype=np.int64)
+        order = np.arange(len(many), dtype=np.int64)
 
         grid = choose_grid(np.ones(n_rows), n_rows)
         spec = PackingSpec.for_grids(n_rows, grid, grid, plaintext_bits=public_key.plaintext_bits)
-        sums = [[c] for c in cts[:200]]
-        packed = compress(public_key, spec, sums)
+        sums = [[c] for c in cts.values[:200]]
+        packed = kernels.prefer(
+            CiphertextBatch.from_ciphertexts(public_key, compress(public_key, spec, sums)).residues(
+                public_key
+            )
+        )
         return cls(
-            encrypt=_best_of(repeats, lambda: table.encrypt_many(plain)) / len(plain),
-            add=_best_of(repeats, add_all) / (10 * len(cts)),
+            encrypt=_best_of(repeats, lambda: encryptor.encrypt(plain)) / len(plain),
+            add=_best_of(repeats, lambda: kernels.segment_products(n2, many, order, whole))
+            / len(many),
             compress=_best_of(repeats, lambda: compress(public_key, spec, sums)) / len(sums),
-            decrypt=_best_of(repeats, lambda: [private_key.decrypt(c) for c in packed])
-            / len(packed),
+            decrypt=_best_of(repeats, lambda: kernels.decrypt(private_key, packed)) / len(packed),
             capacity=spec.split_infos_per_plaintext,
         )
 

@@ -40,6 +40,7 @@ from p2pboost.crypto import kernels
 from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec, unpack_sums
+from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import CryptoError, InputError
 
 __all__ = [
@@ -152,8 +153,14 @@ def compress_groups(n2: Any, groups: Sequence[Sequence[tuple[Any, int]]]) -> lis
 def compress(
     public_key: AnyPublicKey, spec: PackingSpec, sums: Sequence[Sequence[Any]]
 ) -> list[Any]:
-    """Compress ``sums[i][p]`` (split-info ``i``, plane ``p``) into few ciphertexts."""
-    return compress_groups(public_key.modulus, compression_groups(spec, sums))
+    """Compress ``sums[i][p]`` (split-info ``i``, plane ``p``) into few ciphertexts (the
+    process' kernel: :func:`~p2pboost.crypto.kernels.horner`)."""
+    width = public_key.ciphertext_bytes
+    flat = Residues.of_values([c for row in sums for c in row], width)
+    index, shifts, offsets = horner_plan(spec, len(sums))
+    if not len(sums):
+        return []
+    return kernels.horner(public_key.modulus, flat.take(index), shifts, offsets).values
 
 
 def horner_plan(spec: PackingSpec, n_infos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from gmpy2 import mpz
+from gmpy2 import mpz  # type: ignore[import-untyped]
 
 from p2pboost.crypto import _kernel_gmpy2 as _py
 from p2pboost.crypto import kernels
