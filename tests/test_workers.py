@@ -79,7 +79,7 @@ async def test_owned_executor_gives_a_pinned_pool_when_asked() -> None:
     with process_pool(1) as plain:
         async with owned_executor(plain, 1, pinned=True) as (pool, n):
             assert isinstance(pool, PinnedPool)
-            assert pool is not plain  # type: ignore[comparison-overlap]
+            assert pool is not plain
             assert n == 1
             loop = asyncio.get_running_loop()
             assert await loop.run_in_executor(pool, _add, 2, 3) == 5
@@ -96,3 +96,35 @@ def test_spare_cpus_is_a_count_where_the_kernel_says() -> None:
         assert 0 <= spare <= default_workers()
     else:
         assert spare is None
+
+
+def test_pools_can_be_threads_of_the_party_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P2PBOOST_POOL=threads: local pools (plain and pinned) are threads of this process, the
+    engine encrypts and decrypts on them, and places keep their order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from p2pboost.crypto.engine import CryptoEngine
+    from p2pboost.crypto.keys import make_keypair
+    from p2pboost.workers import POOL_ENV, pool_kind
+
+    monkeypatch.setenv(POOL_ENV, "threads")
+    assert pool_kind() == "threads"
+    with process_pool(2) as pool:
+        assert isinstance(pool, ThreadPoolExecutor)
+        assert pool.submit(os.getpid).result() == os.getpid()
+    pinned = PinnedPool(2)
+    try:
+        order: list[int] = []
+        futures = [pinned.submit_to(i % 2, order.append, i) for i in range(6)]
+        for f in futures:
+            f.result()
+        assert [i for i in order if i % 2 == 0] == [0, 2, 4]
+    finally:
+        pinned.shutdown()
+    pk, sk = make_keypair("ou", 1024, allow_insecure=True)
+    values = list(range(100, 300))
+    with CryptoEngine(pk, sk, workers=2) as engine:
+        assert engine.decrypt_batch_blocking(engine.encrypt_batch_blocking(values)) == values
+    monkeypatch.setenv(POOL_ENV, "fibers")
+    with pytest.raises(ValueError, match="processes or threads"):
+        pool_kind()

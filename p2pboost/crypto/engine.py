@@ -42,7 +42,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from typing import Any, cast
 
 import numpy as np
@@ -140,7 +140,7 @@ class CryptoEngine:
         )
         self._public_material = KeyMaterial(public_key.to_bytes(), None, public_key.scheme)
         self._external = executor
-        self._own: ProcessPoolExecutor | None = None
+        self._own: Executor | None = None
         self._table: AnyTable | None = None
         self._stash: deque[bytes] = deque()
         self._stashed = 0

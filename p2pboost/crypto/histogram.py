@@ -29,6 +29,7 @@ A histogram holds one list of cells per *plane*: rows whose packed g/h need seve
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,14 +138,20 @@ class EncryptedHistogram:
         return sum(plane.nbytes() for plane in self.planes)
 
 
-#: Ciphertext products made by :func:`build_histogram` in this process (read the difference
-#: around a call with :func:`products_made` to count a host's additions).
-_PRODUCTS = [0]
+class _Made(threading.local):
+    """Ciphertext products made by :func:`build_histogram` in this thread (read the
+    difference around a call with :func:`products_made` to count a host's additions; per
+    thread, so that pool threads running other shards' builds do not count in)."""
+
+    products = 0
+
+
+_MADE = _Made()
 
 
 def products_made() -> int:
-    """Ciphertext products :func:`build_histogram` has made in this process so far."""
-    return _PRODUCTS[0]
+    """Ciphertext products :func:`build_histogram` has made in this thread so far."""
+    return _MADE.products
 
 
 def _feature_list(features: npt.NDArray[np.integer[Any]], n_features: int) -> list[int]:
@@ -249,5 +256,5 @@ def build_histogram(
             totals = total.take(np.zeros(len(derived_features), dtype=np.int64))
             others = kernels.segment_products(mod, plane, feature_cells, per_feature)
             planes[p] = plane.replace(cells, kernels.divide(mod, totals, others))
-    _PRODUCTS[0] += made
+    _MADE.products += made
     return EncryptedHistogram(public_key, n_bins, counts, tuple(planes))

@@ -34,10 +34,12 @@ from p2pboost.workers._base import Log, PinnedExecutor, log_effect, stateful
 from p2pboost.workers._cluster import ClusterPool, is_dask_client
 from p2pboost.workers._connect import cluster_security, connect_cluster, local_cluster
 from p2pboost.workers._local import (
+    POOL_ENV,
     WORKER_NICENESS,
     PinnedPool,
     default_workers,
     pinned_pool,
+    pool_kind,
     process_pool,
     spare_cpus,
 )
@@ -59,6 +61,7 @@ AnyExecutor: TypeAlias = "Executor | Client"
 
 __all__ = [
     "PARTY_ENV",
+    "POOL_ENV",
     "TRACE_ENV",
     "WORKER_NICENESS",
     "AnyExecutor",
@@ -75,6 +78,7 @@ __all__ = [
     "log_effect",
     "owned_executor",
     "pinned_pool",
+    "pool_kind",
     "process_pool",
     "read_trace",
     "record_trace",

@@ -35,23 +35,28 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from p2pboost.workers._base import PinnedExecutor
 from p2pboost.workers._trace import traced
 
 __all__ = [
+    "POOL_ENV",
     "WORKER_NICENESS",
     "PinnedPool",
     "default_workers",
     "pinned_pool",
+    "pool_kind",
     "process_pool",
     "spare_cpus",
 ]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+#: The environment variable that picks what local pools are made of (:func:`pool_kind`).
+POOL_ENV = "P2PBOOST_POOL"
 
 #: How much workers lower their priority (0 = normal, 19 = lowest on Linux).
 WORKER_NICENESS = 10
@@ -152,13 +157,54 @@ class _Pool(ProcessPoolExecutor):
         return super().submit(traced(fn), *args, **kwargs)
 
 
+def pool_kind() -> str:
+    """What a party's local pools are made of: ``"processes"`` (the default) or
+    ``"threads"``, from the environment variable :data:`POOL_ENV`.
+
+    Why threads can do: with the native kernel (:mod:`p2pboost.crypto.kernels`) the
+    ciphertext loops release the GIL, so worker threads of the party's own process run them on
+    every core with no pickling, no pipes and one copy of the key's tables. What remains in
+    Python (numpy bookkeeping, candidate lists) holds the GIL; so the choice is measured per
+    deployment (``python -m benchmarks hetero`` with the variable set), and processes stay
+    the default. Under the gmpy2 kernel, threads would run one task at a time.
+    """
+    kind = os.environ.get(POOL_ENV, "processes").strip().lower() or "processes"
+    if kind not in ("processes", "threads"):
+        raise ValueError(f"{POOL_ENV}={kind!r}: choose processes or threads")
+    return kind
+
+
+def _start_thread(initializer: Callable[..., object] | None, initargs: tuple[Any, ...]) -> None:
+    """Start-up of a worker thread: lower its own priority (Linux: per thread), then
+    ``initializer``."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(WORKER_NICENESS)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class _ThreadPool(ThreadPoolExecutor):
+    """A thread pool whose tasks are recorded while a task trace is on."""
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        return super().submit(traced(fn), *args, **kwargs)
+
+
 def process_pool(
     workers: int | None = None,
     *,
     initializer: Callable[..., object] | None = None,
     initargs: tuple[Any, ...] = (),
-) -> ProcessPoolExecutor:
-    """A spawn-based pool whose workers run at lower priority, then call ``initializer``."""
+) -> Executor:
+    """A spawn-based pool whose workers run at lower priority, then call ``initializer``
+    (threads of this process instead, where :func:`pool_kind` says so)."""
+    if pool_kind() == "threads":
+        return _ThreadPool(
+            max_workers=workers or default_workers(),
+            initializer=_start_thread,
+            initargs=(initializer, initargs),
+            thread_name_prefix="p2pboost-worker",
+        )
     return _Pool(
         max_workers=workers or default_workers(),
         mp_context=multiprocessing.get_context("spawn"),
