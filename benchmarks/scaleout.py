@@ -116,12 +116,12 @@ def _trees(result: Any) -> list[Tree]:
 
 
 def _encryption_tasks(chunks: list[tuple[int, int]], rows: int, workers: int) -> int:
-    """The guest's encryption tasks for a tree's stream on a cluster: each chunk in up to one
-    piece per worker, none above 1/(4W) of the tree, none under the cluster's floor
+    """The guest's encryption tasks for a tree's stream on a cluster: each chunk cut where it
+    holds more than 1/(4W) of the tree, none under the cluster's floor
     (:meth:`~p2pboost.crypto.engine.CryptoEngine.piece_cuts`)."""
     floor = MIN_CIPHERTEXTS * CLUSTER_FACTOR
     largest = task_bound(rows, workers)
-    return sum(len(cut(b - a, workers, minimum=floor, largest=largest)) - 1 for a, b in chunks)
+    return sum(len(cut(b - a, 1, minimum=floor, largest=largest)) - 1 for a, b in chunks)
 
 
 def _psi_tasks(ids: int, workers: int) -> int:

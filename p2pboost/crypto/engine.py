@@ -69,7 +69,7 @@ from p2pboost.crypto._workers import (
 from p2pboost.crypto.compress import compressed_count, cut_points
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, AnyTable, make_table
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.crypto.pieces import MIN_CIPHERTEXTS, cut, floor_for, task_bound
+from p2pboost.crypto.pieces import MIN_CIPHERTEXTS, cut, floor_for, on_cluster, task_bound
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.workers import PinnedExecutor, default_workers, process_pool, spare_cpus
 
@@ -382,13 +382,20 @@ class CryptoEngine:
 
     def piece_cuts(self, rows: int, per_row: int = 1, stream_rows: int | None = None) -> list[int]:
         """Where :meth:`encrypt_packed` cuts a chunk of ``rows`` rows of ``per_row``
-        ciphertexts each: one piece per worker, none under
-        :data:`~p2pboost.crypto.pieces.MIN_CIPHERTEXTS` ciphertexts (more on a Dask cluster)
-        and, given the rows of the whole stream, none over ``1 / (4 W)`` of them
-        (:func:`~p2pboost.crypto.pieces.cut`)."""
+        ciphertexts each (:func:`~p2pboost.crypto.pieces.cut`): none under
+        :data:`~p2pboost.crypto.pieces.MIN_CIPHERTEXTS` ciphertexts and, given the rows of the
+        whole stream, none over ``1 / (4 W)`` of them; on a local pool also one piece per
+        worker, so that a chunk is ready in about ``1 / W`` of one task's time.
+
+        On a Dask cluster only the bound cuts (with a floor four times larger): a task there
+        costs milliseconds of the scheduler's time, one after another, so a chunk already
+        within the bound is not spread further (a million-row tree on 8 workers stays at one
+        task per chunk; on 128 workers a 16,384-row chunk is 9 pieces, not 16).
+        """
         floor = floor_for(self._external, MIN_CIPHERTEXTS)
+        spread = 1 if on_cluster(self._external) else self.workers
         largest = None if stream_rows is None else task_bound(stream_rows, self.workers)
-        return cut(rows, self.workers, minimum=-(-floor // max(1, per_row)), largest=largest)
+        return cut(rows, spread, minimum=-(-floor // max(1, per_row)), largest=largest)
 
     async def encrypt_packed(
         self, spec: PackingSpec, g: I64, h: I64, *, stream_rows: int | None = None

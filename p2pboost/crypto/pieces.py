@@ -38,6 +38,7 @@ __all__ = [
     "PIECES_PER_WORKER",
     "cut",
     "floor_for",
+    "on_cluster",
     "task_bound",
 ]
 
@@ -60,9 +61,14 @@ def task_bound(total: int, workers: int) -> int:
     return max(1, math.ceil(total / (PIECES_PER_WORKER * max(1, workers))))
 
 
+def on_cluster(executor: Executor | None) -> bool:
+    """Whether ``executor`` runs its tasks on a Dask cluster (where a task costs more)."""
+    return isinstance(executor, ClusterPool)
+
+
 def floor_for(executor: Executor | None, local: int) -> int:
     """The floor ``local`` of a local pool, raised for a Dask cluster (its tasks cost more)."""
-    return local * CLUSTER_FACTOR if isinstance(executor, ClusterPool) else local
+    return local * CLUSTER_FACTOR if on_cluster(executor) else local
 
 
 def cut(n: int, workers: int, *, minimum: int = 1, largest: int | None = None) -> list[int]:

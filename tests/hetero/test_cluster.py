@@ -208,9 +208,10 @@ async def test_psi_on_the_cluster_finds_the_intersection(dask_pool: ClusterPool)
 async def test_a_chunk_is_encrypted_in_pieces_on_the_cluster(
     dask_pool: ClusterPool, keys: Keys
 ) -> None:
-    """The guest's engine on a cluster cuts a chunk as on a pool, with the cluster's larger
-    floor: 2,048 rows on two workers are two pieces of 1,024, which decrypt to the packed
-    rows in order."""
+    """The guest's engine on a cluster cuts a chunk where it holds more than 1/(4W) of its
+    tree, with the cluster's larger floor: 2,048 rows of a 2,048-row tree on two workers are
+    two pieces of 1,024, which decrypt to the packed rows in order; a chunk within the bound
+    stays whole."""
     from p2pboost.crypto.additive import CiphertextBatch
     from p2pboost.crypto.engine import CryptoEngine
     from p2pboost.crypto.packing import PackingSpec, pack
@@ -225,6 +226,7 @@ async def test_a_chunk_is_encrypted_in_pieces_on_the_cluster(
     engine = CryptoEngine(public_key, private_key, executor=dask_pool, workers=2)
     assert engine.piece_cuts(rows, 1, rows) == [0, 1024, 2048]
     assert engine.piece_cuts(1000, 1, rows) == [0, 1000]  # under the floor: one task
+    assert engine.piece_cuts(rows, 1, 100_000) == [0, rows]  # within 1/(4W) of its tree
     data = await engine.encrypt_packed(spec, g, h, stream_rows=rows)
     cts = CiphertextBatch.of(public_key, data).ciphertexts(public_key)
     assert [private_key.decrypt(c) for c in cts] == pack(spec, g, h)[0]
