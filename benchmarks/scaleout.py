@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import tempfile
 import time
@@ -61,6 +62,14 @@ from benchmarks.hetero import GUEST, run_federation
 from benchmarks.lossless import DATASETS, HeteroSplit, Task, _params, load_hetero_split
 from benchmarks.psi import bare_exchange_rate, run_psi
 from p2pboost import certs
+from p2pboost.crypto.pieces import (
+    CLUSTER_FACTOR,
+    MIN_CIPHERTEXTS,
+    MIN_HASHES,
+    MIN_POINTS,
+    cut,
+    task_bound,
+)
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero._common import HeteroConfig, chunk_bounds
@@ -76,10 +85,10 @@ MODEL_ROWS = (1_000_000, 10_000_000)
 #: Bandwidth inside a party (bytes/s): 10 Gb/s Ethernet between its machines.
 PARTY_BANDWIDTH = 1.25e9
 #: The guest's stream of gradient chunks (``HeteroConfig.chunk_rows``, ``max_chunk_rows``):
-#: one encryption task and one host task per shard each.
+#: encryption tasks (:func:`_encryption_tasks`) and one host task per shard each.
 CHUNK_ROWS = HeteroConfig().chunk_rows
 MAX_CHUNK_ROWS = HeteroConfig().max_chunk_rows
-#: Ids per PSI task (``p2pboost.protocols.psi.DEFAULT_BATCH``).
+#: Ids per PSI batch on the wire (``p2pboost.protocols.psi.DEFAULT_BATCH``).
 PSI_BATCH = 4096
 
 
@@ -106,6 +115,25 @@ def _trees(result: Any) -> list[Tree]:
     return joined_trees(model, hosts)
 
 
+def _encryption_tasks(chunks: list[tuple[int, int]], rows: int, workers: int) -> int:
+    """The guest's encryption tasks for a tree's stream on a cluster: each chunk cut where it
+    holds more than 1/(4W) of the tree, none under the cluster's floor
+    (:meth:`~p2pboost.crypto.engine.CryptoEngine.piece_cuts`)."""
+    floor = MIN_CIPHERTEXTS * CLUSTER_FACTOR
+    largest = task_bound(rows, workers)
+    return sum(len(cut(b - a, 1, minimum=floor, largest=largest)) - 1 for a, b in chunks)
+
+
+def _psi_tasks(ids: int, workers: int) -> int:
+    """One party's PSI tasks on a cluster for ``ids`` ids each side: its set hashed in pieces,
+    then both sets blinded, each wire batch in pieces of at most 1/(4W) of the set
+    (:mod:`p2pboost.protocols.psi`)."""
+    largest = task_bound(ids, workers)
+    hashing = len(cut(ids, workers, minimum=MIN_HASHES * CLUSTER_FACTOR, largest=largest)) - 1
+    per_batch = len(cut(PSI_BATCH, 1, minimum=MIN_POINTS * CLUSTER_FACTOR, largest=largest)) - 1
+    return hashing + 2 * math.ceil(ids / PSI_BATCH) * per_batch
+
+
 def _host_chunk_tasks(chunks: list[tuple[int, int]], rows: int, workers: int) -> int:
     """The host's tasks for a tree's stream: one per shard a chunk reaches, the shards of the
     blocks it spans (:func:`~p2pboost.hetero._kernels.shard_block`)."""
@@ -130,12 +158,13 @@ def _model(
     ``n * m * (1 + (layers - 1) / 2)`` ciphertexts and compresses the candidates. Each party's
     operations are spread over its ``W`` workers; the parties' work is added (no overlap, a
     bound from above). Tasks: for each chunk of the guest's stream
-    (:func:`~p2pboost.hetero._common.chunk_bounds`) an encryption and a host task per shard it
-    reaches, one task per shard and layer, and the compressions; each costs the measured
-    overhead on the scheduler, which runs them one after another. Bytes inside a party: the guest's
-    ciphertexts come back from its workers once, the host's go out to its workers once.
-    PSI: each party blinds both sets once (``2 n`` X25519 per party for ``n`` ids each),
-    in tasks of ``PSI_BATCH`` ids, moving 32-byte points both ways.
+    (:func:`~p2pboost.hetero._common.chunk_bounds`) its encryption pieces
+    (:func:`_encryption_tasks`) and a host task per shard it reaches, one task per shard and
+    layer, and the compressions; each costs the measured overhead on the scheduler, which runs
+    them one after another. Bytes inside a party: the guest's ciphertexts come back from its
+    workers once, the host's go out to its workers once.
+    PSI: each party hashes its set and blinds both sets once (``2 n`` X25519 per party for
+    ``n`` ids each), in the tasks of :func:`_psi_tasks`, moving 32-byte points both ways.
     """
     out: dict[str, Any] = {
         "assumptions": {
@@ -151,11 +180,12 @@ def _model(
         host_cpu += infos * costs.compress
         chunks = chunk_bounds(rows, CHUNK_ROWS, MAX_CHUNK_ROWS)
         for workers in MODEL_WORKERS:
-            stream = len(chunks) + _host_chunk_tasks(chunks, rows, workers)
+            stream = _encryption_tasks(chunks, rows, workers)
+            stream += _host_chunk_tasks(chunks, rows, workers)
             tasks = stream + workers * layers + scored
             moved = 2 * rows * ct_bytes / PARTY_BANDWIDTH
             tree = (guest_cpu + host_cpu) / workers + tasks * overhead + moved
-            psi_tasks = 2 * (2 * rows) / PSI_BATCH
+            psi_tasks = 2 * _psi_tasks(rows, workers)
             psi = 2 * rows / exchange_rate / workers + psi_tasks * overhead
             psi += 4 * rows * 32 / PARTY_BANDWIDTH
             out[f"rows_{rows}_workers_{workers}"] = {

@@ -15,19 +15,26 @@ the CRT constants) by fingerprint: built once per worker and key, never per task
 
 **Fused steps, bytes across the boundary.** Pickling a 2048-bit integer costs about as much as
 a few modular products, and a list of them is rebuilt object by object on the other side. The
-protocol's steps therefore each run as one task whose inputs and outputs are numpy arrays or
-fixed-width big-endian ciphertext bytes (what :class:`~p2pboost.crypto.additive.CiphertextBatch`
-carries on the wire): :meth:`CryptoEngine.encrypt_packed` (pack and encrypt a chunk of rows),
+protocol's steps therefore each run as fused tasks whose inputs and outputs are numpy arrays
+or fixed-width big-endian ciphertext bytes (what
+:class:`~p2pboost.crypto.additive.CiphertextBatch` carries on the wire):
+:meth:`CryptoEngine.encrypt_packed` (pack and encrypt a chunk of rows),
 :meth:`CryptoEngine.open_split_infos` (decrypt and unpack a package) and
 :meth:`CryptoEngine.compress_parts` (multiply partial sums and compress them).
+
+**Every worker busy.** A step's work is cut so that no task holds more than about
+``1 / (4 W)`` of a phase's work and none is too small to be worth its cost
+(:mod:`p2pboost.crypto.pieces`): a chunk of the gradient stream is encrypted by up to one task
+per worker, a package opened and compressed in runs of whole ciphertexts.
 
 **Randomisers made ahead of time.** Most of an encryption's cost is the random factor
 (Paillier's ``hs**a``, OU's ``h**r``); with a factor made earlier a Paillier encryption is one
 product and an OU one is ``g**m`` (a short fixed-base exponent) and one product.
 :meth:`CryptoEngine.precompute` makes factors on the pool and keeps them *in the engine* as
 bytes (any worker can then use any of them, whatever executor runs the tasks), up to
-``stash_limit``; every encryption takes its factors out of the
-stash before it is sent, so a factor serves exactly one ciphertext.
+``stash_limit``; every encryption takes its factors out of the stash before it is sent, so
+a factor serves exactly one ciphertext, and deals them over its tasks in proportion to their
+sizes (a task given all of them would finish far ahead of the others).
 :meth:`CryptoEngine.precompute_while_idle` does it only while no other task of the engine is
 in flight (the guest waiting for the hosts) and only on processors nobody else needs. The
 worker side (key cache, tasks) is :mod:`p2pboost.crypto._workers`.
@@ -62,6 +69,7 @@ from p2pboost.crypto._workers import (
 from p2pboost.crypto.compress import compressed_count, cut_points
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, AnyTable, make_table
 from p2pboost.crypto.packing import PackingSpec
+from p2pboost.crypto.pieces import MIN_CIPHERTEXTS, cut, floor_for, on_cluster, task_bound
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.workers import PinnedExecutor, default_workers, process_pool, spare_cpus
 
@@ -283,8 +291,30 @@ class CryptoEngine:
         return b"".join(parts)
 
     def _split_factors(self, sizes: list[int]) -> list[bytes]:
-        """One slice of the stash per chunk of ``sizes`` values (empty when it runs dry)."""
-        return [self._take(k) for k in sizes]
+        """One slice of the stash per task of ``sizes`` values, the stash's randomisers dealt
+        in proportion to the sizes when it holds fewer than they need (so the tasks stay
+        equally long: a value with a stashed factor costs a fraction of one without). Each
+        factor is taken out once and goes to one task only."""
+        total = sum(sizes)
+        factors = self._take(total)
+        width = self.public_key.ciphertext_bytes
+        have = len(factors) // width
+        if have == total:
+            shares = list(sizes)
+        else:
+            shares = [have * k // total for k in sizes]
+            rest = have - sum(shares)
+            for i, k in enumerate(sizes):
+                if rest == 0:
+                    break
+                if shares[i] < k:
+                    shares[i] += 1
+                    rest -= 1
+        out, at = [], 0
+        for k in shares:
+            out.append(factors[at * width : (at + k) * width])
+            at += k
+        return out
 
     # --- blocking API (for worker threads, scripts and benchmarks) ----------------------------
     def encrypt_batch_blocking(self, values: Sequence[int] | np.ndarray[Any, Any]) -> list[Any]:
@@ -350,15 +380,49 @@ class CryptoEngine:
         self._require_private()
         return await self._run(decrypt_task, self._chunks(list(ciphertexts)))
 
-    async def encrypt_packed(self, spec: PackingSpec, g: I64, h: I64) -> bytes:
-        """Pack rows of integer-form ``g``, ``h`` (``(rows,)`` or ``(rows, outputs)``) and
-        encrypt them, in one task, using stashed randomisers first; returns the ciphertexts as
-        fixed-width bytes, row by row (a row's ``spec.plaintexts_per_row`` planes in order).
+    def piece_cuts(self, rows: int, per_row: int = 1, stream_rows: int | None = None) -> list[int]:
+        """Where :meth:`encrypt_packed` cuts a chunk of ``rows`` rows of ``per_row``
+        ciphertexts each (:func:`~p2pboost.crypto.pieces.cut`): none under
+        :data:`~p2pboost.crypto.pieces.MIN_CIPHERTEXTS` ciphertexts and, given the rows of the
+        whole stream, none over ``1 / (4 W)`` of them; on a local pool also one piece per
+        worker, so that a chunk is ready in about ``1 / W`` of one task's time.
 
-        The caller decides the chunking (one task per call): a chunk of rows to stream.
+        On a Dask cluster only the bound cuts (with a floor four times larger): a task there
+        costs milliseconds of the scheduler's time, one after another, so a chunk already
+        within the bound is not spread further (a million-row tree on 8 workers stays at one
+        task per chunk; on 128 workers a 16,384-row chunk is 9 pieces, not 16).
         """
-        factors = self._take(len(g) * spec.plaintexts_per_row)
-        return cast(bytes, await self._call(encrypt_packed_task, spec, g, h, factors))
+        floor = floor_for(self._external, MIN_CIPHERTEXTS)
+        spread = 1 if on_cluster(self._external) else self.workers
+        largest = None if stream_rows is None else task_bound(stream_rows, self.workers)
+        return cut(rows, spread, minimum=-(-floor // max(1, per_row)), largest=largest)
+
+    async def encrypt_packed(
+        self, spec: PackingSpec, g: I64, h: I64, *, stream_rows: int | None = None
+    ) -> bytes:
+        """Pack rows of integer-form ``g``, ``h`` (``(rows,)`` or ``(rows, outputs)``) and
+        encrypt them, using stashed randomisers first; returns the ciphertexts as fixed-width
+        bytes, row by row (a row's ``spec.plaintexts_per_row`` planes in order).
+
+        The caller decides the chunking of its stream (a chunk of rows per call); the engine
+        cuts each chunk into pieces of whole rows (:meth:`piece_cuts`), one task each, run at
+        once and joined in order, so a chunk takes about ``1 / W`` of the time one task would.
+        ``stream_rows``: the rows of the whole stream the chunk belongs to (a tree's), so that
+        no piece holds more than ``1 / (4 W)`` of them whatever the chunk's size.
+        """
+        planes = spec.plaintexts_per_row
+        cuts = self.piece_cuts(len(g), planes, stream_rows)
+        bounds = list(itertools.pairwise(cuts)) or [(0, 0)]
+        factors = self._split_factors([(b - a) * planes for a, b in bounds])
+        if len(bounds) == 1:
+            return cast(bytes, await self._call(encrypt_packed_task, spec, g, h, factors[0]))
+        parts = await asyncio.gather(
+            *(
+                self._call(encrypt_packed_task, spec, g[a:b], h[a:b], f)
+                for (a, b), f in zip(bounds, factors, strict=True)
+            )
+        )
+        return b"".join(parts)
 
     async def open_split_infos(
         self, spec: PackingSpec, data: bytes, counts: I64

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -78,6 +79,9 @@ __all__ = [
     "GuestTrainer",
     "HostLink",
 ]
+
+#: Encryption tasks the guest keeps in flight per worker while it streams a tree's gradients.
+_PIECES_AHEAD = 4
 
 
 @dataclass
@@ -260,9 +264,13 @@ class GuestTrainer:
         h_grid: Grid,
         active: Sequence[HostLink],
     ) -> None:
-        """Pack and encrypt each chunk in one pool task (ciphertext bytes back), and send it to
+        """Pack and encrypt each chunk on the pool (ciphertext bytes back), and send it to
         every ``active`` host (none: nothing to encrypt); the loop only slices arrays and
-        wraps bytes."""
+        wraps bytes.
+
+        The engine cuts each chunk into up to one task per worker, none holding more than
+        ``1 / (4 W)`` of the tree's rows (:meth:`~p2pboost.crypto.engine.CryptoEngine.
+        encrypt_packed`), so the growing chunks the wire prefers do not leave workers idle."""
         if not active:
             return
         gi = to_fixed(gq[rows], g_grid)  # (rows, outputs)
@@ -276,23 +284,40 @@ class GuestTrainer:
 
         def encrypt(start: int, stop: int) -> asyncio.Future[bytes]:
             sl = slice(start, stop)
-            return asyncio.ensure_future(self.engine.encrypt_packed(spec, gi[sl], hi[sl]))
+            return asyncio.ensure_future(
+                self.engine.encrypt_packed(spec, gi[sl], hi[sl], stream_rows=int(rows.size))
+            )
 
-        # Two chunks per worker ahead: every worker has its next chunk queued while the loop
-        # sends, and memory stays bounded.
-        ahead = 2 * self.workers
-        pending = [encrypt(*bound) for bound in bounds[:ahead]]
+        # Pieces in flight: up to four per worker (a few chunks, each cut into up to one piece
+        # per worker), so every worker has its next piece queued while the loop sends a
+        # chunk, and the ciphertexts held ahead stay a few chunks' worth however many workers.
+        planes = spec.plaintexts_per_row
+        tasks = [len(self.engine.piece_cuts(b - a, planes, int(rows.size))) - 1 for a, b in bounds]
+        pending: deque[tuple[asyncio.Future[bytes], int]] = deque()
+        in_flight = started = 0
+
+        def fill() -> None:
+            nonlocal in_flight, started
+            while started < len(bounds) and (
+                not pending or in_flight + tasks[started] <= _PIECES_AHEAD * self.workers
+            ):
+                pending.append((encrypt(*bounds[started]), tasks[started]))
+                in_flight += tasks[started]
+                started += 1
+
         try:
-            for i, (start, _) in enumerate(bounds):
-                data = await pending.pop(0)
-                if i + ahead < len(bounds):
-                    pending.append(encrypt(*bounds[i + ahead]))
+            fill()
+            for start, _ in bounds:
+                future, count = pending.popleft()
+                data = await future
+                in_flight -= count
+                fill()  # the next pieces run while this chunk goes out
                 msg = Chunk(start, CiphertextBatch.of(pk, data))
                 await gather_or_cancel(*(send(link.grad, msg) for link in active))
         finally:
-            for fut in pending:
+            for fut, _ in pending:
                 fut.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*(fut for fut, _ in pending), return_exceptions=True)
 
 
 class _TreeRound:

@@ -18,6 +18,13 @@ Everything runs as streams: the guest blinds its set while the hosts blind their
 batch goes back the moment it is ready, so both cores of every party stay busy. The scalar
 multiplications run in a process pool (``executor``), never on the event loop.
 
+**Every worker busy.** Hashing and blinding are cut into tasks of at most ``1 / (4 W)`` of the
+set they work on (``W`` the party's workers; :mod:`p2pboost.crypto.pieces`), with a floor so
+that a task is worth its cost: a set is hashed by up to ``4 W`` tasks at once rather than by
+one, and a streamed batch (``batch`` ids on the wire, whatever their number) is blinded in
+pieces where it holds more than that share, its pieces joined before it goes on. Each stream
+keeps about two tasks per worker in flight.
+
 What each side learns: the common ids (in the guest's order) and the other side's set size.
 With several hosts, each host learns which of *its* ids are common to *all* parties. Every
 message from a peer is checked (types, sizes, counts, indices in range and unique) before use.
@@ -26,6 +33,7 @@ message from a peer is checked (types, sizes, counts, indices in range and uniqu
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import Executor
@@ -36,6 +44,7 @@ from typing import Annotated, Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.pieces import MIN_HASHES, MIN_POINTS, cut, floor_for, task_bound
 from p2pboost.crypto.psi import (
     POINT_BYTES,
     PsiKey,
@@ -102,23 +111,79 @@ def _batches(blob: bytes, batch: int) -> Iterator[bytes]:
         yield blob[start : start + step]
 
 
-async def _blinded(
-    key: PsiKey, batches: AsyncIterator[bytes], executor: Executor, inflight: int
-) -> AsyncIterator[bytes]:
-    """Blind each batch in the pool, keeping up to ``inflight`` batches in flight, and yield
-    the results in input order. An error in ``batches`` propagates at once."""
+async def _hashed(executor: Executor, items: list[str | bytes | int], workers: int) -> bytes:
+    """Hash ``items`` to points in the pool, in tasks of at most ``1 / (4 W)`` of them (and at
+    least :data:`~p2pboost.crypto.pieces.MIN_HASHES`), joined in order."""
     loop = asyncio.get_running_loop()
-    window: deque[asyncio.Future[bytes]] = deque()
+    n = len(items)
+    cuts = cut(n, workers, minimum=floor_for(executor, MIN_HASHES), largest=task_bound(n, workers))
+    parts = await gather_or_cancel(
+        *(loop.run_in_executor(executor, hash_ids, items[a:b]) for a, b in itertools.pairwise(cuts))
+    )
+    return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class _Blinding:
+    """How one stream of points is blinded: the secret, the pool, how many tasks to keep in
+    flight and the most points one task may hold."""
+
+    key: PsiKey
+    executor: Executor
+    inflight: int
+    piece: int
+    floor: int
+
+    @classmethod
+    def of(cls, key: PsiKey, executor: Executor, workers: int, total: int) -> _Blinding:
+        """For a stream of ``total`` points (a set's size) on ``workers`` workers."""
+        floor = floor_for(executor, MIN_POINTS)
+        return cls(key, executor, 2 * workers, task_bound(total, workers), floor)
+
+    def cuts(self, points: int) -> list[int]:
+        """Where a batch of ``points`` is cut: nowhere if it holds no more than :attr:`piece`
+        points (or under two floors' worth), else in near-equal pieces."""
+        # One "worker" per batch: a batch is cut only where it is too large, not to spread it
+        # (the stream keeps the other workers busy with the batches around it).
+        return cut(points, 1, minimum=self.floor, largest=self.piece)
+
+    def submit(self, blob: bytes) -> list[asyncio.Future[bytes]]:
+        """One task per piece of a batch (:meth:`cuts`)."""
+        loop = asyncio.get_running_loop()
+        cuts = self.cuts(len(blob) // POINT_BYTES)
+        return [
+            loop.run_in_executor(
+                self.executor,
+                blind_blob,
+                self.key.private_bytes,
+                blob[a * POINT_BYTES : b * POINT_BYTES],
+            )
+            for a, b in itertools.pairwise(cuts)
+        ]
+
+
+async def _blinded(how: _Blinding, batches: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Blind each batch in the pool, keeping about ``how.inflight`` tasks in flight beyond the
+    oldest batch, and yield the results in input order, one per batch. An error in
+    ``batches`` propagates at once."""
+    window: deque[list[asyncio.Future[bytes]]] = deque()
+    queued = 0
     try:
         async for blob in batches:
-            window.append(loop.run_in_executor(executor, blind_blob, key.private_bytes, blob))
-            if len(window) >= inflight:
-                yield await window.popleft()
+            window.append(how.submit(blob))
+            queued += len(window[-1])
+            while window and queued - len(window[0]) >= how.inflight:
+                data = b"".join([await part for part in window[0]])
+                queued -= len(window.popleft())
+                yield data
         while window:
-            yield await window.popleft()
+            data = b"".join([await part for part in window[0]])
+            window.popleft()
+            yield data
     finally:
-        for future in window:
-            future.cancel()
+        for futures in window:
+            for future in futures:
+                future.cancel()
 
 
 async def _iterate(blob: bytes, batch: int) -> AsyncIterator[bytes]:
@@ -196,9 +261,7 @@ async def psi_guest(
     items = _id_list(ids)
     key = PsiKey.generate()
     async with owned_executor(executor) as (pool, workers):
-        loop = asyncio.get_running_loop()
-        inflight = 2 * workers
-        points = await loop.run_in_executor(pool, hash_ids, items)
+        points = await _hashed(pool, items, workers)
         channels = {h: session.channel(h, "psi") for h in hosts}
         sizes = dict(
             zip(
@@ -211,7 +274,8 @@ async def psi_guest(
         async def broadcast_mine() -> None:
             """Blind our set once and stream each batch to every host as soon as it is ready."""
             outs = [session.channel(h, "mine") for h in hosts]
-            async for part in _blinded(key, _iterate(points, batch), pool, inflight):
+            mine = _Blinding.of(key, pool, workers, len(items))
+            async for part in _blinded(mine, _iterate(points, batch)):
                 for out in outs:
                     await out.send(part)
             for out in outs:
@@ -222,7 +286,8 @@ async def psi_guest(
             theirs_twice, mine_twice = await gather_or_cancel(
                 _collect(
                     _blinded(
-                        key, _receive_points(theirs, sizes[host], host, "host set"), pool, inflight
+                        _Blinding.of(key, pool, workers, sizes[host]),
+                        _receive_points(theirs, sizes[host], host, "host set"),
                     )
                 ),
                 _collect(_receive_points(back, len(items), host, "blinded guest set")),
@@ -264,18 +329,19 @@ async def psi_host(
     key = PsiKey.generate()
     ctl = session.channel(guest, "psi")
     async with owned_executor(executor) as (pool, workers):
-        loop = asyncio.get_running_loop()
-        inflight = 2 * workers
-        points = await loop.run_in_executor(pool, hash_ids, items)
+        points = await _hashed(pool, items, workers)
         guest_size = await _hello(ctl, len(items), guest)
         incoming, back, theirs = (session.channel(guest, n) for n in ("mine", "back", "theirs"))
         await gather_or_cancel(
             back.send_stream(
                 _blinded(
-                    key, _receive_points(incoming, guest_size, guest, "guest set"), pool, inflight
+                    _Blinding.of(key, pool, workers, guest_size),
+                    _receive_points(incoming, guest_size, guest, "guest set"),
                 )
             ),
-            theirs.send_stream(_blinded(key, _iterate(points, batch), pool, inflight)),
+            theirs.send_stream(
+                _blinded(_Blinding.of(key, pool, workers, len(items)), _iterate(points, batch))
+            ),
         )
     positions = (await recv(ctl, Positions)).positions
     if positions.size > min(len(items), guest_size):

@@ -205,6 +205,33 @@ async def test_psi_on_the_cluster_finds_the_intersection(dask_pool: ClusterPool)
     assert sorted(theirs[i] for i in h.positions) == expected
 
 
+async def test_a_chunk_is_encrypted_in_pieces_on_the_cluster(
+    dask_pool: ClusterPool, keys: Keys
+) -> None:
+    """The guest's engine on a cluster cuts a chunk where it holds more than 1/(4W) of its
+    tree, with the cluster's larger floor: 2,048 rows of a 2,048-row tree on two workers are
+    two pieces of 1,024, which decrypt to the packed rows in order; a chunk within the bound
+    stays whole."""
+    from p2pboost.crypto.additive import CiphertextBatch
+    from p2pboost.crypto.engine import CryptoEngine
+    from p2pboost.crypto.packing import PackingSpec, pack
+    from p2pboost.gbdt.fixedpoint import choose_grid
+
+    public_key, private_key = keys
+    rows = 2048
+    rng = np.random.default_rng(11)
+    g, h = rng.integers(-(2**19), 2**19, rows), rng.integers(0, 2**19, rows)
+    grid = choose_grid(np.array([2.0**20]), rows)
+    spec = PackingSpec.for_grids(rows, grid, grid, key_bits=public_key.bits)
+    engine = CryptoEngine(public_key, private_key, executor=dask_pool, workers=2)
+    assert engine.piece_cuts(rows, 1, rows) == [0, 1024, 2048]
+    assert engine.piece_cuts(1000, 1, rows) == [0, 1000]  # under the floor: one task
+    assert engine.piece_cuts(rows, 1, 100_000) == [0, rows]  # within 1/(4W) of its tree
+    data = await engine.encrypt_packed(spec, g, h, stream_rows=rows)
+    cts = CiphertextBatch.of(public_key, data).ciphertexts(public_key)
+    assert [private_key.decrypt(c) for c in cts] == pack(spec, g, h)[0]
+
+
 def test_a_lost_scheduler_fails_the_tasks_with_a_clear_error(cluster_certs: Path) -> None:
     from p2pboost.workers import local_cluster
 

@@ -318,15 +318,29 @@ def test_chunk_parts_cover_every_slot_once() -> None:
 
 
 def test_a_chunk_reaches_only_the_shards_of_the_blocks_it_spans() -> None:
-    """128 shards, a million rows: a 16,384-row chunk is 18 parts, not 128; every shard still
+    """128 shards, a million rows: a 16,384-row chunk is 20 parts, not 128; every shard still
     holds blocks from all over the sample."""
     block = k.shard_block(1_000_000, 128)
-    assert block == 976
+    assert block == 869  # 9 rounds of 128 blocks, the last block short
     parts = k.chunk_parts(30_720, bytes(16_384), 1, 128, block)
-    assert len(parts) == 18  # 16 whole blocks and a part of one at each end
+    assert len(parts) == 20  # 18 whole blocks and a part of one at each end
     assert k.shard_block(240, 2) == 15
     assert k.shard_block(10, 4) == 1
     assert k.shard_block(10**8, 2) == k.MAX_BLOCK
+
+
+@pytest.mark.parametrize(
+    ("rows", "shards"),
+    [(100_000, 8), (100_000, 7), (100_000, 64), (150_000, 16), (1_000_000, 128), (6_667, 8)],
+)
+def test_every_shard_gets_a_whole_number_of_blocks(rows: int, shards: int) -> None:
+    """The busiest shard holds at most a few rows more than the mean (the old layout: up to
+    an eighth more), within the layout's limits on a block."""
+    block = k.shard_block(rows, shards)
+    assert 1 <= block <= min(k.MAX_BLOCK, rows // (8 * shards))
+    held = np.bincount((np.arange(rows) // block) % shards, minlength=shards)
+    assert held.max() - held.min() <= block
+    assert held.max() <= rows / shards * 1.005
 
 
 def test_a_trees_fewest_rows_per_child_leaves_out_more_candidates(
