@@ -377,7 +377,6 @@ static PyObject *py_segment_products(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oy*OO", &mo, &data, &index_obj, &offsets_obj))
         return NULL;
     PyObject *result = NULL;
-    Residues rd = {0};
     mp_limb_t *t = NULL;
     int have_index = 0, have_offsets = 0;
     ModulusObject *M = as_modulus(mo);
@@ -389,8 +388,11 @@ static PyObject *py_segment_products(PyObject *self, PyObject *args)
     if (int64_buffer(offsets_obj, &offsets, "offsets") < 0)
         goto done;
     have_offsets = 1;
-    if (load_residues(M, &data, &rd, 0) < 0)
+    if (data.len % (Py_ssize_t)M->width) {
+        PyErr_SetString(PyExc_ValueError, "buffer is not a whole number of residues");
         goto done;
+    }
+    Py_ssize_t count = data.len / (Py_ssize_t)M->width;
     const int64_t *idx = index.buf, *off = offsets.buf;
     Py_ssize_t n_idx = index.len / 8, n_seg = offsets.len / 8 - 1;
     if (n_seg < 0 || off[0] != 0 || off[n_seg] != n_idx) {
@@ -403,34 +405,52 @@ static PyObject *py_segment_products(PyObject *self, PyObject *args)
             goto done;
         }
     for (Py_ssize_t k = 0; k < n_idx; k++)
-        if (idx[k] < 0 || idx[k] >= rd.count) {
+        if (idx[k] < 0 || idx[k] >= count) {
             PyErr_SetString(PyExc_ValueError, "index out of range");
             goto done;
         }
     unsigned char *out;
-    if (!(t = scratch(M, 1)) || !(result = new_output(M, n_seg, &out)))
+    if (!(t = scratch(M, 2)) || !(result = new_output(M, n_seg, &out)))
         goto done;
+    int bad = 0;
     Py_BEGIN_ALLOW_THREADS
+    /* Only the rows the index names are read (a child's rows among a shard's), each parsed
+     * and range-checked as it is used; the next few rows are prefetched, since a cell's rows
+     * lie anywhere in the buffer. */
     mp_size_t n = M->n;
-    mp_limb_t *acc = t + 3 * n;
-    for (Py_ssize_t s = 0; s < n_seg; s++) {
+    size_t w = M->width;
+    const unsigned char *base = data.buf;
+    mp_limb_t *acc = t + 3 * n, *row = t + 4 * n;
+    for (Py_ssize_t s = 0; s < n_seg && !bad; s++) {
         int64_t a = off[s], b = off[s + 1];
-        if (a == b) {
-            memset(acc, 0, sizeof(mp_limb_t) * (size_t)n);
-            acc[0] = 1;
+        memset(acc, 0, sizeof(mp_limb_t) * (size_t)n);
+        acc[0] = 1;
+        for (int64_t k = a; k < b; k++) {
+            if (k + 4 < b) {
+                const unsigned char *ahead = base + (size_t)idx[k + 4] * w;
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + w - 1);
+            }
+            mp_limb_t *x = k == a ? acc : row;
+            be_to_limbs(x, n, base + (size_t)idx[k] * w, w);
+            if (limbs_is_zero(x, n) || mpn_cmp(x, M->m, n) >= 0) {
+                bad = 1;
+                break;
+            }
+            if (k > a)
+                mont_mul(M, acc, acc, row, t, t + 2 * n);
         }
-        else {
-            memcpy(acc, rd.limbs + idx[a] * n, sizeof(mp_limb_t) * (size_t)n);
-            for (int64_t k = a + 1; k < b; k++)
-                mont_mul(M, acc, acc, rd.limbs + idx[k] * n, t, t + 2 * n);
-            /* acc = product * R^-(b-a-1): put the missing powers of R back */
+        /* acc = product * R^-(b-a-1): put the missing powers of R back */
+        if (b > a)
             times_r_power(M, acc, (uint64_t)(b - a - 1), t, t + 2 * n);
-        }
-        limbs_to_be(out + s * (Py_ssize_t)M->width, M->width, acc, n);
+        limbs_to_be(out + s * (Py_ssize_t)w, w, acc, n);
     }
     Py_END_ALLOW_THREADS
+    if (bad) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_ValueError, "ciphertext outside (0, modulus)");
+    }
 done:
-    PyMem_Free(rd.limbs);
     PyMem_Free(t);
     PyBuffer_Release(&data);
     if (have_index)
