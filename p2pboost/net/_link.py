@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -422,6 +421,7 @@ class Link:
             self._on_ack(ack)
             if not frames:
                 continue
+            size = len(message)
             last = frames[-1]
             if isinstance(last, Data) and last.external:
                 # A DATAX frame: its payload is the next message, as it is (never copied). The
@@ -435,7 +435,8 @@ class Link:
                         f"DATAX announced {last.external} bytes, the next message has"
                         f" {len(payload)}"
                     )
-                frames[-1] = dataclasses.replace(last, payload=payload, external=0)
+                frames[-1] = Data(last.seq, last.session, last.channel, last.flags, payload)
+                size += len(payload)  # what the peer holds for resending until we ack it
             expected = self._recv_seq + 1 if self._recv_seq else frames[0].seq
             for frame in frames:
                 if frame.seq != expected:
@@ -443,7 +444,7 @@ class Link:
                 expected += 1
             self._recv_seq = expected - 1
             self.frames_received += len(frames)
-            self._unacked_bytes += len(message)
+            self._unacked_bytes += size
             if self._ack_due is None:
                 self._ack_due = self.last_recv + s.ack_delay
                 self._wake.set()  # the writer may sleep until the next heart-beat: re-arm it
