@@ -13,7 +13,9 @@ stack uses the same TLS contexts (throw-away CA from :mod:`p2pboost.certs`), no 
 and one WebSocket message per payload; the node adds sessions, channels, credit flow control,
 sequence numbers and acks on top. ``bytes`` travel through the node without msgpack (its
 blob path); for comparison the table also shows a 1 MiB ``uint8`` array, which goes through
-:mod:`p2pboost.codec`.
+:mod:`p2pboost.codec`. The table also shows the minor page faults per MiB of each stack (fresh
+memory: on these machines a fault costs more than copying the page), since the allocator's
+state is shared by both stacks in this process (see :mod:`p2pboost.net._memory`).
 
 JSON keys: ``benchmark``, ``node_mb_per_s``, ``raw_websockets_mb_per_s``, ``rtt_p50_ms``,
 ``rtt_p99_ms``, ``small_msgs_per_s`` (MB = 2**20 bytes).
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import resource
 import statistics
 import tempfile
 import time
@@ -68,6 +71,11 @@ async def _raw_websockets(tls: Any, payload: bytes, count: int) -> float:
             elapsed = time.perf_counter() - start
             done.set_result(None)
     return elapsed * count / (count - 1)
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (memory touched for the first time)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 async def _settle() -> None:
@@ -184,6 +192,8 @@ def main(argv: list[str]) -> int:
         parser.error("need --mib >= 2 and --rounds >= 1")
     payload = bytes(range(256)) * (MIB // 256)
 
+    raw_faults: list[float] = []
+    node_faults: list[float] = []
     with tempfile.TemporaryDirectory(prefix="p2pboost-bench-") as tmp:
         tls = _Tls(Path(tmp))
 
@@ -193,9 +203,13 @@ def main(argv: list[str]) -> int:
             async with _NodePair(tls) as pair:
                 for r in range(args.rounds):  # alternate, so drift hits both stacks alike
                     await _settle()
+                    before = _minor_faults()
                     raw_s.append(await _raw_websockets(tls, payload, args.mib))
+                    raw_faults.append((_minor_faults() - before) / args.mib)
                     await _settle()
+                    before = _minor_faults()
                     node_s.append(await pair.bulk(payload, args.mib, f"bulk-{r}"))
+                    node_faults.append((_minor_faults() - before) / args.mib)
                 array = np.frombuffer(payload, dtype=np.uint8)
                 codec_s = []
                 for r in range(3):
@@ -223,6 +237,10 @@ def main(argv: list[str]) -> int:
         (
             "node / raw (median of round pairs)",
             statistics.median(r / n for r, n in zip(raw_s, node_s, strict=True)),
+        ),
+        (
+            "minor page faults per MiB, raw / node (median)",
+            f"{statistics.median(raw_faults):.0f} / {statistics.median(node_faults):.0f}",
         ),
         ("rtt p50 ms", rtt_p50),
         ("rtt p99 ms", rtt_p99),
