@@ -13,7 +13,8 @@ nearly every fragment and the buffers of the next one are fresh pages: each cost
 per 4 KiB when first written. Measured on this project's machines (two parties in separate
 processes over mutual TLS, 1 MiB messages): about 730 minor faults per MiB at the sender and
 250 at the receiver, which made the sender spend 2.8 ms of CPU per MiB instead of 1.0 and
-halved the throughput; with the freed buffers kept, both sides fault a few times per 100 MiB.
+halved the throughput; with the freed buffers kept, each side faults one to three times per
+MiB.
 
 :func:`retain_freed_buffers` allocates one block above the threshold and frees it. It was
 mmapped, so freeing it raises the mmap threshold to its size and the trim threshold to twice
