@@ -61,3 +61,16 @@ def test_without_it_every_fragment_faults_fresh_pages(node_federation: Path) -> 
     result = _measure(node_federation, "--keep-trimming")
     assert result["freed"] == 0
     assert result["faults_per_mib"] > 128, result
+
+
+def test_the_thresholds_only_rise_and_the_block_is_capped() -> None:
+    """Once a block is freed, a smaller one does nothing (the thresholds never fall); a huge
+    request frees :data:`MAX_RETAINED` (glibc ignores freed blocks above 32 MiB)."""
+    code = (
+        "from p2pboost.net._memory import retain_freed_buffers as r;"
+        " print(r(1 << 20), r(1 << 19), r(1 << 20), r(1 << 40), r(1 << 41))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [str(1 << 20), "0", "0", str(MAX_RETAINED), "0"]
