@@ -1,19 +1,22 @@
 """Node throughput and latency against bare ``websockets``, over loopback with mutual TLS.
 
-``python -m benchmarks transport [--mib 40 --rounds 11 --rtt-rounds 2000 --small 50000]``
+``python -m benchmarks transport [--mib 40 --rounds 21 --rtt-rounds 2000 --small 50000]``
 
 Both sides of every measurement run in this one process and event loop (so the figures
 include the work of both ends on the same core, as two co-located parties would). Bulk
 throughput is timed identically for both stacks: the sender pushes ``--mib`` messages of
 1 MiB (``bytes``) and the clock stops when the receiver's one-byte acknowledgement of the
 last one arrives. Raw and node rounds alternate ``--rounds`` times (so drift on a shared
-machine hits both alike), each after a collection and a short pause (so no run pays for the
-previous one's garbage and closing handshakes), and the medians are reported. The raw
-stack uses the same TLS contexts (throw-away CA from :mod:`p2pboost.certs`), no compression,
-and one WebSocket message per payload; the node adds sessions, channels, credit flow control,
-sequence numbers and acks on top. ``bytes`` travel through the node without msgpack (its
+machine hits both alike; which of the two goes first swaps every round), each after a
+collection and a short pause (so no run pays for the previous one's garbage and closing
+handshakes), and the medians are reported. The raw stack uses the same TLS contexts
+(throw-away CA from :mod:`p2pboost.certs`), no compression, and one WebSocket message per
+payload; the node adds sessions, channels, credit flow control, sequence numbers and acks on
+top. ``bytes`` travel through the node without msgpack (its
 blob path); for comparison the table also shows a 1 MiB ``uint8`` array, which goes through
-:mod:`p2pboost.codec`.
+:mod:`p2pboost.codec`. The table also shows the minor page faults per MiB of each stack (fresh
+memory: on these machines a fault costs more than copying the page), since the allocator's
+state is shared by both stacks in this process (see :mod:`p2pboost.net._memory`).
 
 JSON keys: ``benchmark``, ``node_mb_per_s``, ``raw_websockets_mb_per_s``, ``rtt_p50_ms``,
 ``rtt_p99_ms``, ``small_msgs_per_s`` (MB = 2**20 bytes).
@@ -25,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import resource
 import statistics
 import tempfile
 import time
@@ -68,6 +72,11 @@ async def _raw_websockets(tls: Any, payload: bytes, count: int) -> float:
             elapsed = time.perf_counter() - start
             done.set_result(None)
     return elapsed * count / (count - 1)
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far (memory touched for the first time)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 async def _settle() -> None:
@@ -176,7 +185,7 @@ class _NodePair:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks transport", description=__doc__)
     parser.add_argument("--mib", type=int, default=40, help="1 MiB messages per stack per round")
-    parser.add_argument("--rounds", type=int, default=11, help="alternating raw/node rounds")
+    parser.add_argument("--rounds", type=int, default=21, help="alternating raw/node rounds")
     parser.add_argument("--rtt-rounds", type=int, default=2000)
     parser.add_argument("--small", type=int, default=50_000, help="small messages to send")
     args = parser.parse_args(argv)
@@ -184,6 +193,8 @@ def main(argv: list[str]) -> int:
         parser.error("need --mib >= 2 and --rounds >= 1")
     payload = bytes(range(256)) * (MIB // 256)
 
+    raw_faults: list[float] = []
+    node_faults: list[float] = []
     with tempfile.TemporaryDirectory(prefix="p2pboost-bench-") as tmp:
         tls = _Tls(Path(tmp))
 
@@ -191,11 +202,27 @@ def main(argv: list[str]) -> int:
             raw_s: list[float] = []
             node_s: list[float] = []
             async with _NodePair(tls) as pair:
-                for r in range(args.rounds):  # alternate, so drift hits both stacks alike
+
+                async def raw_round(r: int) -> None:
                     await _settle()
+                    before = _minor_faults()
                     raw_s.append(await _raw_websockets(tls, payload, args.mib))
+                    raw_faults.append((_minor_faults() - before) / args.mib)
+
+                async def node_round(r: int) -> None:
                     await _settle()
+                    before = _minor_faults()
                     node_s.append(await pair.bulk(payload, args.mib, f"bulk-{r}"))
+                    node_faults.append((_minor_faults() - before) / args.mib)
+
+                for r in range(args.rounds):  # alternate, so drift hits both stacks alike
+                    # ... and swap which goes first each round, so neither always runs
+                    # right after the other (what one leaves behind, the other inherits).
+                    first, second = (
+                        (raw_round, node_round) if r % 2 == 0 else (node_round, raw_round)
+                    )
+                    await first(r)
+                    await second(r)
                 array = np.frombuffer(payload, dtype=np.uint8)
                 codec_s = []
                 for r in range(3):
@@ -223,6 +250,10 @@ def main(argv: list[str]) -> int:
         (
             "node / raw (median of round pairs)",
             statistics.median(r / n for r, n in zip(raw_s, node_s, strict=True)),
+        ),
+        (
+            "minor page faults per MiB, raw / node (median)",
+            f"{statistics.median(raw_faults):.0f} / {statistics.median(node_faults):.0f}",
         ),
         ("rtt p50 ms", rtt_p50),
         ("rtt p99 ms", rtt_p99),

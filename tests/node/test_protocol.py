@@ -211,3 +211,28 @@ async def test_datax_payload_follows_its_header_and_is_checked(
     await conn.send(b"abc")
     assert await ch.recv() == b"abc"
     await conn.close()
+
+
+async def test_heart_beats_keep_their_pace_after_traffic(
+    node_b: tuple[Node, MemoryNetwork],
+) -> None:
+    """The writer's one timer follows the heart-beat deadline as messages move it: after a
+    burst, an idle link still hears from the node every ``heartbeat_interval``."""
+    _, network = node_b
+    conn, _ = await _dial(network)
+    loop = asyncio.get_running_loop()
+    for seq in range(1, 21):  # each message the node answers moves its heart-beat deadline
+        await conn.send(encode_message(0, _data(seq, seq)))
+        await asyncio.sleep(FAST.heartbeat_interval / 10)
+    heard: list[float] = []
+    last = loop.time()
+    while len(heard) < 5:
+        ack, frames = await _next_frames(conn)
+        if not frames:
+            now = loop.time()
+            heard.append(now - last)
+            last = now
+    assert ack == 20
+    # Empty messages keep coming (delayed acks, then heart-beats), never further apart than
+    # an interval plus the loop's slack: none was lost to a timer left armed for an old time.
+    assert max(heard) <= FAST.heartbeat_interval + 0.1 * time_factor()
