@@ -427,12 +427,22 @@ def inspect_model(model: Path, as_json: bool) -> int:
 
 @cli.command("report")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=_DIR, default=Path("."), show_default=True, help="Output directory.")
-def report(model: Path, out: Path) -> int:
-    """Learning-curve and feature-importance plots (PNG) of this party's model."""
+@click.option(
+    "--out",
+    type=_DIR,
+    default=None,
+    help="Output directory (default: the model file's own directory).",
+)
+@click.option("--force", is_flag=True, help="Replace plot files that already exist.")
+def report(model: Path, out: Path | None, force: bool) -> int:
+    """Learning-curve and feature-importance plots (PNG) of this party's model.
+
+    Writes <model>_importance.png and, when the file holds an evaluation history,
+    <model>_learning_curve.png; an existing plot is replaced only with --force.
+    """
     from p2pboost.app.report import write_report
 
-    for path in write_report(model, out):
+    for path in write_report(model, out, overwrite=force):
         click.echo(str(path))
     return 0
 
