@@ -44,6 +44,21 @@ def test_relative_links_resolve(page: Path) -> None:
     assert not broken, f"{page.relative_to(ROOT)} links to missing {broken}"
 
 
+@pytest.mark.parametrize("page", _PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_tables_are_not_cut_by_blank_lines(page: Path) -> None:
+    """A blank line ends a Markdown table: rows after it render as a paragraph of pipes."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    cut = [
+        n + 1
+        for n in range(1, len(lines) - 1)
+        if not lines[n].strip()
+        and lines[n - 1].startswith("|")
+        and lines[n + 1].startswith("|")
+        and not re.match(r"^\|[-| :]+\|$", lines[n + 2] if n + 2 < len(lines) else "")
+    ]
+    assert not cut, f"{page.relative_to(ROOT)}: a blank line inside a table at line(s) {cut}"
+
+
 def _code_spans(page: Path) -> set[str]:
     """Identifiers that open a code span on a page: `Name`, `Name(...)`, `[table]`."""
     text = page.read_text(encoding="utf-8")
