@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from p2pboost.app.report import write_report
-from p2pboost.exceptions import ConfigError, ModelError
+from p2pboost.exceptions import ConfigError, InputError, ModelError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.hetero.model import GuestModel
 from tests._model_files import ModelFiles, breast, make_model_files
@@ -88,6 +88,31 @@ def test_missing_matplotlib_is_a_config_error_saying_what_to_install(
     with pytest.raises(ConfigError, match=r"pip install 'p2pboost\[report\]'"):
         write_report(files.guest, tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_an_existing_plot_is_replaced_only_with_overwrite(
+    files: ModelFiles, tmp_path: Path
+) -> None:
+    curve = tmp_path / "guest_learning_curve.png"
+    curve.write_bytes(b"kept")
+    with pytest.raises(InputError, match=r"guest_learning_curve\.png already exists.*--force"):
+        write_report(files.guest, tmp_path)
+    assert curve.read_bytes() == b"kept"
+    assert not (tmp_path / "guest_importance.png").exists()  # checked before anything is drawn
+    paths = write_report(files.guest, tmp_path, overwrite=True)
+    assert [p.name for p in paths] == ["guest_importance.png", "guest_learning_curve.png"]
+    assert_plot(curve)
+
+
+def test_the_default_directory_is_the_model_files(files: ModelFiles, tmp_path: Path) -> None:
+    model = tmp_path / "party" / "model.json"
+    model.parent.mkdir()
+    model.write_bytes(files.guest.read_bytes())
+    paths = write_report(model)
+    assert paths == [
+        model.parent / "model_importance.png",
+        model.parent / "model_learning_curve.png",
+    ]
 
 
 def test_report_on_a_file_that_is_not_a_model(tmp_path: Path) -> None:

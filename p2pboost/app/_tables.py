@@ -22,7 +22,7 @@ from p2pboost.app.config import DataConfig
 from p2pboost.exceptions import ConfigError
 from p2pboost.hetero.table_io import read_columns, read_header
 
-__all__ = ["Table", "load_table", "write_csv", "write_scores"]
+__all__ = ["Table", "check_id_column", "load_table", "write_csv", "write_scores"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -60,7 +60,8 @@ def load_table(
     """
     source = path or data.path
     header = read_header(source)
-    for column in (data.id_column, *data.features):
+    check_id_column(source, header, data.id_column)
+    for column in data.features:
         if column not in header:
             raise ConfigError(f"{source}: no column {column!r} (columns: {', '.join(header)})")
     label = data.label_column if data.label_column in header else None
@@ -75,6 +76,20 @@ def load_table(
     if np.unique(read.ids).size != read.ids.size:
         raise ConfigError(f"{source}: the id column {data.id_column!r} has duplicates")
     return Table(ids=read.ids, X=read.X, y=read.y, features=tuple(names))
+
+
+def check_id_column(source: Path, header: Sequence[str], id_column: str) -> None:
+    """A ConfigError naming the setting to change when the file has no ``id_column``.
+
+    The id column is ``id`` unless ``[data] id_column`` says otherwise; a file whose ids sit in
+    ``customer_id`` fails here on the first run, and the fix is that one setting, so the
+    message says so rather than listing the columns alone.
+    """
+    if id_column not in header:
+        raise ConfigError(
+            f"{source}: no id column {id_column!r} (columns: {', '.join(header)}); "
+            "name the column that holds the ids with [data] id_column"
+        )
 
 
 def _model_columns(source: Path, available: Sequence[str], model: Sequence[str]) -> tuple[str, ...]:

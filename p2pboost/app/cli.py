@@ -62,7 +62,19 @@ class _Command(click.Group):
             raise
 
 
-@click.group(cls=_Command, context_settings={"help_option_names": ["-h", "--help"]})
+#: Where ``--help`` sends a reader for more: pages of the docs, by their path in the source tree
+#: (the package has no hosted docs site; tests/cli checks that each page exists).
+_DOCS_EPILOG = (
+    "Guides: docs/README.md. Every command and option: docs/reference/cli.md; every key of a "
+    "party file: docs/reference/config.md (in the p2pboost source tree)."
+)
+
+
+@click.group(
+    cls=_Command,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=_DOCS_EPILOG,
+)
 @click.version_option(__version__, prog_name="p2pboost", message="%(prog)s %(version)s")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or info logs on stderr.")
 @click.option(
@@ -266,7 +278,7 @@ _CONFIG = click.option(
     "config_path",
     required=True,
     type=_FILE,
-    help="This party's TOML file (see p2pboost.app.config).",
+    help="This party's TOML file (every key: docs/reference/config.md).",
 )
 
 
@@ -427,12 +439,22 @@ def inspect_model(model: Path, as_json: bool) -> int:
 
 @cli.command("report")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=_DIR, default=Path("."), show_default=True, help="Output directory.")
-def report(model: Path, out: Path) -> int:
-    """Learning-curve and feature-importance plots (PNG) of this party's model."""
+@click.option(
+    "--out",
+    type=_DIR,
+    default=None,
+    help="Output directory (default: the model file's own directory).",
+)
+@click.option("--force", is_flag=True, help="Replace plot files that already exist.")
+def report(model: Path, out: Path | None, force: bool) -> int:
+    """Learning-curve and feature-importance plots (PNG) of this party's model.
+
+    Writes <model>_importance.png and, when the file holds an evaluation history,
+    <model>_learning_curve.png; an existing plot is replaced only with --force.
+    """
     from p2pboost.app.report import write_report
 
-    for path in write_report(model, out):
+    for path in write_report(model, out, overwrite=force):
         click.echo(str(path))
     return 0
 

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from p2pboost.app._plan import agree
 from p2pboost.app._progress import LogReporter, PartyResult, Reporter
 from p2pboost.app._recovery import explain, resume_on_restart
-from p2pboost.app._tables import Table, load_table, write_csv, write_scores
+from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected
 from p2pboost.gbdt.binning import is_sparse
@@ -496,6 +496,7 @@ def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
     """This party's features by id, from ``predict.path`` (default ``data.path``): the
     model's columns by name when it has names."""
     from p2pboost.hetero.feature_store import ArrayStore
+    from p2pboost.hetero.table_io import read_header
 
     data = run.config.data
     if data is None:
@@ -503,6 +504,7 @@ def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
     path = run.config.predict.path or data.path
     label = [data.label_column] if data.label_column else []
     features = model_features or data.features or None
+    check_id_column(path, read_header(path), data.id_column)
     return ArrayStore.from_csv(path, data.id_column, features=features, exclude=label)
 
 

@@ -47,12 +47,20 @@ _DPI = 100
 
 def write_report(
     model_path: str | os.PathLike[str],
-    out_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str] | None = None,
     *,
     feature_names: Sequence[str] | None = None,
+    overwrite: bool = False,
 ) -> list[Path]:
     """Write ``<model>_importance.png`` and, with a stored history, ``<model>_learning_curve.png``
-    into ``out_dir`` (created if needed); returns the paths written.
+    into ``out_dir`` (created if needed; by default the model file's own directory); returns
+    the paths written.
+
+    The default keeps each party's plots beside its own model: in a federation written by
+    ``p2pboost init`` every party's file is ``out-<party>/model.json``, so plots written into
+    one shared directory would all be called ``model_*.png``. A plot file that already exists
+    is never replaced silently: unless ``overwrite`` (``--force``) is given, an
+    :class:`InputError` names it before anything is drawn or written.
 
     Raises :class:`ConfigError` when matplotlib is not installed, :class:`ModelError` or
     :class:`InputError` for a file that is not a p2pboost model.
@@ -60,18 +68,34 @@ def write_report(
     figure_cls = _figure_class()
     model = load_model(model_path)
     names = feature_names_of(model, feature_names)
-    out = Path(out_dir)
+    out = Path(model_path).parent if out_dir is None else Path(out_dir)
+    stem = Path(model_path).stem
+    history = history_of(model)
+    targets = [out / f"{stem}_importance.png"]
+    if history:
+        targets.append(out / f"{stem}_learning_curve.png")
+    if not overwrite:
+        _refuse_existing(targets)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"cannot create the report directory {out}: {exc}") from None
-    stem = Path(model_path).stem
-    written = [_save(_importance_figure(figure_cls, model, names), out / f"{stem}_importance.png")]
-    history = history_of(model)
+    written = [_save(_importance_figure(figure_cls, model, names), targets[0])]
     if history:
         figure = _curve_figure(figure_cls, history, _best(model))
-        written.append(_save(figure, out / f"{stem}_learning_curve.png"))
+        written.append(_save(figure, targets[1]))
     return written
+
+
+def _refuse_existing(targets: Sequence[Path]) -> None:
+    """An InputError naming the first plot that exists (checked before any is written, so a
+    refused report leaves every file as it was)."""
+    for path in targets:
+        if path.exists():
+            raise InputError(
+                f"{path} already exists; pass --force to replace it "
+                "(overwrite=True from Python), or choose another directory with --out"
+            )
 
 
 def _figure_class() -> type[Figure]:

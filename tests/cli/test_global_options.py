@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -62,3 +63,37 @@ def test_json_mode_writes_errors_as_json_records(
     assert usage["level"] == "error"
     assert usage["message"].startswith("usage: ")
     assert "--no-such-option" in usage["message"]
+
+
+def _every_help() -> dict[str, str]:
+    """The ``--help`` text of the command and of every subcommand, by command path."""
+    import click
+
+    from p2pboost.app.cli import cli
+
+    texts: dict[str, str] = {}
+
+    def visit(command: click.Command, parent: click.Context | None, path: str) -> None:
+        with click.Context(command, info_name=path.split()[-1], parent=parent) as ctx:
+            texts[path] = command.get_help(ctx)
+            if isinstance(command, click.Group):
+                for name, sub in command.commands.items():
+                    visit(sub, ctx, f"{path} {name}")
+
+    visit(cli, None, "p2pboost")
+    return texts
+
+
+def test_help_points_to_docs_pages_that_exist() -> None:
+    """A user reading ``--help`` is sent to a page of the docs, not to a Python module."""
+    root = Path(__file__).resolve().parents[2]
+    texts = _every_help()
+    modules = {
+        path: re.findall(r"\bp2pboost\.[a-z_]+(?:\.[a-z_]+)*", " ".join(text.split()))
+        for path, text in texts.items()
+    }
+    assert not {p: m for p, m in modules.items() if m}, "--help names Python modules"
+    pages = {page for text in texts.values() for page in re.findall(r"docs/[\w/.-]+\.md", text)}
+    assert "docs/reference/config.md" in " ".join(texts["p2pboost party"].split())
+    assert {"docs/README.md", "docs/reference/cli.md"} <= pages
+    assert all((root / page).is_file() for page in pages), pages

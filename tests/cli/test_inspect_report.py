@@ -51,3 +51,42 @@ def test_report_writes_pngs(
     assert {p.name for p in written} == {"breast_importance.png", "breast_learning_curve.png"}
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_writes_beside_each_model_by_default(
+    model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As in an `init` federation: every party's file is `out-<party>/model.json`, and reports
+    run from the federation's directory must not land on one another in it."""
+    for party in ("guest", "host1"):
+        (tmp_path / f"out-{party}").mkdir()
+        (tmp_path / f"out-{party}" / "model.json").write_bytes(model.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    for party in ("guest", "host1"):
+        assert main(["report", f"out-{party}/model.json"]) == 0
+        written = [Path(line) for line in capsys.readouterr().out.splitlines()]
+        assert [p.parent for p in written] == [Path(f"out-{party}")] * 2
+    assert not list(tmp_path.glob("*.png"))
+    assert (tmp_path / "out-guest" / "model_importance.png").is_file()
+    assert (tmp_path / "out-host1" / "model_importance.png").is_file()
+
+
+def test_report_refuses_to_overwrite_without_force(
+    model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plots"
+    assert main(["report", str(model), "--out", str(out)]) == 0
+    capsys.readouterr()
+    existing = out / "breast_learning_curve.png"
+    existing.write_bytes(b"someone else's plot")
+    assert main(["report", str(model), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("p2pboost: error: ")
+    assert "breast_importance.png already exists" in err
+    assert "--force" in err
+    assert existing.read_bytes() == b"someone else's plot"  # nothing was written
+    assert main(["report", str(model), "--out", str(out), "--force"]) == 0
+    assert existing.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,7 +20,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from p2pboost.app._progress import LogReporter
 from p2pboost.app.cli import main
+from p2pboost.app.config import load_config
+from p2pboost.app.party import _Run, _store
+from p2pboost.exceptions import ConfigError
 from p2pboost.testing import time_factor
 from tests.cli.conftest import (
     COMMON,
@@ -250,6 +254,29 @@ def test_certificate_of_another_party(
     line = _one_error_line(capsys)
     assert "id is 'guest'" in line
     assert "for party 'host'" in line
+
+
+def test_a_file_without_the_id_column_names_the_setting(
+    tmp_path: Path, cert_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first run on one's own data: the ids are in another column than `id`."""
+    config = _guest_only(tmp_path, cert_root / "guest", free_port(), task="train")
+    (tmp_path / "guest.csv").write_text("customer,y,a\n1,0,0.5\n2,1,0.7\n")
+    t0 = time.monotonic()
+    assert main(["party", "--config", str(config)]) == 1
+    assert time.monotonic() - t0 < 10 * time_factor()  # before any peer is waited for
+    line = _one_error_line(capsys)
+    assert "no id column 'id' (columns: customer, y, a)" in line
+    assert "[data] id_column" in line
+
+
+def test_a_scoring_file_without_the_id_column_names_the_setting(tmp_path: Path) -> None:
+    """The host's serving store reads its file through another path; it says the same."""
+    config_path = _guest_only(tmp_path, tmp_path, free_port(), task="serve")
+    (tmp_path / "guest.csv").write_text("customer,a\n1,0.5\n")
+    run = _Run(load_config(config_path), LogReporter())
+    with pytest.raises(ConfigError, match=r"no id column 'id'.*\[data\] id_column"):
+        _store(run, None)
 
 
 def test_task_a_role_cannot_do(
