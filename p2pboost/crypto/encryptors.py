@@ -175,7 +175,6 @@ class NativeOUEncryptor:
         self.exponent_bits = public_key.exponent_bits
         self.plain_bits = public_key.plaintext_bits
         n = int(public_key.n)
-        self.n_modulus = kernels.native_modulus(n)
         t = getattr(private_key, "t", None) if private_key is not None else None
         self.t = int(t) if t else None
         if private_key is not None:

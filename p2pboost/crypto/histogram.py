@@ -2,10 +2,11 @@
 
 Adding plaintexts under Paillier is multiplying ciphertexts modulo ``n**2``, so a histogram cell
 is the product of the ciphertexts of the rows that fall into it. The work is one modular
-multiplication per row and feature, and the loop that does it is the only per-element Python
-here: rows are grouped by bin with numpy (a stable ``argsort`` of the bin column, ``bincount``
-for the group sizes), then each group is reduced by ``acc = acc * c % n2``. We measured lazy
-reduction (multiplying two or four ciphertexts before one ``% n2``): it is slower with GMP, whose
+multiplication per row and feature: rows are grouped by (feature, bin) with numpy (a stable
+``argsort`` of each bin column, ``bincount`` for the group sizes), and the products of every
+cell of a plane are one kernel call (:func:`~p2pboost.crypto.kernels.segment_products`: C
+over GMP with the native kernel, a gmpy2 loop otherwise). We measured lazy reduction
+(multiplying two or four ciphertexts before one ``% n2``): it is slower with GMP, whose
 division cost grows with the dividend, so every product is reduced at once.
 
 What the protocols need besides the plain build:
@@ -23,8 +24,8 @@ What the protocols need besides the plain build:
 * **cumulative sums** over bins (:meth:`~EncryptedHistogram.cumulative`): the left sums of every
   split candidate.
 
-A histogram holds one list of cells per *plane*: rows whose packed g/h need several plaintexts
-(many outputs) have one ciphertext per plane.
+A histogram holds one :class:`~p2pboost.crypto.residues.Residues` of cells per *plane*: rows
+whose packed g/h need several plaintexts (many outputs) have one ciphertext per plane.
 """
 
 from __future__ import annotations
