@@ -36,8 +36,13 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # compiler or GMP headers missing, or the compile failed
             self._fallback(exc)
 
-    @staticmethod
-    def _fallback(exc: Exception) -> None:
+    def copy_extensions_to_source(self) -> None:
+        # After a failed build, an older build's library must not be copied into the tree.
+        if not getattr(self, "_failed", False):
+            super().copy_extensions_to_source()
+
+    def _fallback(self, exc: Exception) -> None:
+        self._failed = True
         if _WANT in ("1", "yes", "on", "true", "required"):
             raise exc
         print(
@@ -51,7 +56,11 @@ setup(
     ext_modules=[
         Extension(
             "p2pboost.crypto._native",
-            sources=["p2pboost/crypto/_native.c"],
+            sources=[
+                f"p2pboost/crypto/_native_src/{name}.c"
+                for name in ("module", "modulus", "products", "fixed_base", "owner")
+            ],
+            depends=["p2pboost/crypto/_native_src/native.h"],
             libraries=["gmp"],
             extra_compile_args=[
                 "-O3",

@@ -271,7 +271,7 @@ def test_native_kernel_under_address_sanitizer(tmp_path: Path) -> None:
     ).stdout.strip()
     if not os.path.isabs(libasan) or not os.path.exists(libasan):
         pytest.skip("the compiler has no AddressSanitizer runtime")
-    source = Path(kernels.__file__).with_name("_native.c")
+    sources = sorted(str(p) for p in Path(kernels.__file__).with_name("_native_src").glob("*.c"))
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     out = tmp_path / f"_native{suffix}"
     include = sysconfig.get_paths()["include"]
@@ -285,7 +285,7 @@ def test_native_kernel_under_address_sanitizer(tmp_path: Path) -> None:
             "-fsanitize=address",
             "-fno-omit-frame-pointer",
             f"-I{include}",
-            str(source),
+            *sources,
             "-lgmp",
             "-o",
             str(out),

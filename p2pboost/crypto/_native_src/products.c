@@ -1,0 +1,332 @@
+/* The kernels over ciphertexts of one modulus: cell by cell products, segment products
+ * (histogram cells), prefix products (cumulative sums over bins), batched division (sibling
+ * histograms) and Horner's rule (cipher compression). */
+#include "native.h"
+
+const char mul_doc[] = "mul(modulus, a, b) -> bytes: a[i] * b[i] mod m for every i.";
+
+PyObject *py_mul(PyObject *self, PyObject *args)
+{
+    PyObject *mo;
+    Py_buffer a, b;
+    if (!PyArg_ParseTuple(args, "Oy*y*", &mo, &a, &b))
+        return NULL;
+    PyObject *result = NULL;
+    Residues ra = {0}, rb = {0};
+    mp_limb_t *t = NULL;
+    ModulusObject *M = as_modulus(mo);
+    if (!M)
+        goto done;
+    if (a.len != b.len) {
+        PyErr_SetString(PyExc_ValueError, "operands differ in length");
+        goto done;
+    }
+    if (load_residues(M, &a, &ra, 0) < 0 || load_residues(M, &b, &rb, 0) < 0)
+        goto done;
+    unsigned char *out;
+    if (!(t = scratch(M, 1)) || !(result = new_output(M, ra.count, &out)))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    mp_size_t n = M->n;
+    mp_limb_t *acc = t + 3 * n;
+    for (Py_ssize_t i = 0; i < ra.count; i++) {
+        mul_plain(M, acc, ra.limbs + i * n, rb.limbs + i * n, t, t + 2 * n);
+        limbs_to_be(out + i * (Py_ssize_t)M->width, M->width, acc, n);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(ra.limbs);
+    PyMem_Free(rb.limbs);
+    PyMem_Free(t);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return result;
+}
+
+const char segment_products_doc[] =
+             "segment_products(modulus, data, index, offsets) -> bytes: for each segment s, the\n"
+             "product mod m of data[index[k]] for offsets[s] <= k < offsets[s+1] (1 if empty).";
+
+PyObject *py_segment_products(PyObject *self, PyObject *args)
+{
+    PyObject *mo, *index_obj, *offsets_obj;
+    Py_buffer data, index, offsets;
+    if (!PyArg_ParseTuple(args, "Oy*OO", &mo, &data, &index_obj, &offsets_obj))
+        return NULL;
+    PyObject *result = NULL;
+    mp_limb_t *t = NULL;
+    int have_index = 0, have_offsets = 0;
+    ModulusObject *M = as_modulus(mo);
+    if (!M)
+        goto done;
+    if (int64_buffer(index_obj, &index, "index") < 0)
+        goto done;
+    have_index = 1;
+    if (int64_buffer(offsets_obj, &offsets, "offsets") < 0)
+        goto done;
+    have_offsets = 1;
+    if (data.len % (Py_ssize_t)M->width) {
+        PyErr_SetString(PyExc_ValueError, "buffer is not a whole number of residues");
+        goto done;
+    }
+    Py_ssize_t count = data.len / (Py_ssize_t)M->width;
+    const int64_t *idx = index.buf, *off = offsets.buf;
+    Py_ssize_t n_idx = index.len / 8, n_seg = offsets.len / 8 - 1;
+    if (n_seg < 0 || off[0] != 0 || off[n_seg] != n_idx) {
+        PyErr_SetString(PyExc_ValueError, "offsets must run from 0 to len(index)");
+        goto done;
+    }
+    for (Py_ssize_t s = 0; s < n_seg; s++)
+        if (off[s + 1] < off[s]) {
+            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
+            goto done;
+        }
+    for (Py_ssize_t k = 0; k < n_idx; k++)
+        if (idx[k] < 0 || idx[k] >= count) {
+            PyErr_SetString(PyExc_ValueError, "index out of range");
+            goto done;
+        }
+    unsigned char *out;
+    if (!(t = scratch(M, 2)) || !(result = new_output(M, n_seg, &out)))
+        goto done;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* Only the rows the index names are read (a child's rows among a shard's), each parsed
+     * and range-checked as it is used; the next few rows are prefetched, since a cell's rows
+     * lie anywhere in the buffer. */
+    mp_size_t n = M->n;
+    size_t w = M->width;
+    const unsigned char *base = data.buf;
+    mp_limb_t *acc = t + 3 * n, *row = t + 4 * n;
+    for (Py_ssize_t s = 0; s < n_seg && !bad; s++) {
+        int64_t a = off[s], b = off[s + 1];
+        memset(acc, 0, sizeof(mp_limb_t) * (size_t)n);
+        acc[0] = 1;
+        for (int64_t k = a; k < b; k++) {
+            if (k + 4 < b) {
+                const unsigned char *ahead = base + (size_t)idx[k + 4] * w;
+                __builtin_prefetch(ahead);
+                __builtin_prefetch(ahead + w - 1);
+            }
+            mp_limb_t *x = k == a ? acc : row;
+            be_to_limbs(x, n, base + (size_t)idx[k] * w, w);
+            if (limbs_is_zero(x, n) || mpn_cmp(x, M->m, n) >= 0) {
+                bad = 1;
+                break;
+            }
+            if (k > a)
+                mont_mul(M, acc, acc, row, t, t + 2 * n);
+        }
+        /* acc = product * R^-(b-a-1): put the missing powers of R back */
+        if (b > a)
+            times_r_power(M, acc, (uint64_t)(b - a - 1), t, t + 2 * n);
+        limbs_to_be(out + s * (Py_ssize_t)w, w, acc, n);
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_ValueError, "ciphertext outside (0, modulus)");
+    }
+done:
+    PyMem_Free(t);
+    PyBuffer_Release(&data);
+    if (have_index)
+        PyBuffer_Release(&index);
+    if (have_offsets)
+        PyBuffer_Release(&offsets);
+    return result;
+}
+
+const char prefix_products_doc[] =
+             "prefix_products(modulus, data, run) -> bytes: running products mod m within each\n"
+             "run of `run` consecutive residues (the cumulative sums of a histogram's bins).";
+
+PyObject *py_prefix_products(PyObject *self, PyObject *args)
+{
+    PyObject *mo;
+    Py_buffer data;
+    Py_ssize_t run;
+    if (!PyArg_ParseTuple(args, "Oy*n", &mo, &data, &run))
+        return NULL;
+    PyObject *result = NULL;
+    Residues rd = {0};
+    mp_limb_t *t = NULL;
+    ModulusObject *M = as_modulus(mo);
+    if (!M)
+        goto done;
+    if (load_residues(M, &data, &rd, 0) < 0)
+        goto done;
+    if (run <= 0 || rd.count % run) {
+        PyErr_SetString(PyExc_ValueError, "run must be positive and divide the count");
+        goto done;
+    }
+    unsigned char *out;
+    if (!(t = scratch(M, 1)) || !(result = new_output(M, rd.count, &out)))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    mp_size_t n = M->n;
+    mp_limb_t *acc = t + 3 * n;
+    for (Py_ssize_t i = 0; i < rd.count; i++) {
+        if (i % run == 0)
+            memcpy(acc, rd.limbs + i * n, sizeof(mp_limb_t) * (size_t)n);
+        else
+            mul_plain(M, acc, acc, rd.limbs + i * n, t, t + 2 * n);
+        limbs_to_be(out + i * (Py_ssize_t)M->width, M->width, acc, n);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(rd.limbs);
+    PyMem_Free(t);
+    PyBuffer_Release(&data);
+    return result;
+}
+
+const char divide_doc[] =
+             "divide(modulus, a, b) -> bytes: a[i] * b[i]^-1 mod m for every i, with one\n"
+             "inversion for the whole batch (Montgomery's trick). ValueError if some b[i] has no\n"
+             "inverse (a factor of the modulus).";
+
+PyObject *py_divide(PyObject *self, PyObject *args)
+{
+    PyObject *mo;
+    Py_buffer a, b;
+    if (!PyArg_ParseTuple(args, "Oy*y*", &mo, &a, &b))
+        return NULL;
+    PyObject *result = NULL;
+    Residues ra = {0}, rb = {0};
+    mp_limb_t *t = NULL, *prefix = NULL;
+    ModulusObject *M = as_modulus(mo);
+    if (!M)
+        goto done;
+    if (a.len != b.len) {
+        PyErr_SetString(PyExc_ValueError, "operands differ in length");
+        goto done;
+    }
+    if (load_residues(M, &a, &ra, 0) < 0 || load_residues(M, &b, &rb, 0) < 0)
+        goto done;
+    unsigned char *out;
+    mp_size_t n = M->n;
+    Py_ssize_t count = ra.count;
+    if (!(t = scratch(M, 2)) || !(result = new_output(M, count, &out)))
+        goto done;
+    if (count == 0)
+        goto done;
+    prefix = PyMem_Malloc(sizeof(mp_limb_t) * (size_t)(count * n));
+    if (!prefix) {
+        Py_CLEAR(result);
+        PyErr_NoMemory();
+        goto done;
+    }
+    int singular = 0;
+    Py_BEGIN_ALLOW_THREADS
+    mp_limb_t *inv = t + 3 * n, *x = t + 4 * n;
+    memcpy(prefix, rb.limbs, sizeof(mp_limb_t) * (size_t)n);
+    for (Py_ssize_t i = 1; i < count; i++)
+        mul_plain(M, prefix + i * n, prefix + (i - 1) * n, rb.limbs + i * n, t, t + 2 * n);
+    mpz_t z;
+    mpz_init(z);
+    mpz_import(z, (size_t)n, -1, sizeof(mp_limb_t), 0, 0, prefix + (count - 1) * n);
+    if (!mpz_invert(z, z, M->value)) {
+        singular = 1;
+    }
+    else {
+        memset(inv, 0, sizeof(mp_limb_t) * (size_t)n);
+        mpz_export(inv, NULL, -1, sizeof(mp_limb_t), 0, 0, z);
+        for (Py_ssize_t i = count - 1; i > 0; i--) {
+            mul_plain(M, x, inv, prefix + (i - 1) * n, t, t + 2 * n); /* b_i^-1 */
+            mul_plain(M, x, x, ra.limbs + i * n, t, t + 2 * n);
+            limbs_to_be(out + i * (Py_ssize_t)M->width, M->width, x, n);
+            mul_plain(M, inv, inv, rb.limbs + i * n, t, t + 2 * n);
+        }
+        mul_plain(M, x, inv, ra.limbs, t, t + 2 * n);
+        limbs_to_be(out, M->width, x, n);
+    }
+    mpz_clear(z);
+    Py_END_ALLOW_THREADS
+    if (singular) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_ValueError, "a divisor has no inverse modulo the modulus");
+    }
+done:
+    PyMem_Free(ra.limbs);
+    PyMem_Free(rb.limbs);
+    PyMem_Free(prefix);
+    PyMem_Free(t);
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return result;
+}
+
+const char horner_doc[] =
+             "horner(modulus, data, shifts, offsets) -> bytes: per group g, acc = data[first];\n"
+             "then acc = acc^(2^shifts[k]) * data[k] mod m for the group's other residues (the\n"
+             "cipher compression of SecureBoost+: shift, then add). shifts[first] is ignored.";
+
+PyObject *py_horner(PyObject *self, PyObject *args)
+{
+    PyObject *mo, *shifts_obj, *offsets_obj;
+    Py_buffer data, shifts, offsets;
+    if (!PyArg_ParseTuple(args, "Oy*OO", &mo, &data, &shifts_obj, &offsets_obj))
+        return NULL;
+    PyObject *result = NULL;
+    Residues rd = {0};
+    mp_limb_t *t = NULL;
+    int have_shifts = 0, have_offsets = 0;
+    ModulusObject *M = as_modulus(mo);
+    if (!M)
+        goto done;
+    if (int64_buffer(shifts_obj, &shifts, "shifts") < 0)
+        goto done;
+    have_shifts = 1;
+    if (int64_buffer(offsets_obj, &offsets, "offsets") < 0)
+        goto done;
+    have_offsets = 1;
+    if (load_residues(M, &data, &rd, 0) < 0)
+        goto done;
+    const int64_t *sh = shifts.buf, *off = offsets.buf;
+    Py_ssize_t n_groups = offsets.len / 8 - 1;
+    if (shifts.len / 8 != rd.count) {
+        PyErr_SetString(PyExc_ValueError, "need one shift per residue");
+        goto done;
+    }
+    if (n_groups < 0 || off[0] != 0 || off[n_groups] != rd.count) {
+        PyErr_SetString(PyExc_ValueError, "offsets must run from 0 to the count");
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < n_groups; g++)
+        if (off[g + 1] <= off[g]) {
+            PyErr_SetString(PyExc_ValueError, "every group needs at least one residue");
+            goto done;
+        }
+    for (Py_ssize_t k = 0; k < rd.count; k++)
+        if (sh[k] < 0 || sh[k] > 65536) {
+            PyErr_SetString(PyExc_ValueError, "shifts must be in [0, 65536]");
+            goto done;
+        }
+    unsigned char *out;
+    if (!(t = scratch(M, 1)) || !(result = new_output(M, n_groups, &out)))
+        goto done;
+    Py_BEGIN_ALLOW_THREADS
+    mp_size_t n = M->n;
+    mp_limb_t *acc = t + 3 * n;
+    for (Py_ssize_t g = 0; g < n_groups; g++) {
+        memcpy(acc, rd.limbs + off[g] * n, sizeof(mp_limb_t) * (size_t)n);
+        for (int64_t k = off[g] + 1; k < off[g + 1]; k++) {
+            mont_mul(M, acc, acc, M->r2, t, t + 2 * n); /* to Montgomery form */
+            for (int64_t s = 0; s < sh[k]; s++)
+                mont_mul(M, acc, acc, acc, t, t + 2 * n); /* squarings stay in that form */
+            mont_mul(M, acc, acc, rd.limbs + k * n, t, t + 2 * n); /* and leave it */
+        }
+        limbs_to_be(out + g * (Py_ssize_t)M->width, M->width, acc, n);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(rd.limbs);
+    PyMem_Free(t);
+    PyBuffer_Release(&data);
+    if (have_shifts)
+        PyBuffer_Release(&shifts);
+    if (have_offsets)
+        PyBuffer_Release(&offsets);
+    return result;
+}
