@@ -41,13 +41,18 @@ __all__ = [
     "KERNELS",
     "KERNEL_ENV",
     "active",
+    "decrypt",
     "divide",
+    "empty",
     "horner",
     "multiply",
     "native_available",
+    "native_modulus",
+    "prefer",
     "prefix_products",
     "segment_products",
     "use",
+    "values_of",
 ]
 
 #: The environment variable that picks the kernel of a process: auto, native or gmpy2.
