@@ -164,6 +164,36 @@ def _entry_bytes(mod: int) -> int:
     return 8 * -(-int(mod).bit_length() // 64)
 
 
+class _Moduli:
+    """What a native encryptor computes modulo: the ciphertext modulus ``whole``, or the key
+    owner's two coprime ``halves`` (recombined by CRT into ``width``-byte ciphertexts)."""
+
+    def __init__(self, whole: int, halves: tuple[int, int] | None, width: int) -> None:
+        self.width = width
+        if halves is None:
+            self.values = [whole]
+            self.inverse = b""
+        else:
+            a, b = halves
+            self.values = [a, b]
+            self.inverse = pow(a, -1, b).to_bytes(_entry_bytes(b), "big")
+
+    def combine(self, parts: list[bytes]) -> bytes:
+        """The ciphertexts from one residue buffer per modulus."""
+        if len(parts) == 1:
+            return parts[0]
+        m1, m2 = (kernels.native_modulus(m) for m in self.values)
+        return bytes(kernels._native.crt(parts[0], parts[1], m1, m2, self.inverse, self.width))
+
+
+def _stashed(count: int, factors: bytes, width: int) -> int:
+    """How many of ``count`` plaintexts take one of the randomisers ``factors``."""
+    k = len(factors) // width
+    if len(factors) % width or k > count:
+        raise InputError("randomisers must be whole ciphertexts, at most one per plaintext")
+    return k
+
+
 class NativeOUEncryptor:
     """``g**m h**r mod n`` with the native kernel; the key owner works modulo ``p**2`` and
     ``q`` and recombines by CRT (taking ``r mod t`` for the ``p**2`` half when the key has
@@ -174,16 +204,11 @@ class NativeOUEncryptor:
         self.width = public_key.ciphertext_bytes
         self.exponent_bits = public_key.exponent_bits
         self.plain_bits = public_key.plaintext_bits
-        n = int(public_key.n)
         t = getattr(private_key, "t", None) if private_key is not None else None
         self.t = int(t) if t else None
-        if private_key is not None:
-            p2, q = int(private_key.psquare), int(private_key.q)
-            self.moduli = [p2, q]
-            self.pinv = pow(p2, -1, q).to_bytes(_entry_bytes(q), "big")
-        else:
-            self.moduli = [n]
-            self.pinv = b""
+        halves = None if private_key is None else (int(private_key.psquare), int(private_key.q))
+        self.crt = _Moduli(int(public_key.n), halves, self.width)
+        self.moduli = self.crt.values
         bits = [self.exponent_bits] * len(self.moduli)
         if self.t is not None:
             bits[0] = self.t.bit_length()
@@ -218,12 +243,6 @@ class NativeOUEncryptor:
                 out.append(_le(rs, width))
         return out
 
-    def _combine(self, parts: list[bytes]) -> bytes:
-        if len(parts) == 1:
-            return parts[0]
-        m1, m2 = (kernels.native_modulus(m) for m in self.moduli)
-        return bytes(kernels._native.crt(parts[0], parts[1], m1, m2, self.pinv, self.width))
-
     def _products(
         self, count: int, g_exps: bytes | None, g_bits: int, r_exps: list[bytes] | None
     ) -> bytes:
@@ -239,15 +258,13 @@ class NativeOUEncryptor:
                 tables.append(self.h[k].table)
                 exps.append(r_exps[k])
             parts.append(bytes(native.fixed_base(tuple(tables), tuple(exps), count)))
-        return self._combine(parts)
+        return self.crt.combine(parts)
 
     def encrypt(self, plaintexts: Sequence[int], factors: bytes = b"") -> bytes:
         count = len(plaintexts)
         if not count:
             return b""
-        k = len(factors) // self.width
-        if len(factors) % self.width or k > count:
-            raise InputError("randomisers must be whole ciphertexts, at most one per plaintext")
+        k = _stashed(count, factors, self.width)
         out = []
         if k:
             m, bits = self._plain(plaintexts[:k])
@@ -283,13 +300,11 @@ class NativePaillierEncryptor:
         n2 = int(public_key.n2)
         self.n2_modulus = kernels.native_modulus(n2)
         self.n_be = int(public_key.n).to_bytes(self.key_bytes, "big")
-        if private_key is not None:
-            p2, q2 = int(private_key.psquare), int(private_key.qsquare)
-            self.moduli = [p2, q2]
-            self.pinv = pow(p2, -1, q2).to_bytes(_entry_bytes(q2), "big")
-        else:
-            self.moduli = [n2]
-            self.pinv = b""
+        halves = (
+            None if private_key is None else (int(private_key.psquare), int(private_key.qsquare))
+        )
+        self.crt = _Moduli(n2, halves, self.width)
+        self.moduli = self.crt.values
         budget = TABLE_MEMORY_BUDGET // len(self.moduli)
         self.hs = [
             _Tables(
@@ -308,19 +323,15 @@ class NativePaillierEncryptor:
             return b""
         rs = _le(_random_exponents(count, self.exponent_bits), -(-self.exponent_bits // 8))
         native = kernels._native
-        parts = [bytes(native.fixed_base((t.table,), (rs,), count)) for t in self.hs]
-        if len(parts) == 1:
-            return parts[0]
-        m1, m2 = (kernels.native_modulus(m) for m in self.moduli)
-        return bytes(native.crt(parts[0], parts[1], m1, m2, self.pinv, self.width))
+        return self.crt.combine(
+            [bytes(native.fixed_base((t.table,), (rs,), count)) for t in self.hs]
+        )
 
     def encrypt(self, plaintexts: Sequence[int], factors: bytes = b"") -> bytes:
         count = len(plaintexts)
         if not count:
             return b""
-        k = len(factors) // self.width
-        if len(factors) % self.width or k > count:
-            raise InputError("randomisers must be whole ciphertexts, at most one per plaintext")
+        k = _stashed(count, factors, self.width)
         n = int(self.public_key.n)
         for m in plaintexts:
             if not 0 <= m < n:
