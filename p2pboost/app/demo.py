@@ -49,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._local import LocalParties, Report
+from p2pboost.app._progress import TreeClock
 from p2pboost.app.demo_data import LabelledData, VerticalData, csv_labelled, csv_vertical
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, P2PBoostError
@@ -429,12 +430,13 @@ async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
     name = _SCHEME_NAMES[job.scheme]
     send("progress", f"training {n} trees ({job.key_bits}-bit {name} keys)...")
     t0 = time.perf_counter()
+    clock = TreeClock()
 
     def tree_done(env: CallbackEnv) -> None:
         metrics = "".join(
             f" test {m} {v:.4f}" for scores in env.evaluation.values() for m, v in scores.items()
         )
-        label = f"tree {env.iteration + 1}/{n}{metrics} ({time.perf_counter() - t0:.1f} s)"
+        label = f"tree {env.iteration + 1}/{n}{metrics} {clock.lap()}"
         send("tree", (env.iteration + 1, n, label))
 
     config = HeteroConfig(

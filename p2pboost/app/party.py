@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._plan import agree
-from p2pboost.app._progress import LogReporter, PartyResult, Reporter
+from p2pboost.app._progress import LogReporter, PartyResult, Reporter, TreeClock
 from p2pboost.app._recovery import explain, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
 from p2pboost.app.config import PartyConfig, Role, Task
@@ -247,14 +247,15 @@ async def _psi(run: _Run, node: Node) -> PartyResult:
 
 
 def _tree_callback(run: _Run) -> Any:
-    """Advance the bar after every tree, with the training metric when it is evaluated."""
-    t0 = time.perf_counter()
+    """Advance the bar after every tree, with the training metric when it is evaluated and
+    the tree's own time (the run's total beside it)."""
+    clock = TreeClock()
 
     def on_tree(env: CallbackEnv) -> None:
         label = f"tree {env.iteration + 1}/{env.n_estimators}"
         for scores in env.evaluation.values():  # one set: the training rows
             label += "".join(f" train {m} {v:.4f}" for m, v in scores.items())
-        run.reporter.step(f"{label} ({time.perf_counter() - t0:.1f} s)")
+        run.reporter.step(f"{label} {clock.lap()}")
 
     return on_tree
 
