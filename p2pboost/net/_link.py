@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,9 @@ from transports.errors import HandshakeError, TransportError
 __all__ = ["FrameSink", "Link", "LinkHooks", "LinkSettings"]
 
 logger = logging.getLogger("p2pboost.net.node")
+#: A WebSocket close the peer meant: 1000 (normal), 1001 (going away: its process ends).
+#: The transport reports it in its message only ("..., code 1000").
+_NORMAL_CLOSE = re.compile(r"closed the connection, code 100[01]\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +303,9 @@ class Link:
         else:
             if isinstance(exc, TransportError):
                 exc = self.hooks.explain(exc)
+            if _NORMAL_CLOSE.search(str(exc)):  # the peer is done: the end of a clean run
+                logger.info("%s: %r closed its connection normally", self.local_id, self.peer)
+                return
             logger.info("%s: connection to %r ended: %s", self.local_id, self.peer, exc)
 
     async def dial_forever(self, transport: Transport, spawn: Callable[..., object]) -> None:

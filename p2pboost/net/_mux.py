@@ -54,6 +54,8 @@ from p2pboost.net.config import NodeConfig
 __all__ = ["Mux", "Session"]
 
 logger = logging.getLogger("p2pboost.net.node")
+#: What the peers of a session are told when this party stopped it on purpose (cancelled).
+STOPPED = "the peer stopped its side (interrupted, stopped or timed out)"
 
 
 class Session:
@@ -125,12 +127,15 @@ class Session:
         self._release()
         self._mux._forget(self)
 
-    async def abort(self, reason: str = "aborted") -> None:
+    async def abort(self, reason: str = "aborted", *, failed: bool = True) -> None:
         """End the session on an error: peers get :class:`SessionClosed` carrying ``reason``
-        at once (unread data is dropped on both sides). Idempotent; then closes it."""
+        at once (unread data is dropped on both sides). Idempotent; then closes it.
+        ``failed=False``: this party stopped on purpose, logged as such rather than as a
+        failure (the peers' runs still end, they learn the reason)."""
         self._fail(
             SessionClosed(f"session {self.id!r} aborted locally", reason=reason),
             wire_reason=reason,
+            level=logging.WARNING if failed else logging.INFO,
         )
         await self.close()
 
@@ -145,6 +150,10 @@ class Session:
     ) -> None:
         if exc_type is None or self.state is not SessionState.OPEN:
             await self.close()
+        elif issubclass(exc_type, asyncio.CancelledError):
+            # Stopped here (Ctrl-C, SIGTERM, a task cancelled by its owner): a clean stop, not
+            # a failure; the peers learn that this party stopped, not an exception's name.
+            await self.abort(STOPPED, failed=False)
         else:
             # Tell the peers the run failed, but only the exception's type: its message may
             # hold local data that is not theirs to see.
@@ -176,6 +185,7 @@ class Session:
         *,
         notify_except: str | None = None,
         wire_reason: str | None = None,
+        level: int = logging.WARNING,
     ) -> None:
         """End the session on ``error``: wake everyone, free buffers, tell the peers why
         (``wire_reason``, default ``str(error)``: our own diagnosis of a peer's fault)."""
@@ -183,7 +193,10 @@ class Session:
             return
         self.state = SessionState.FAILED
         self.error = error
-        logger.warning("%s: session %r failed: %s", self._mux.party_id, self.id, error)
+        if level >= logging.WARNING:
+            logger.log(level, "%s: session %r failed: %s", self._mux.party_id, self.id, error)
+        else:
+            logger.log(level, "%s: session %r stopped here", self._mux.party_id, self.id)
         reason = str(error) if wire_reason is None else wire_reason
         self._tell_failed(sorted(self._peers), reason, notify_except=notify_except)
         self._release()
