@@ -293,13 +293,22 @@ def _run_party(config_path: Path, task: str | None, *, resume: bool = False) -> 
     try:
         result = asyncio.run(_stop_on_sigterm(run_party(config, reporter)))
     except KeyboardInterrupt:
-        click.echo(f"p2pboost: {config.id}: interrupted", err=True)
+        _stopped(config.id, "interrupted")
         return 130
     except asyncio.CancelledError:
-        click.echo(f"p2pboost: {config.id}: stopped (SIGTERM)", err=True)
+        _stopped(config.id, "stopped (SIGTERM)")
         return 143
     click.echo(json.dumps(result.to_dict()))
     return 0
+
+
+def _stopped(party: str, how: str) -> None:
+    """A clean stop's one line, no traceback: ``p2pboost: host: stopped (SIGTERM)``, or with
+    ``--log-format json`` a record at level info (a stop asked for is not an error)."""
+    if _console().log_format == "json":
+        logging.getLogger(f"p2pboost.{party}").info("%s", how)
+    else:
+        click.echo(f"p2pboost: {party}: {how}", err=True)
 
 
 async def _stop_on_sigterm(work: Coroutine[Any, Any, PartyResult]) -> PartyResult:

@@ -116,6 +116,8 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
         run = replace(run, executor=executor)
         try:
             async with node:
+                if node.address is not None:  # port 0 resolved: where the peers must dial
+                    run.reporter.info(f"listening on {node.address}")
                 return await resume_on_restart(
                     config, lambda c: task(replace(run, config=c), node), run.reporter.info
                 )
@@ -211,8 +213,11 @@ async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np
 
     guest = run.config.role is Role.GUEST
     peers = run.hosts if guest else [run.peer]
-    run.reporter.info(f"PSI: matching {ids.size} ids with {', '.join(peers)}...")
+    # Agreeing on the settings is the first exchange: until it returns, this party is only
+    # waiting for its peers (not started yet, or still connecting), not matching anything.
+    run.reporter.info(f"PSI: waiting for {_peer_names(run, peers)} to answer...")
     await agree(node, run.config, peers)
+    run.reporter.info(f"PSI: matching {ids.size} ids with {', '.join(peers)}...")
     t0 = time.perf_counter()
     async with node.session(f"{HETERO_SESSION}-psi", peers=peers) as session:
         if guest:
@@ -227,6 +232,14 @@ async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np
     if result.positions.size == 0:
         raise ConfigError("the parties have no sample id in common: nothing to do")
     return result.positions
+
+
+def _peer_names(run: _Run, peers: Sequence[str]) -> str:
+    """``host at wss://...`` for a peer this party dials; a peer that dials here by name."""
+    addresses = run.config.peers
+    return ", ".join(
+        f"{p} at {addresses[p]}" if addresses.get(p) else f"{p} (it connects here)" for p in peers
+    )
 
 
 def _write_intersection(run: _Run, ids: npt.NDArray[Any]) -> Path:

@@ -74,6 +74,9 @@ def test_train_predict_and_serve_over_mtls(
     assert "tree 3/3 train logloss" in g_err  # the bar's label: tree and current metric
     host_logs = [json.loads(line) for line in h_err.strip().splitlines()]
     assert all(set(r) >= {"time", "level", "logger", "message"} for r in host_logs)
+    # a clean run: nothing above info, and the guest's normal close is said to be one
+    assert {r["level"] for r in host_logs} == {"info"}, host_logs
+    assert "code 1000" not in g_err + h_err
     assert any(f"PSI: {COMMON} common ids" in r["message"] for r in host_logs)
     g_ids = [r["id"] for r in _read_csv(tmp_path / "out-guest" / "intersection.csv")]
     h_ids = [r["id"] for r in _read_csv(tmp_path / "out-host" / "intersection.csv")]
@@ -396,15 +399,39 @@ def test_homo_validation_from_the_config_files(tmp_path: Path) -> None:
 def test_sigterm_stops_a_waiting_party_cleanly(
     tmp_path: Path, cert_root: Path, vertical: tuple[Path, Path]
 ) -> None:
-    _, host_toml = party_configs(tmp_path, cert_root, port=free_port())
+    port = free_port()
+    _, host_toml = party_configs(tmp_path, cert_root, port=port)
     proc = start_cli("party", "--config", str(host_toml))
     assert proc.stderr is not None
-    wait_for_line(proc, "PSI: matching 550 ids with guest")  # up, waiting for the guest
+    wait_for_line(proc, f"listening on wss://127.0.0.1:{port}")
+    wait_for_line(proc, "PSI: waiting for guest")  # up, waiting for the guest
     proc.send_signal(signal.SIGTERM)
     code, _, err = finish(proc, timeout=30)
     assert code == 143
     assert "p2pboost: host: stopped (SIGTERM)" in err
     assert "Traceback" not in err
+    assert "CancelledError" not in err
+
+
+@pytest.mark.slow
+def test_sigterm_in_json_mode_is_a_clean_stop_record(
+    tmp_path: Path, cert_root: Path, vertical: tuple[Path, Path]
+) -> None:
+    """Under a service manager: every stderr line a JSON record, none above info, the listen
+    address among them, and the stop itself one record (it was plain text)."""
+    port = free_port()
+    _, host_toml = party_configs(tmp_path, cert_root, port=port)
+    proc = start_cli("--log-format", "json", "party", "--config", str(host_toml))
+    listening = json.loads(wait_for_line(proc, f"listening on wss://127.0.0.1:{port}"))
+    assert listening["level"] == "info"
+    waiting = json.loads(wait_for_line(proc, "PSI: waiting for guest"))
+    assert waiting["level"] == "info"
+    proc.send_signal(signal.SIGTERM)
+    code, _, err = finish(proc, timeout=30)
+    assert code == 143
+    records = [json.loads(line) for line in err.strip().splitlines()]
+    assert {r["level"] for r in records} == {"info"}, records
+    assert records[-1]["message"] == "stopped (SIGTERM)"
 
 
 @pytest.mark.slow
