@@ -95,11 +95,6 @@ class Residues:
     def of_values(cls, values: Sequence[Any], width: int) -> Residues:
         return cls(width, None, list(values))
 
-    @classmethod
-    def filled(cls, count: int, width: int, value: int = 1) -> Residues:
-        """``count`` copies of ``value`` (by default 1, the encryption of zero's neutral)."""
-        return cls(width, value.to_bytes(width, "big") * count, None)
-
     def __len__(self) -> int:
         return self.count
 
@@ -117,10 +112,6 @@ class Residues:
         return self.data == other.data
 
     __hash__ = None  # type: ignore[assignment]  # mutable caches: not hashable
-
-    @property
-    def has_bytes(self) -> bool:
-        return self._data is not None
 
     @property
     def data(self) -> bytes:
