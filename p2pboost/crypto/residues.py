@@ -14,6 +14,7 @@ ciphertext: values outside that range never reach the kernels.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -181,7 +182,5 @@ class Residues:
         """Memory the residues take in their current forms (bytes object and integers)."""
         total = len(self._data) if self._data is not None else 0
         if self._values is not None:
-            import sys
-
             total += sum(sys.getsizeof(v) for v in self._values) + 8 * len(self._values)
         return total
