@@ -31,8 +31,11 @@ logged as a warning on the ``p2pboost.transport.websocket`` logger; the server k
 One blind spot: asyncio drops the TLS alert a refusing peer sends, so a client refused during
 TLS sees only a hang-up (:meth:`WebSocketTransport.connect` then says so, and marks the error
 ``certificate_refused`` so that a caller who knows our certificate can check it for the usual
-causes), and a server whose certificate a client refused sees nothing at all; the client's
-error says why.
+causes), and a server whose certificate a client refused sees only the client hanging up in
+the middle of the handshake. The server reports that hang-up too, as the refusal it almost
+always is (two certificates from different CAs); the client's error says exactly why. Every
+refusal in the TLS handshake names the client's address; the warning for refusals from one
+address is repeated at most once a minute (the rest go to debug; ``on_error`` gets them all).
 
 A server's handler runs once per accepted connection; the connection closes when it returns.
 
@@ -44,10 +47,14 @@ for receiving), so a peer that does not read eventually makes ``send`` wait.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import http
 import logging
 import ssl
+import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
+from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -115,9 +122,23 @@ _TLS_REASONS = {
 }
 
 
+# X509 verification codes that mean "signed by a CA we do not trust" (OpenSSL's x509_vfy.h):
+# unable to get issuer certificate, self-signed certificate in the chain, unable to get local
+# issuer certificate, unable to verify the first certificate.
+_UNKNOWN_ISSUER_CODES = frozenset({2, 19, 20, 21})
+
+#: Seconds during which further TLS refusals of one client address are logged at debug level.
+REFUSAL_LOG_INTERVAL = 60.0
+
+
 def describe_tls_error(exc: BaseException) -> str:
     """A one-line explanation of an ``ssl`` error, for people."""
     if isinstance(exc, ssl.SSLCertVerificationError):
+        if exc.verify_code in _UNKNOWN_ISSUER_CODES:
+            return (
+                f"certificate rejected: {exc.verify_message} (the certificate does not come"
+                " from our CA)"
+            )
         return f"certificate rejected: {exc.verify_message}"
     if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
         return "the peer closed the connection during the TLS handshake"
@@ -127,27 +148,85 @@ def describe_tls_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _reporting_sslobject(report: ErrorHook) -> type[ssl.SSLObject]:
+def _handshake_protocol(frame: FrameType | None) -> asyncio.sslproto.SSLProtocol | None:
+    """The asyncio ``SSLProtocol`` running the handshake that called us, if it can be found.
+
+    ``SSLContext.sslobject_class`` is the only hook asyncio offers into a server's TLS
+    handshake, and the ``SSLObject`` it creates knows neither the client's address nor when
+    the client hangs up (asyncio then ends the handshake without calling the object again).
+    Both are on the ``SSLProtocol`` that calls ``do_handshake``, two frames up at most. Found by
+    type, so another event loop (or a future asyncio) gives ``None``: the refusals asyncio
+    reports to the object are still logged, without the address.
+    """
+    for _ in range(3):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, asyncio.sslproto.SSLProtocol):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
+def _reporting_sslobject(report: Callable[[str, str], None]) -> type[ssl.SSLObject]:
     """An ``SSLObject`` class that reports failed server-side TLS handshakes.
 
     asyncio fails such handshakes silently (before websockets ever sees the connection), so the
     server context uses this documented hook (``SSLContext.sslobject_class``) to tell the
-    operator that, and why, a client was refused.
+    operator that, and why, a client was refused, and from which address. ``report`` gets the
+    client's address and the reason.
     """
 
     class ReportingSSLObject(ssl.SSLObject):
+        _client = "an unknown address"
+        _calls = 0
+        _reported = False
+
         def do_handshake(self) -> None:
+            self._calls += 1
+            if self._calls == 1:
+                self._watch(_handshake_protocol(sys._getframe(1)))
             try:
                 super().do_handshake()
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 raise
             except ssl.SSLError as exc:
-                report(
-                    HandshakeError(
-                        f"refused a client in the TLS handshake: {describe_tls_error(exc)}"
-                    )
-                )
+                self._reported = True
+                report(self._client, describe_tls_error(exc))
                 raise
+
+        def _watch(self, protocol: asyncio.sslproto.SSLProtocol | None) -> None:
+            """Learn the client's address, and hear of the handshake's end from asyncio."""
+            if protocol is None:
+                return
+            try:
+                peer = protocol._get_extra_info("peername")
+                waiter: asyncio.Future[None] | None = protocol._waiter
+            except AttributeError:
+                return
+            if isinstance(peer, tuple) and len(peer) >= 2:
+                host, port = peer[:2]
+                self._client = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+            if waiter is not None:
+                waiter.add_done_callback(self._ended)
+
+        def _ended(self, waiter: asyncio.Future[None]) -> None:
+            if self._reported or waiter.cancelled():
+                return
+            exc = waiter.exception()
+            # The first call runs before any byte arrives: a client that hung up before a
+            # second one never spoke TLS (a port probe), which is no refusal worth a warning.
+            if exc is None or self._calls < 2:
+                return
+            if isinstance(exc, ConnectionAbortedError):
+                report(self._client, "the client did not finish the TLS handshake in time")
+            elif isinstance(exc, ConnectionError):
+                report(
+                    self._client,
+                    "the client hung up in the middle of the handshake, which means it does not"
+                    " trust our certificate (most often the two certificates come from"
+                    " different CAs); the client's log says why",
+                )
 
     return ReportingSSLObject
 
@@ -357,7 +436,9 @@ class WebSocketTransport(Transport):
         self._identify = peer_id_from_cert
         self._client_ssl = client_ssl
         self._server_ssl = server_ssl
-        self._server_ssl.sslobject_class = _reporting_sslobject(self._report)
+        self._server_ssl.sslobject_class = _reporting_sslobject(self._report_tls_refusal)
+        # Client address -> (when its refusal was last logged as a warning, refusals since).
+        self._refusals_logged: dict[str, tuple[float, int]] = {}
         self._client_connection = _client_connection_class(peer_id_from_cert)
         self._open_timeout = open_timeout
         self._common: dict[str, Any] = {
@@ -373,6 +454,36 @@ class WebSocketTransport(Transport):
 
     def _report(self, error: Exception) -> None:
         logger.warning("%s: %s", self.party_id, error)
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:
+                logger.exception("the on_error hook failed")
+
+    def _report_tls_refusal(self, client: str, reason: str) -> None:
+        """Report a client refused in the TLS handshake: one warning a minute per address.
+
+        A refused client usually retries (a party dials again until its reconnect timeout),
+        and one warning with the cause is what the operator needs; the repeats go to debug
+        and are counted in the next warning. ``on_error`` still receives every refusal.
+        """
+        error = HandshakeError(f"refused a TLS handshake from {client}: {reason}")
+        host = client.rsplit(":", 1)[0]
+        now = time.monotonic()
+        if len(self._refusals_logged) > 1024:  # a scan from many addresses: forget the old
+            self._refusals_logged = {
+                h: seen
+                for h, seen in self._refusals_logged.items()
+                if now - seen[0] < REFUSAL_LOG_INTERVAL
+            }
+        last, quiet = self._refusals_logged.get(host, (float("-inf"), 0))
+        if now - last < REFUSAL_LOG_INTERVAL:
+            self._refusals_logged[host] = (last, quiet + 1)
+            logger.debug("%s: %s", self.party_id, error)
+        else:
+            self._refusals_logged[host] = (now, 0)
+            since = f" ({quiet} more refusals from {host} since the last warning)" if quiet else ""
+            logger.warning("%s: %s%s", self.party_id, error, since)
         if self._on_error is not None:
             try:
                 self._on_error(error)

@@ -38,10 +38,10 @@ import numpy.typing as npt
 
 from p2pboost.app._plan import agree
 from p2pboost.app._progress import LogReporter, PartyResult, Reporter, TreeClock
-from p2pboost.app._recovery import explain, resume_on_restart
+from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
 from p2pboost.app.config import PartyConfig, Role, Task
-from p2pboost.exceptions import ConfigError, PeerDisconnected
+from p2pboost.exceptions import ConfigError, PeerDisconnected, SessionClosed
 from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import CallbackEnv
 from p2pboost.net.node import Node
@@ -111,6 +111,7 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
         return await _LOCAL_TASKS[key](run)
     node = build_node(config)
     config.workdir.mkdir(parents=True, exist_ok=True)
+    started = time.time()  # checkpoints written after this are this run's
     task = _TASKS[key]
     async with _compute(run) as executor:
         run = replace(run, executor=executor)
@@ -122,7 +123,13 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
                     config, lambda c: task(replace(run, config=c), node), run.reporter.info
                 )
         except PeerDisconnected as exc:
-            raise explain(exc, config) from exc
+            raise explain(exc, config, started) from exc
+        except SessionClosed as exc:
+            # A peer ended the session (it stopped, or failed on its side).
+            hint = resume_hint(config, started)
+            if not hint:
+                raise
+            raise SessionClosed(f"{exc}{hint}") from exc
 
 
 @contextlib.asynccontextmanager

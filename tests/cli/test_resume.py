@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from p2pboost.app._recovery import explain, resume_hint
 from p2pboost.app.config import load_config
-from p2pboost.exceptions import CheckpointError, ConfigError
+from p2pboost.exceptions import CheckpointError, ConfigError, PeerDisconnected
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.checkpoint import GuestCheckpoint
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
@@ -142,3 +143,47 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path) -> None
     (tmp_path / "hetero-guest.ckpt").write_bytes(b"p2pboost checkpoint v1\n" + b"\0" * 40)
     with pytest.raises(CheckpointError, match=r"hetero-guest\.ckpt.*corrupted"):
         GuestCheckpoint.load(tmp_path)
+
+
+def test_a_training_cut_off_by_a_peer_names_the_resume_command(
+    tmp_path: Path, cert_root: Path
+) -> None:
+    """The error that ends a party's training because its peer is gone names `--resume` when
+    this run's checkpoints hold trees, and only then (a stale file would be refused)."""
+    guest_toml, _ = party_configs(tmp_path, cert_root, port=free_port(), train=TRAIN)
+    config = load_config(guest_toml)
+    assert config.checkpoint_path is not None
+    command = f"p2pboost party --config {guest_toml} --resume"
+    gone = PeerDisconnected("host")
+    started = time.time()
+    assert command not in str(explain(gone, config, started))  # no checkpoint yet
+    config.checkpoint_path.mkdir(parents=True)
+    (config.checkpoint_path / "hetero-guest.ckpt").write_bytes(b"trees")
+    message = str(explain(gone, config, started))
+    assert "is party 'host' at wss://127.0.0.1:" in message
+    assert command in message
+    assert str(config.checkpoint_path) in message
+    # A checkpoint older than this run is an earlier training's: no hint, unless resuming.
+    assert command not in str(explain(gone, config, started + 3600))
+    assert command in str(explain(gone, config.with_resume(), started + 3600))
+    assert resume_hint(config.with_task("predict"), started) == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM])
+def test_the_survivor_of_a_crash_says_how_to_resume(
+    tmp_path: Path, cert_root: Path, stop: signal.Signals
+) -> None:
+    guest_toml, host_toml = _federation(tmp_path / "crash", cert_root)
+    for toml in (guest_toml, host_toml):  # the survivor gives up after 3 s, not 20
+        toml.write_text(
+            toml.read_text().replace("reconnect_timeout = 20.0", "reconnect_timeout = 3.0")
+        )
+    host = start_cli("party", "--config", str(host_toml))
+    guest = start_cli("party", "--config", str(guest_toml))
+    _wait_for_trees(tmp_path / "crash", 2)
+    host.send_signal(stop)
+    host.communicate(timeout=10)
+    code, _, err = finish(guest, 60)
+    assert code == 1, err
+    assert f"p2pboost party --config {guest_toml} --resume" in err, err

@@ -78,6 +78,34 @@ async def test_a_peer_certified_by_another_ca(
     assert len(info) == 1, [r.message for r in info]
 
 
+async def test_the_listening_side_logs_whom_it_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The party that waits (it listens) says, within seconds, that a dialing party was refused
+    and why, instead of waiting out its reconnect timeout in silence."""
+    caplog.set_level(logging.DEBUG, logger="p2pboost")
+    certs.init(tmp_path / "ours", ["a"])
+    certs.init(tmp_path / "theirs", ["b"])
+    async with _listening("b", tmp_path / "theirs" / "b", "a") as b:
+        assert b.address is not None
+        async with Node(
+            "a", peers={"b": b.address}, tls=tmp_path / "ours" / "a", config=CONFIG
+        ) as a:
+            await _first_error(a, "b")
+
+        def refusals() -> list[str]:
+            return [
+                r.getMessage()
+                for r in caplog.records
+                if r.levelno == logging.WARNING and "refused a TLS handshake" in r.getMessage()
+            ]
+
+        await wait_until(lambda: bool(refusals()), within=WITHIN)
+    (line,) = refusals()  # a dialed twice (two refusals end its session): one warning
+    assert line.startswith("b: refused a TLS handshake from 127.0.0.1:")
+    assert "does not trust our certificate" in line
+
+
 async def test_a_misspelled_peer_id(tmp_path: Path) -> None:
     certs.init(tmp_path, ["a", "b"])
     async with _listening("b", tmp_path / "b", "a") as b:
