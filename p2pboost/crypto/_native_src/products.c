@@ -3,6 +3,23 @@
  * histograms) and Horner's rule (cipher compression). */
 #include "native.h"
 
+/* Offsets of n segments over `total` items: from 0 to total, never decreasing (rising
+ * strictly when every segment must hold an item). 0, or -1 with ValueError set. */
+static int check_offsets(const int64_t *off, Py_ssize_t n, Py_ssize_t total, int nonempty)
+{
+    if (n < 0 || off[0] != 0 || off[n] != total) {
+        PyErr_SetString(PyExc_ValueError, "offsets must run from 0 to the number of items");
+        return -1;
+    }
+    for (Py_ssize_t s = 0; s < n; s++)
+        if (off[s + 1] < off[s] + nonempty) {
+            PyErr_SetString(PyExc_ValueError, nonempty ? "every group needs at least one residue"
+                                                       : "offsets must not decrease");
+            return -1;
+        }
+    return 0;
+}
+
 const char mul_doc[] = "mul(modulus, a, b) -> bytes: a[i] * b[i] mod m for every i.";
 
 PyObject *py_mul(PyObject *self, PyObject *args)
@@ -72,15 +89,8 @@ PyObject *py_segment_products(PyObject *self, PyObject *args)
     Py_ssize_t count = data.len / (Py_ssize_t)M->width;
     const int64_t *idx = index.buf, *off = offsets.buf;
     Py_ssize_t n_idx = index.len / 8, n_seg = offsets.len / 8 - 1;
-    if (n_seg < 0 || off[0] != 0 || off[n_seg] != n_idx) {
-        PyErr_SetString(PyExc_ValueError, "offsets must run from 0 to len(index)");
+    if (check_offsets(off, n_seg, n_idx, 0) < 0)
         goto done;
-    }
-    for (Py_ssize_t s = 0; s < n_seg; s++)
-        if (off[s + 1] < off[s]) {
-            PyErr_SetString(PyExc_ValueError, "offsets must not decrease");
-            goto done;
-        }
     for (Py_ssize_t k = 0; k < n_idx; k++)
         if (idx[k] < 0 || idx[k] >= count) {
             PyErr_SetString(PyExc_ValueError, "index out of range");
@@ -289,15 +299,8 @@ PyObject *py_horner(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "need one shift per residue");
         goto done;
     }
-    if (n_groups < 0 || off[0] != 0 || off[n_groups] != rd.count) {
-        PyErr_SetString(PyExc_ValueError, "offsets must run from 0 to the count");
+    if (check_offsets(off, n_groups, rd.count, 1) < 0)
         goto done;
-    }
-    for (Py_ssize_t g = 0; g < n_groups; g++)
-        if (off[g + 1] <= off[g]) {
-            PyErr_SetString(PyExc_ValueError, "every group needs at least one residue");
-            goto done;
-        }
     for (Py_ssize_t k = 0; k < rd.count; k++)
         if (sh[k] < 0 || sh[k] > 65536) {
             PyErr_SetString(PyExc_ValueError, "shifts must be in [0, 65536]");
