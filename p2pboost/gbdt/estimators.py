@@ -39,6 +39,7 @@ from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStopping
 from p2pboost.gbdt.names import by_name
 from p2pboost.gbdt.objectives import canonical_objective
 from p2pboost.gbdt.params import BoostParams, DPParams
+from p2pboost.gbdt.shap import booster_contributions
 
 __all__ = ["ESTIMATOR_FORMAT", "GBDTClassifier", "GBDTRegressor"]
 
@@ -348,8 +349,12 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
         p = self._booster().predict(self._X(X))
         return np.column_stack([1.0 - p, p]) if p.ndim == 1 else p
 
-    def predict(self, X: Any) -> npt.NDArray[Any]:
-        """Most probable class of each row."""
+    def predict(self, X: Any, *, pred_contribs: bool = False) -> npt.NDArray[Any]:
+        """Most probable class of each row; ``pred_contribs=True``: the exact TreeSHAP
+        contributions to the margin instead (:func:`~p2pboost.gbdt.shap.booster_contributions`,
+        XGBoost's layout and spelling)."""
+        if pred_contribs:
+            return booster_contributions(self._booster(), self._X(X))
         proba = self.predict_proba(X)
         return np.asarray(self.classes_[np.argmax(proba, axis=1)])
 
@@ -416,8 +421,11 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         self._fit_booster(params, X, self._y(y), eval_set, lambda v: v, sample_weight)
         return self
 
-    def predict(self, X: Any) -> F64:
-        """Predicted values."""
+    def predict(self, X: Any, *, pred_contribs: bool = False) -> F64:
+        """Predicted values; ``pred_contribs=True``: their TreeSHAP contributions (as the
+        classifier's)."""
+        if pred_contribs:
+            return booster_contributions(self._booster(), self._X(X))
         return self._booster().predict(self._X(X))
 
 

@@ -35,6 +35,7 @@ import numpy.typing as npt
 from p2pboost.exceptions import NotFittedError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.shap import booster_contributions
 from p2pboost.homo.client import client_train
 from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoResult, Tap
 from p2pboost.homo.server import server_train
@@ -248,9 +249,14 @@ class HomoClient(_Settings):
         """Class probabilities (binary: ``(n,)`` of class 1) or values; local only."""
         return self._model().predict(X)
 
-    def predict(self, X: Any) -> F64:
-        """Labels for classification (argmax / ``p >= 0.5``), values for regression."""
+    def predict(self, X: Any, *, pred_contribs: bool = False) -> F64:
+        """Labels for classification (argmax / ``p >= 0.5``), values for regression;
+        ``pred_contribs=True``: exact per-feature TreeSHAP contributions to the margin
+        (:func:`~p2pboost.gbdt.shap.booster_contributions`; every client holds the whole
+        model, so this is local too)."""
         model = self._model()
+        if pred_contribs:
+            return booster_contributions(model, X)
         out = model.predict(X)
         name = model.objective.name
         if name == "multi:softmax":
