@@ -29,9 +29,11 @@ def _plaintext(codes: np.ndarray, y: np.ndarray) -> tuple[list[float], list[floa
     events = Counter(int(c) for c, label in zip(codes, y, strict=True) if label == 1)
     non_events = Counter(int(c) for c, label in zip(codes, y, strict=True) if label == 0)
     total_e, total_ne = sum(events.values()), sum(non_events.values())
-    woe, terms = [], []
+    woe: list[float] = []
+    terms: list[float] = []
     for b in range(int(codes.max()) + 1):
-        e, ne = events.get(b, 0), non_events.get(b, 0)
+        e: float = events.get(b, 0)
+        ne: float = non_events.get(b, 0)
         if e + ne == 0:
             woe.append(0.0)
             terms.append(0.0)
