@@ -24,6 +24,7 @@ from p2pboost.gbdt.shap import (
     tree_contributions,
 )
 from p2pboost.gbdt.tree import Tree
+from p2pboost.homo.estimators import HomoClient
 
 
 def _data(n: int, f: int, seed: int, missing: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
@@ -234,3 +235,13 @@ def test_reason_codes_rank_by_direction_and_never_argue_the_other_way() -> None:
     np.testing.assert_array_equal(values, [[-0.2, 0.0, 0.0], [-0.4, -0.3, -0.1]])
     with pytest.raises(InputError, match="direction"):
         reason_codes(contribs, 1, direction="up")  # type: ignore[arg-type]
+
+
+def test_horizontal_client_explains_its_model_locally() -> None:
+    X, y = _data(300, 5, seed=12)
+    model = train(BoostParams(n_estimators=4, max_depth=3), X, y)
+    client = HomoClient()
+    client.model_ = model
+    np.testing.assert_array_equal(
+        client.predict(X, pred_contribs=True), booster_contributions(model, X)
+    )
