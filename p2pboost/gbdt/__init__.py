@@ -15,5 +15,9 @@ parameters, same trees), so every step is deterministic and every histogram sum 
 * :mod:`~p2pboost.gbdt.sampling`, :mod:`~p2pboost.gbdt.callbacks` - subsampling/GOSS, early
   stopping;
 * :mod:`~p2pboost.gbdt.booster` - :func:`train` and :class:`Booster` (JSON save/load);
-* :mod:`~p2pboost.gbdt.estimators` - scikit-learn-style ``GBDTClassifier``/``GBDTRegressor``.
+* :mod:`~p2pboost.gbdt.estimators` - scikit-learn-style ``GBDTClassifier``/``GBDTRegressor``;
+* :mod:`~p2pboost.gbdt.shap` - exact TreeSHAP from decisions, per feature or per group of
+  features, and reason codes;
+* :mod:`~p2pboost.gbdt.woe`, :mod:`~p2pboost.gbdt.stability` - WOE/IV and the population
+  stability index from counts per bin (what model-risk review asks for).
 """
