@@ -27,10 +27,13 @@ Two choices make one routine serve every party:
   groups as players. Grouped values are not sums of per-feature ones (the game differs), so
   they are computed, never derived.
 
-Vectorised over rows: every row visits every node of a tree (the hot child with the row, the
-cold one without it), and which path slot a player occupies depends on the tree only; just
-the "one fractions" (did the row follow this edge?) and the path weights differ by row. So one
-recursion per tree runs Algorithm 2 on whole columns of rows at once.
+Vectorised per (tree, leaf path) over rows: every row visits every node of a tree (the hot
+child with the row, the cold one without it), so the unique path at a leaf (its distinct
+players and their zero fractions) depends on the tree only; a row changes just the "one
+fractions" (did it take every edge of that player?), 0 or 1 each. With ``m`` players on a path
+there are ``2**m`` patterns: a leaf's weights are computed once per pattern, for all leaves of
+a tree at once, and each row looks its pattern up (:class:`_LeafPaths`). Deep paths with more
+patterns than rows get their weights per row instead, by the same code.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ F64 = npt.NDArray[np.float64]
 #: Rows per block are chosen so a block's (slots x leaves x outputs x rows) shares stay
 #: about this many floats (32 MB), whatever the depth.
 _CHUNK_ELEMENTS = 4_000_000
+#: Distinct players on one path at most: a row's pattern of followed slots is an int64's bits.
+_MAX_SLOTS = 62
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
 
@@ -85,9 +90,15 @@ def expected_value(tree: Tree) -> F64:
     """The tree's output ``(K,)`` averaged over its leaves with the cover fractions: the value
     of the empty coalition (XGBoost's node mean value of the root)."""
     left, right = child_fractions(tree)
+    internal = tree.internal
+    order, stack = [], [0]
+    while stack:  # pre-order from the root: a parent before its children, whatever the ids
+        nd = stack.pop()
+        if internal[nd]:
+            order.append(nd)
+            stack.extend((int(tree.left[nd]), int(tree.right[nd])))
     mean = tree.value.copy()
-    # Children always have larger ids than their parent: a reverse sweep sees them first.
-    for nd in np.flatnonzero(tree.internal)[::-1].tolist():
+    for nd in reversed(order):
         mean[nd] = left[nd] * mean[tree.left[nd]] + right[nd] * mean[tree.right[nd]]
     return np.asarray(mean[0])
 
@@ -310,6 +321,8 @@ class _LeafPaths:
                 order.setdefault(int(players[node]), len(order))
             per_leaf.append(order)
         m = max(len(o) for o in per_leaf)
+        if m > _MAX_SLOTS:  # only a hand-made tree: training caps max_depth at 30
+            raise InputError(f"a path with {m} distinct players (at most {_MAX_SLOTS})")
         n = len(leaves)
         slot_player = np.full((n, m), -1, dtype=np.int64)
         zero = np.ones((n, m))

@@ -245,3 +245,15 @@ def test_horizontal_client_explains_its_model_locally() -> None:
     np.testing.assert_array_equal(
         client.predict(X, pred_contribs=True), booster_contributions(model, X)
     )
+
+
+def test_a_model_of_single_leaves_gives_only_the_base_value() -> None:
+    X = np.ones((50, 3))
+    y = np.r_[np.zeros(25), np.ones(25)]
+    model = train(BoostParams(n_estimators=2, max_depth=3), X, y)
+    assert all(t.n_nodes == 1 for t in model.trees)
+    contribs = booster_contributions(model, X)
+    np.testing.assert_array_equal(contribs[:, :3], 0.0)
+    np.testing.assert_allclose(contribs[:, 3], _margin(model, X), rtol=0, atol=1e-12)
+    empty = booster_contributions(model, X, n_rounds=0)
+    np.testing.assert_array_equal(empty[:, 3], model.base_margin[0])
