@@ -44,6 +44,7 @@ from p2pboost.exceptions import InputError, ProtocolError, RemoteProtocolError
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, check_warm_start, node_columns
 from p2pboost.gbdt.callbacks import EarlyStopping
+from p2pboost.gbdt.constraints import FeatureConstraints, resolve_constraints
 from p2pboost.gbdt.grower import (
     ChooseSplits,
     GrowStep,
@@ -201,6 +202,10 @@ async def server_train(
         evaluation = evaluation[warm_rounds:]
     private = rounds.privacy  # a private model: the mechanisms run here, on the sums
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
+    # Constraints by position: a horizontal federation shares no feature names.
+    constraints = resolve_constraints(
+        params.monotone_constraints, params.interaction_constraints, n_features
+    )
 
     def model_so_far() -> Booster:
         return Booster(
@@ -238,6 +243,7 @@ async def server_train(
                         k_out,
                         mechanisms,
                         node_columns(params, rounds.rng, columns),
+                        constraints,
                     )
                     if objective.median_refit:
                         tree = await _refit(fed, objective, tree, params.learning_rate)
@@ -348,6 +354,7 @@ async def _grow(
     k_obj: int,
     privacy: PrivateTree | None = None,
     columns: NodeColumns | None = None,
+    constraints: FeatureConstraints | None = None,
 ) -> Tree:
     """One tree by the core's schedule, its histograms securely aggregated from the clients
     (``tree``: round, output and the round's row-sample seed; ``privacy``: a private tree's
@@ -369,7 +376,13 @@ async def _grow(
         n_rows=grid_g.max_rows,
     )
     grower = HistogramGrower(
-        params, layout.n_outputs, candidates, mapper.thresholds, privacy, columns=columns
+        params,
+        layout.n_outputs,
+        candidates,
+        mapper.thresholds,
+        privacy,
+        columns=columns,
+        constraints=constraints,
     )
     hist = layout.read(await fed.aggregate(root_request, layout.length(1)), 1, grid_g, grid_h)
     assert hist.count is not None
