@@ -59,6 +59,7 @@ __all__ = [
     "child_bounds",
     "clamped_weight",
     "gain_given_weight",
+    "has_constraints",
     "monotone_split_gains",
     "monotone_valid",
     "parse_interactions",
@@ -167,6 +168,12 @@ def parse_interactions(value: Any) -> InteractionSpec | None:
             raise InputError(f"interaction_constraints[{i}] is empty: a group needs a feature")
         groups.append(tuple(members))
     return tuple(groups) or None
+
+
+def has_constraints(monotone: MonotoneSpec | None, interactions: InteractionSpec | None) -> bool:
+    """Whether the settings constrain anything (a non-zero direction, or a group)."""
+    values = monotone.values() if isinstance(monotone, dict) else monotone or ()
+    return any(values) or bool(interactions)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

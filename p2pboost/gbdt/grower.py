@@ -35,7 +35,12 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.binning import BinnedData
-from p2pboost.gbdt.constraints import FeatureConstraints, TreeConstraints, clamped_weight
+from p2pboost.gbdt.constraints import (
+    FeatureConstraints,
+    TreeConstraints,
+    clamped_weight,
+    has_constraints,
+)
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree
@@ -239,7 +244,9 @@ class HistogramGrower:
         columns: NodeColumns | None = None,
         constraints: FeatureConstraints | None = None,
     ) -> None:
-        if constraints is None and (params.monotone_constraints or params.interaction_constraints):
+        if constraints is None and has_constraints(
+            params.monotone_constraints, params.interaction_constraints
+        ):
             raise InputError(
                 "this trainer does not apply monotone_constraints or interaction_constraints "
                 "yet; train without them"
