@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -118,7 +118,9 @@ def test_no_path_mixes_features_of_different_groups(seed: int, assignment: list[
     if not groups:
         groups = [[0]]
     X, y = _data(seed)
-    params = BoostParams(n_estimators=4, max_depth=4, max_bin=16, interaction_constraints=groups)
+    params = BoostParams(n_estimators=4, max_depth=4, max_bin=16).with_updates(
+        interaction_constraints=groups
+    )
     model = train(params, X, y)
     for tree in model.trees:
         for used in _paths(tree):
@@ -142,7 +144,7 @@ def test_both_constraints_together_and_by_name_in_a_dataframe() -> None:
         max_depth=4,
         max_bin=16,
         monotone_constraints={"income": 1, "debt": -1},
-        interaction_constraints=[["income", "debt", "age"], ["tenure", "region_score"]],
+        interaction_constraints=(("income", "debt", "age"), ("tenure", "region_score")),
     )
     by_name = train(params, frame, y)
     by_position = train(
@@ -382,7 +384,7 @@ def test_equal_to_xgboost_when_the_bins_coincide() -> None:
     X = rng.integers(0, 10, size=(1500, 5)).astype(np.float64)
     signal = 0.4 * X[:, 0] - 0.3 * X[:, 1] + np.sin(X[:, 2]) + 0.1 * X[:, 3] * X[:, 4] - 2
     y = (signal + rng.logistic(size=1500) > 0).astype(np.float64)
-    mono, groups = (1, -1, 0, 1, 0), [[0, 1, 2], [3, 4]]
+    mono, groups = (1, -1, 0, 1, 0), ((0, 1, 2), (3, 4))
     params = BoostParams(
         n_estimators=8,
         max_depth=3,
@@ -400,7 +402,7 @@ def test_equal_to_xgboost_when_the_bins_coincide() -> None:
         learning_rate=0.3,
         base_score=0.5,
         monotone_constraints="(1,-1,0,1,0)",
-        interaction_constraints=str(groups),
+        interaction_constraints=str([list(g) for g in groups]),
     ).fit(X, y)
     np.testing.assert_allclose(ours, theirs.predict(X, output_margin=True), atol=1e-5)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import InputError
-from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.noise import NoiseSource
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo.config import HomoConfig, HomoResult
@@ -41,6 +41,7 @@ async def test_constrained_homo_model_is_the_cores(
     plain = train(BoostParams(n_estimators=4, max_depth=4, max_bin=16), X, y)
     assert not same_trees(plain, core)
     for model in run.models.values():
+        assert isinstance(model, Booster), model
         np.testing.assert_array_equal(model.predict(X), core.predict(X))
 
 
