@@ -77,3 +77,15 @@ def test_named_constraints_are_refused_where_no_names_are_shared() -> None:
     ):
         with pytest.raises(InputError, match="horizontal training shares no feature names"):
             HomoConfig(params=BoostParams().with_updates(**settings)).validate()
+
+
+def test_a_party_files_train_table_passes_the_settings(tmp_path: Path) -> None:
+    import tomllib
+
+    from p2pboost.app._toml import Reader, boost_params
+
+    text = "monotone_constraints = [1, 0, -1]\ninteraction_constraints = [[0, 1], [2]]\n"
+    params = boost_params(Reader(tmp_path / "party.toml", tomllib.loads(text), "train."))
+    assert params.monotone_constraints == (1, 0, -1)
+    assert params.interaction_constraints == ((0, 1), (2,))
+    HomoConfig(params=params).validate()
