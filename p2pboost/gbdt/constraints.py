@@ -387,14 +387,49 @@ class TreeConstraints:
         self.weight = np.empty(0)
         self.used = np.zeros((0, n_feat), dtype=np.bool_)
 
-    @property
-    def monotone(self) -> bool:
-        """Whether weights are clamped (some direction is non-zero)."""
-        return self.constraints.monotone is not None
+    def add_nodes(
+        self,
+        g: F64,
+        h: F64,
+        parents: I64 | None,
+        feature: I64 | None,
+        reg_lambda: float,
+        min_child_weight: float,
+    ) -> F64:
+        """Record new nodes (ids continue from the last) of totals ``g``/``h`` ``(m, K)`` and
+        return their unscaled weights ``(m, K)``: the root (``parents`` None), or the children
+        (left, right, left, ...) of the split nodes ``parents`` ``(m / 2,)`` on the global
+        ``feature`` of each split (-1: unknown, so neither a direction nor a path feature).
+        Children's weights are clamped to their parent's bounds, their own bounds follow
+        :func:`child_bounds` (XGBoost's ``CalcWeight`` and ``AddSplit``)."""
+        m, n_feat = g.shape[0], self.used.shape[1]
+        if parents is None:
+            lower, upper = np.full(m, -np.inf), np.full(m, np.inf)
+            w = clamped_weight(g, h, lower[:, None], upper[:, None], reg_lambda, min_child_weight)
+            self._append(w[:, 0], lower, upper, np.zeros((m, n_feat), dtype=np.bool_))
+            return w
+        assert feature is not None
+        lo, hi = np.repeat(self.lower[parents], 2), np.repeat(self.upper[parents], 2)
+        w = clamped_weight(g, h, lo[:, None], hi[:, None], reg_lambda, min_child_weight)
+        mono = self.constraints.monotone
+        known = feature >= 0
+        direction = np.zeros(parents.size, dtype=np.int64)
+        if mono is not None:
+            direction[known] = mono[feature[known]]
+        left_lo, left_hi, right_lo, right_hi = child_bounds(
+            self.lower[parents], self.upper[parents], direction, w[0::2, 0], w[1::2, 0]
+        )
+        used = self.used[parents].copy()
+        used[np.flatnonzero(known), feature[known]] = True
+        self._append(
+            w[:, 0],
+            _pairs(left_lo, right_lo),
+            _pairs(left_hi, right_hi),
+            np.repeat(used, 2, axis=0),
+        )
+        return w
 
-    def add_nodes(self, weight: F64, lower: F64, upper: F64, used: B8) -> None:
-        """Record new nodes (ids continue from the last): their unscaled weights, bounds and
-        path features ``(m, F)``."""
+    def _append(self, weight: F64, lower: F64, upper: F64, used: B8) -> None:
         self.weight = np.concatenate([self.weight, weight])
         self.lower = np.concatenate([self.lower, lower])
         self.upper = np.concatenate([self.upper, upper])
@@ -414,19 +449,7 @@ class TreeConstraints:
             return None
         return allowed_features(self.used[nodes], self.constraints.groups)
 
-    def children(
-        self, nodes: I64, feature: I64, w_left: F64, w_right: F64
-    ) -> tuple[F64, F64, F64, F64, B8]:
-        """Bounds of the children of ``nodes`` split on (global) ``feature`` with clamped
-        weights ``w_left``/``w_right`` (see :func:`child_bounds`), and their path features
-        ``(m, F)``; a split on another party's feature passes ``feature`` -1 (no direction,
-        no recorded feature: only the party that knows its features can constrain them)."""
-        mono = self.constraints.monotone
-        known = feature >= 0
-        direction = np.zeros(nodes.size, dtype=np.int64)
-        if mono is not None:
-            direction[known] = mono[feature[known]]
-        bounds = child_bounds(self.lower[nodes], self.upper[nodes], direction, w_left, w_right)
-        used = self.used[nodes].copy()
-        used[np.flatnonzero(known), feature[known]] = True
-        return (*bounds, used)
+
+def _pairs(a: F64, b: F64) -> F64:
+    """``[a0, b0, a1, b1, ...]``: children in node-id order."""
+    return np.stack([a, b], axis=1).reshape(-1)

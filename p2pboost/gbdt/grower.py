@@ -35,12 +35,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.binning import BinnedData
-from p2pboost.gbdt.constraints import (
-    FeatureConstraints,
-    TreeConstraints,
-    clamped_weight,
-    has_constraints,
-)
+from p2pboost.gbdt.constraints import FeatureConstraints, TreeConstraints, has_constraints
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree
@@ -335,11 +330,14 @@ class HistogramGrower:
             else splits.owner[accept].astype(np.int64)
         )
         local = owner == LOCAL
+        # The constraint state's feature of each split (global; -1: unknown to us).
+        global_feature = (
+            np.where(local, feature, -1)
+            if splits.global_feature is None
+            else splits.global_feature[accept].astype(np.int64)
+        )
         children = self._new_nodes(
-            interleave(lg, rg),
-            interleave(lh, rh),
-            np.repeat(frontier.nodes[accept], 2),
-            np.repeat(np.where(local, feature, -1), 2),
+            interleave(lg, rg), interleave(lh, rh), frontier.nodes[accept], global_feature
         )
         left, right = children[0::2], children[1::2]
         if accept.size:
@@ -406,37 +404,17 @@ class HistogramGrower:
     ) -> I64:
         """Add nodes with totals ``g``/``h`` ``(m, K)``; their values are the leaf weights.
 
-        Children (in pairs, left then right) name their ``parents`` and the split's global
-        ``feature`` (-1: not ours); under constraints their weights are clamped to the
-        parent's bounds and their own bounds recorded (see :mod:`~p2pboost.gbdt.constraints`).
+        Children (in pairs, left then right) of the split nodes ``parents`` on the global
+        ``feature`` of each split (-1: unknown): under constraints their weights are clamped
+        to the parent's bounds and their own bounds recorded
+        (:meth:`~p2pboost.gbdt.constraints.TreeConstraints.add_nodes`).
         """
         p = self.params
         self._totals.append((g, h))
-        state = self.state
-        if state is None or not state.monotone:
-            w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
-        elif parents is None:  # the root: no bound
+        if self.state is None:
             w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
         else:
-            lo, hi = state.lower[parents][:, None], state.upper[parents][:, None]
-            w = clamped_weight(g, h, lo, hi, p.reg_lambda, p.min_child_weight)
-        if state is not None:
-            if parents is None:
-                m = g.shape[0]
-                used = np.zeros((m, state.used.shape[1]), dtype=np.bool_)
-                state.add_nodes(w[:, 0], np.full(m, -np.inf), np.full(m, np.inf), used)
-            else:
-                assert feature is not None
-                nodes, split_on = parents[0::2], feature[0::2]
-                left_lo, left_hi, right_lo, right_hi, used = state.children(
-                    nodes, split_on, w[0::2, 0], w[1::2, 0]
-                )
-                state.add_nodes(
-                    w[:, 0],
-                    interleave(left_lo, right_lo),
-                    interleave(left_hi, right_hi),
-                    interleave(used, used),
-                )
+            w = self.state.add_nodes(g, h, parents, feature, p.reg_lambda, p.min_child_weight)
         return self.tree.add_nodes(p.learning_rate * w, h.sum(axis=1))
 
 

@@ -165,6 +165,10 @@ class LayerSplits:
     left_hess: F64
     left_count: I64
     owner: I64 | None = None
+    #: Each split's feature in the global order of the constraints (None: ``feature`` where
+    #: the split is local, else unknown), for a party that knows which of another party's
+    #: features a split uses (:class:`~p2pboost.gbdt.constraints.TreeConstraints`).
+    global_feature: I64 | None = None
 
 
 def no_splits(k: int, k_out: int) -> LayerSplits:

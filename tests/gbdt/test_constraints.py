@@ -431,3 +431,30 @@ def test_auc_close_to_xgboost_on_breast_cancer(breast: tuple[np.ndarray, np.ndar
     auc = roc_auc_score(y[test_rows], ours)
     xgb_auc = roc_auc_score(y[test_rows], theirs.predict_proba(X[test_rows])[:, 1])
     assert abs(auc - xgb_auc) < 0.005, (auc, xgb_auc)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"objective": "multi:softmax", "num_class": 3, "multi_strategy": "multi_output_tree"},
+        {"colsample_bynode": 0.6, "colsample_bylevel": 0.8},
+        {"min_samples_leaf": 5, "subsample": 0.8},
+    ],
+)
+def test_interaction_groups_hold_with_vector_leaves_and_sampling(extra: dict[str, Any]) -> None:
+    X, y = _data(9)
+    if "num_class" in extra:
+        y = (np.nan_to_num(X[:, 0]) > 0).astype(np.float64) + (np.nan_to_num(X[:, 3]) > 0.5)
+    params = BoostParams().with_updates(
+        n_estimators=3,
+        max_depth=4,
+        max_bin=16,
+        monotone_constraints=None if "num_class" in extra else (1, 0, 0, 0, 0),
+        interaction_constraints=[[0, 1, 2], [3, 4]],
+        **extra,
+    )
+    model = train(params, X, y)
+    assert any(len(u) > 1 for tree in model.trees for u in _paths(tree))
+    for tree in model.trees:
+        for used in _paths(tree):
+            assert len(used) <= 1 or used <= {0, 1, 2} or used <= {3, 4}
