@@ -458,3 +458,19 @@ def test_interaction_groups_hold_with_vector_leaves_and_sampling(extra: dict[str
     for tree in model.trees:
         for used in _paths(tree):
             assert len(used) <= 1 or used <= {0, 1, 2} or used <= {3, 4}
+
+
+def test_a_grower_given_no_constraint_state_refuses_constrained_parameters() -> None:
+    """A trainer that does not apply the constraints must not drop them silently."""
+    from p2pboost.gbdt.grower import HistogramGrower
+
+    params = BoostParams(monotone_constraints=(1, 0))
+    with pytest.raises(InputError, match="does not apply monotone_constraints"):
+        HistogramGrower(params, 1, candidate_mask(np.array([4, 4]), 4), lambda f, b: f * 0.0)
+    # All-zero directions constrain nothing: accepted.
+    HistogramGrower(
+        BoostParams(monotone_constraints=(0, 0)),
+        1,
+        candidate_mask(np.array([4, 4]), 4),
+        lambda f, b: f * 0.0,
+    )
