@@ -159,6 +159,11 @@ async def server_train(
         n_features = f
     if n_features is None:
         raise ProtocolError("no client answered hello")
+    # Constraints by position (a horizontal federation shares no feature names), checked
+    # against the clients' columns before any work.
+    constraints = resolve_constraints(
+        params.monotone_constraints, params.interaction_constraints, n_features
+    )
 
     # Where the rounds start: afresh, a warm start (init_model) or a resumed run (saved).
     begin = saved.model if saved is not None else init_model
@@ -202,10 +207,6 @@ async def server_train(
         evaluation = evaluation[warm_rounds:]
     private = rounds.privacy  # a private model: the mechanisms run here, on the sums
     all_candidates = candidate_mask(mapper.n_bins, params.max_bin)
-    # Constraints by position: a horizontal federation shares no feature names.
-    constraints = resolve_constraints(
-        params.monotone_constraints, params.interaction_constraints, n_features
-    )
 
     def model_so_far() -> Booster:
         return Booster(

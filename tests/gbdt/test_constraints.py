@@ -464,13 +464,12 @@ def test_a_grower_given_no_constraint_state_refuses_constrained_parameters() -> 
     """A trainer that does not apply the constraints must not drop them silently."""
     from p2pboost.gbdt.grower import HistogramGrower
 
+    def thresholds(features: np.ndarray, bins: np.ndarray) -> np.ndarray:
+        return np.zeros(features.size)
+
     params = BoostParams(monotone_constraints=(1, 0))
     with pytest.raises(InputError, match="does not apply monotone_constraints"):
-        HistogramGrower(params, 1, candidate_mask(np.array([4, 4]), 4), lambda f, b: f * 0.0)
+        HistogramGrower(params, 1, candidate_mask(np.array([4, 4]), 4), thresholds)
     # All-zero directions constrain nothing: accepted.
-    HistogramGrower(
-        BoostParams(monotone_constraints=(0, 0)),
-        1,
-        candidate_mask(np.array([4, 4]), 4),
-        lambda f, b: f * 0.0,
-    )
+    zeros = BoostParams(monotone_constraints=(0, 0))
+    HistogramGrower(zeros, 1, candidate_mask(np.array([4, 4]), 4), thresholds)

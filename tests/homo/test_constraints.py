@@ -89,3 +89,15 @@ def test_a_party_files_train_table_passes_the_settings(tmp_path: Path) -> None:
     assert params.monotone_constraints == (1, 0, -1)
     assert params.interaction_constraints == ((0, 1), (2,))
     HomoConfig(params=params).validate()
+
+
+async def test_a_client_refuses_constraints_that_do_not_fit_its_columns(
+    breast: list[tuple[np.ndarray, np.ndarray]],
+) -> None:
+    """Checked before the client joins (the session is never used)."""
+    from p2pboost.homo.client import client_train
+
+    X, y = breast[0]
+    config = HomoConfig(params=BoostParams(monotone_constraints=(1, 0)), masking=False)
+    with pytest.raises(InputError, match="has 2 directions but the data have 30 features"):
+        await client_train(None, "server", X, y, config, identity=None, me="c1")  # type: ignore[arg-type]
