@@ -13,7 +13,7 @@ from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.noise import NoiseSource
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.homo.config import HomoConfig, HomoResult
-from tests.homo.conftest import run_homo, same_trees
+from tests.homo.conftest import bundled, run_homo, same_trees
 
 #: Breast cancer: size and concavity lower the odds of a benign tumour; groups of features.
 MONO = tuple(-1 if f in (0, 2, 7, 20, 27) else 0 for f in range(30))
@@ -43,6 +43,45 @@ async def test_constrained_homo_model_is_the_cores(
     for model in run.models.values():
         assert isinstance(model, Booster), model
         np.testing.assert_array_equal(model.predict(X), core.predict(X))
+
+
+@pytest.mark.parametrize(
+    ("files", "params"),
+    [
+        (
+            "wine",  # 13 features, 3 classes: one tree per class, each monotone
+            BoostParams(
+                objective="multi:softmax",
+                num_class=3,
+                n_estimators=2,
+                max_depth=3,
+                max_bin=16,
+                monotone_constraints=(1, -1) + (0,) * 11,
+                interaction_constraints=((0, 1, 2, 3), tuple(range(4, 13))),
+            ),
+        ),
+        (
+            "diabetes",  # 10 features, regression
+            BoostParams(
+                objective="reg:squarederror",
+                n_estimators=3,
+                max_depth=3,
+                max_bin=16,
+                monotone_constraints=(0, 0, 1, 1, 0, 0, -1, 0, 1, 0),
+            ),
+        ),
+    ],
+    ids=["multiclass", "regression"],
+)
+async def test_constrained_multiclass_and_regression_are_the_cores(
+    files: str, params: BoostParams, federation: Path
+) -> None:
+    parts, _ = bundled(files)
+    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    assert isinstance(run.result, HomoResult), run.result
+    X = np.vstack([p[0] for p in parts.values()])
+    y = np.concatenate([p[1] for p in parts.values()])
+    assert same_trees(run.result.booster, train(params, X, y))
 
 
 async def test_private_constrained_homo_model_is_the_cores(
