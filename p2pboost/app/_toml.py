@@ -110,6 +110,8 @@ def boost_params(reader: Reader) -> BoostParams:
             if not isinstance(value, Mapping):
                 raise reader.fail(name, f"expected a table [train.dp], got {kind_of(value)}")
             kwargs[name] = dict(value)
+        elif name in ("monotone_constraints", "interaction_constraints"):
+            kwargs[name] = value  # arrays or a table by name; BoostParams checks them
         elif isinstance(default, bool):
             kwargs[name] = reader.get_bool(name, default)
         elif isinstance(default, int):

@@ -24,6 +24,7 @@ from p2pboost.files import atomic_write
 from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.categories import apply_categories, fit_categories, model_categories
+from p2pboost.gbdt.constraints import resolve_constraints
 from p2pboost.gbdt.grower import DepthMask, NodeColumns, TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
@@ -398,6 +399,13 @@ def train(
             ev.margin = init_model.predict_margin_binned(ev.data)
     builder = make_builder(data, params.sparse_aware, with_counts=params.min_samples_leaf > 1)
     candidates = candidate_mask(mapper.n_bins, params.max_bin)
+    constraints = resolve_constraints(
+        params.monotone_constraints,
+        params.interaction_constraints,
+        X_arr.shape[1],
+        names,
+        list(categories or ()),
+    )
     for _ in loop:
         for task in loop.tasks(margins):
             grower = TreeGrower(
@@ -412,6 +420,7 @@ def train(
                 task.privacy,
                 features_by_depth,
                 node_columns(params, loop.rng, task.features),
+                constraints,
             )
             tree = grower.grow()
             eval_leaves = [tree.leaves_binned(ev.data) for ev in evals]

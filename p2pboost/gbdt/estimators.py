@@ -67,6 +67,8 @@ _BOOST = (
     "other_rate",
     "base_score",
     "sparse_aware",
+    "monotone_constraints",
+    "interaction_constraints",
 )
 
 
@@ -292,6 +294,8 @@ class GBDTClassifier(ClassifierMixin, _GBDTBase):
         eval_metric: str | Sequence[str] | None = None,
         verbose: bool | int = False,
         dp: DPParams | dict[str, Any] | None = None,
+        monotone_constraints: Any = None,
+        interaction_constraints: Any = None,
         multi_strategy: str = "one_output_per_tree",
     ) -> None:
         _store(self, locals())
@@ -395,6 +399,8 @@ class GBDTRegressor(RegressorMixin, _GBDTBase):
         eval_metric: str | Sequence[str] | None = None,
         verbose: bool | int = False,
         dp: DPParams | dict[str, Any] | None = None,
+        monotone_constraints: Any = None,
+        interaction_constraints: Any = None,
         objective: str = "reg:squarederror",
         huber_delta: float = 1.0,
         fair_c: float = 1.0,

@@ -27,13 +27,15 @@ construction whenever the answers (sums and choices) are the same.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.exceptions import InputError
 from p2pboost.gbdt.binning import BinnedData
+from p2pboost.gbdt.constraints import FeatureConstraints, TreeConstraints, has_constraints
 from p2pboost.gbdt.histogram import Histogram, HistogramBuilder
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree
@@ -218,6 +220,12 @@ class HistogramGrower:
     None for all) restricts what the nodes of a depth may split on: vertical training's
     layered mode (host features in the top layers, guest features below). ``columns``
     draws ``colsample_bylevel``/``colsample_bynode`` per depth and node.
+
+    ``constraints`` (monotone and interaction constraints resolved against the features,
+    :mod:`~p2pboost.gbdt.constraints`) clamp node weights to their bounds, mask candidates that
+    break a direction or an interaction group, and pass bounds down at each split; the state
+    is :attr:`state` (None without constraints). Parameters that ask for constraints without
+    ``constraints`` are refused: a trainer that does not apply them must not drop them.
     """
 
     def __init__(
@@ -229,7 +237,15 @@ class HistogramGrower:
         privacy: PrivateTree | None = None,
         features_by_depth: DepthMask | None = None,
         columns: NodeColumns | None = None,
+        constraints: FeatureConstraints | None = None,
     ) -> None:
+        if constraints is None and has_constraints(
+            params.monotone_constraints, params.interaction_constraints
+        ):
+            raise InputError(
+                "this trainer does not apply monotone_constraints or interaction_constraints "
+                "yet; train without them"
+            )
         self.params = params
         self.candidates = candidates
         self.thresholds = thresholds
@@ -238,6 +254,7 @@ class HistogramGrower:
         self.columns = columns
         self.tree = TreeBuilder(n_outputs=n_outputs)
         self._totals: list[tuple[F64, F64]] = []  # (g, h) of the nodes, in id order
+        self.state = None if constraints is None else TreeConstraints(constraints)
 
     def start(self, hist: Histogram, grad: F64, hess: F64, count: I64) -> Frontier:
         """Create the root from its histogram and totals ``(1, K)``; the first frontier."""
@@ -266,8 +283,22 @@ class HistogramGrower:
         if self.columns is not None:  # per node: (k, F, B, 2); a guest's are its first F
             nodes = self.columns.draw(frontier.nodes.size)[:, : candidates.shape[0]]
             candidates = candidates[None] & nodes[:, :, None, None]
+        allowed = None if self.state is None else self.state.features(frontier.nodes)
+        if allowed is not None:  # interaction constraints: per node, (k, F, B, 2)
+            candidates = candidates & allowed[:, : candidates.shape[-3], None, None]
+        monotone = None if self.state is None else self.state.nodes(frontier.nodes)
+        if monotone is not None:  # a guest's features are the first of the directions
+            n_feat = frontier.hist.grad.shape[1]
+            monotone = replace(monotone, direction=monotone.direction[:n_feat])
         if self.privacy is not None:
-            return self.privacy.find_splits(frontier.hist, frontier.grad, frontier.hess, candidates)
+            return self.privacy.find_splits(
+                frontier.hist,
+                frontier.grad,
+                frontier.hess,
+                candidates,
+                monotone,
+                self.params.min_child_weight,
+            )
         use_counts = self.params.min_samples_leaf > 1 and frontier.hist.count is not None
         hist = (
             frontier.hist if use_counts else Histogram(frontier.hist.grad, frontier.hist.hess, None)
@@ -279,6 +310,7 @@ class HistogramGrower:
             frontier.count if use_counts else None,
             candidates,
             self.params,
+            monotone,
         )
 
     def candidates_at(self, depth: int) -> B8:
@@ -291,10 +323,6 @@ class HistogramGrower:
         accept = accepted(splits.gain, self.params)
         lg, lh = splits.left_grad[accept], splits.left_hess[accept]
         rg, rh = frontier.grad[accept] - lg, frontier.hess[accept] - lh
-        children = self._new_nodes(interleave(lg, rg), interleave(lh, rh))
-        left, right = children[0::2], children[1::2]
-        if accept.size:
-            self.tree.depth = max(self.tree.depth, frontier.depth + 1)
         feature, threshold = splits.feature[accept], splits.threshold[accept]
         owner = (
             np.full(accept.size, LOCAL, dtype=np.int64)
@@ -302,6 +330,18 @@ class HistogramGrower:
             else splits.owner[accept].astype(np.int64)
         )
         local = owner == LOCAL
+        # The constraint state's feature of each split (global; -1: unknown to us).
+        global_feature = (
+            np.where(local, feature, -1)
+            if splits.global_feature is None
+            else splits.global_feature[accept].astype(np.int64)
+        )
+        children = self._new_nodes(
+            interleave(lg, rg), interleave(lh, rh), frontier.nodes[accept], global_feature
+        )
+        left, right = children[0::2], children[1::2]
+        if accept.size:
+            self.tree.depth = max(self.tree.depth, frontier.depth + 1)
         raw = np.full(accept.size, np.nan)
         if local.any():
             raw[local] = self.thresholds(feature[local], threshold[local])
@@ -359,11 +399,22 @@ class HistogramGrower:
         h = np.concatenate([t[1] for t in self._totals])
         return self.privacy.release(tree, g, h, self.params.learning_rate)
 
-    def _new_nodes(self, g: F64, h: F64) -> I64:
-        """Add nodes with totals ``g``/``h`` ``(m, K)``; their values are the leaf weights."""
+    def _new_nodes(
+        self, g: F64, h: F64, parents: I64 | None = None, feature: I64 | None = None
+    ) -> I64:
+        """Add nodes with totals ``g``/``h`` ``(m, K)``; their values are the leaf weights.
+
+        Children (in pairs, left then right) of the split nodes ``parents`` on the global
+        ``feature`` of each split (-1: unknown): under constraints their weights are clamped
+        to the parent's bounds and their own bounds recorded
+        (:meth:`~p2pboost.gbdt.constraints.TreeConstraints.add_nodes`).
+        """
         p = self.params
         self._totals.append((g, h))
-        w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
+        if self.state is None:
+            w = leaf_weight(g, h, p.reg_lambda, p.min_child_weight)
+        else:
+            w = self.state.add_nodes(g, h, parents, feature, p.reg_lambda, p.min_child_weight)
         return self.tree.add_nodes(p.learning_rate * w, h.sum(axis=1))
 
 
@@ -434,9 +485,17 @@ class TreeGrower(HistogramGrower):
         privacy: PrivateTree | None = None,
         features_by_depth: DepthMask | None = None,
         columns: NodeColumns | None = None,
+        constraints: FeatureConstraints | None = None,
     ) -> None:
         super().__init__(
-            params, grad.shape[1], candidates, thresholds, privacy, features_by_depth, columns
+            params,
+            grad.shape[1],
+            candidates,
+            thresholds,
+            privacy,
+            features_by_depth,
+            columns,
+            constraints,
         )
         self.data = data
         self.builder = builder

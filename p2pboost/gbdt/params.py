@@ -13,6 +13,12 @@ from enum import StrEnum
 from typing import Any
 
 from p2pboost.exceptions import InputError
+from p2pboost.gbdt.constraints import (
+    InteractionSpec,
+    MonotoneSpec,
+    parse_interactions,
+    parse_monotone,
+)
 from p2pboost.gbdt.objectives import canonical_objective
 
 __all__ = [
@@ -131,6 +137,11 @@ class BoostParams:
     ``a`` and ``b`` (used when ``goss`` is true). ``base_score`` is on the *prediction* scale
     (a probability for logistic, a mean for regression); ``None`` estimates it from the labels.
     ``dp`` (a :class:`DPParams`) trains a differentially private model instead (DPBoost).
+    ``monotone_constraints`` (-1/0/+1 per feature: a tuple by position, a mapping by feature
+    name, or XGBoost's string ``"(1,0,-1)"``) and ``interaction_constraints`` (groups of
+    feature names or positions that may share a path) are XGBoost's, see
+    :mod:`p2pboost.gbdt.constraints`; they are kept normalised (a tuple or a dict; a tuple of
+    tuples) and resolved against the features when training starts.
     """
 
     objective: str = "binary:logistic"
@@ -158,6 +169,15 @@ class BoostParams:
     tweedie_variance_power: float = 1.5
     seed: int = 0
     dp: DPParams | None = None
+    monotone_constraints: MonotoneSpec | None = None
+    interaction_constraints: InteractionSpec | None = None
+
+    def __post_init__(self) -> None:
+        # Normalised at construction, so equal settings compare (and digest) equal.
+        object.__setattr__(self, "monotone_constraints", parse_monotone(self.monotone_constraints))
+        object.__setattr__(
+            self, "interaction_constraints", parse_interactions(self.interaction_constraints)
+        )
 
     def validate(self) -> BoostParams:
         """Return ``self`` if every value is in range, else raise :class:`InputError`."""
@@ -198,6 +218,13 @@ class BoostParams:
             raise InputError("objective must be a string name")
         if self.dp is not None:
             self._validate_dp()
+        multi_output = self.multi_strategy == MultiStrategy.MULTI_OUTPUT_TREE
+        if self.monotone_constraints is not None and multi_output:
+            raise InputError(
+                "monotone_constraints need one weight per leaf: a vector leaf "
+                "(multi_strategy='multi_output_tree') has no single direction; use "
+                "multi_strategy='one_output_per_tree'"
+            )
         multi = canonical_objective(self.objective) == "multi:softmax"
         if multi and self.num_class < 2:
             raise InputError("multi:softmax needs num_class >= 2")
@@ -262,6 +289,12 @@ class BoostParams:
         out = asdict(self)
         out["multi_strategy"] = MultiStrategy(self.multi_strategy).value
         out["dp"] = None if self.dp is None else self.dp.to_dict()
+        mono = self.monotone_constraints
+        out["monotone_constraints"] = (
+            None if mono is None else dict(mono) if isinstance(mono, dict) else list(mono)
+        )
+        groups = self.interaction_constraints
+        out["interaction_constraints"] = None if groups is None else [list(g) for g in groups]
         return out
 
 

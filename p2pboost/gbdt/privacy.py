@@ -89,6 +89,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
+from p2pboost.gbdt.constraints import MonotoneNodes, clamped_weight, monotone_valid
 from p2pboost.gbdt.fixedpoint import Grid
 from p2pboost.gbdt.histogram import Histogram
 from p2pboost.gbdt.noise import (
@@ -112,6 +113,7 @@ __all__ = [
     "TreeRows",
     "check_private_labels",
     "clip_on_grid",
+    "constrained_scores",
     "gain_sensitivity",
     "grad_bound",
     "privacy_record",
@@ -385,6 +387,30 @@ def split_scores(gl: F64, hl: F64, g: F64, h: F64, reg_lambda: float) -> F64:
     return np.asarray((left + right)[..., 0])
 
 
+def constrained_scores(
+    scores: F64,
+    gl: F64,
+    hl: F64,
+    node_grad: F64,
+    node_hess: F64,
+    feature: I64,
+    monotone: MonotoneNodes,
+    reg_lambda: float,
+    min_child_weight: float,
+) -> F64:
+    """``scores`` ``(k, C)`` with ``-inf`` where a candidate (left sums ``gl``/``hl``
+    ``(k, C)`` of nodes with totals ``(k,)``, on ``feature`` ``(C,)``) breaks its feature's
+    monotone direction: the exponential mechanism then draws among the valid ones only. The
+    validity test reads the noiseless sums, as the split scores do."""
+    lo, hi = monotone.lower[:, None], monotone.upper[:, None]
+    wl = clamped_weight(gl, hl, lo, hi, reg_lambda, min_child_weight)
+    wr = clamped_weight(
+        node_grad[:, None] - gl, node_hess[:, None] - hl, lo, hi, reg_lambda, min_child_weight
+    )
+    ok = monotone_valid(wl, wr, monotone.direction[feature][None, :])
+    return np.asarray(np.where(ok, scores, -np.inf))
+
+
 class PrivateTree:
     """The mechanisms of one tree: split choice (the grower's split-choice hook) and the
     noisy leaves of the released tree."""
@@ -433,11 +459,39 @@ class PrivateTree:
         return scores, gl_c, hl_c, where.astype(np.int64)
 
     def find_splits(
-        self, hist: Histogram, node_grad: F64, node_hess: F64, candidates: B8
+        self,
+        hist: Histogram,
+        node_grad: F64,
+        node_hess: F64,
+        candidates: B8,
+        monotone: MonotoneNodes | None = None,
+        min_child_weight: float = 0.0,
     ) -> LayerSplits:
-        """The core's answer to the split-choice step (see :meth:`layer_scores`)."""
+        """The core's answer to the split-choice step (see :meth:`layer_scores`).
+
+        Constraints (:mod:`~p2pboost.gbdt.constraints`) restrict what the mechanism draws
+        among: per-node ``candidates`` ``(k, F, B-1, 2)`` (interaction groups) and, with
+        ``monotone``, the candidates whose clamped children weights respect their feature's
+        direction (:func:`constrained_scores`); the scores of the others are ``-inf``.
+        """
         k, n_feat, n_slots, _ = hist.grad.shape
-        scores, gl, hl, where = self.layer_scores(hist, node_grad, node_hess, candidates)
+        grid = np.asarray(candidates.any(axis=0)) if candidates.ndim == 4 else candidates
+        scores, gl, hl, where = self.layer_scores(hist, node_grad, node_hess, grid)
+        if candidates.ndim == 4:
+            scores = np.where(candidates.reshape(k, -1)[:, where], scores, -np.inf)
+        if monotone is not None:
+            feature = where // ((n_slots - 1) * 2)
+            scores = constrained_scores(
+                scores,
+                gl,
+                hl,
+                node_grad[:, 0],
+                node_hess[:, 0],
+                feature,
+                monotone,
+                self.reg_lambda,
+                min_child_weight,
+            )
         best = self.choose(scores)
         pick = np.maximum(best, 0)
         flat = where[pick] if where.size else np.zeros(k, dtype=np.int64)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.gbdt.constraints import MonotoneNodes, monotone_split_gains
 from p2pboost.gbdt.histogram import Histogram
 from p2pboost.gbdt.params import BoostParams
 
@@ -164,6 +165,10 @@ class LayerSplits:
     left_hess: F64
     left_count: I64
     owner: I64 | None = None
+    #: Each split's feature in the global order of the constraints (None: ``feature`` where
+    #: the split is local, else unknown), for a party that knows which of another party's
+    #: features a split uses (:class:`~p2pboost.gbdt.constraints.TreeConstraints`).
+    global_feature: I64 | None = None
 
 
 def no_splits(k: int, k_out: int) -> LayerSplits:
@@ -186,13 +191,16 @@ def find_best_splits(
     node_count: I64 | None,
     candidates: B8,
     params: BoostParams,
+    monotone: MonotoneNodes | None = None,
 ) -> LayerSplits:
     """Best split of every node of a layer, all nodes at once.
 
     ``hist`` holds ``k`` nodes' histograms (last bin of each feature = missing);
     ``node_grad``/``node_hess`` ``(k, K)`` are the nodes' totals; ``candidates``
     ``(F, B-1, 2)`` masks allowed candidates (see :func:`candidate_mask`; column subsampling
-    clears whole features), or ``(k, F, B-1, 2)`` per node (``colsample_bynode``).
+    clears whole features), or ``(k, F, B-1, 2)`` per node (``colsample_bynode``, interaction
+    constraints). ``monotone`` (the nodes' weights and bounds under monotone constraints)
+    replaces the gains by :func:`~p2pboost.gbdt.constraints.monotone_split_gains`.
     """
     k, n_feat, n_slots, k_out = hist.grad.shape
     if n_feat == 0:  # no feature (a vertical guest that holds only labels): no candidate
@@ -221,9 +229,24 @@ def find_best_splits(
         valid = (hl[..., 0] >= mcw) & (hr[..., 0] >= mcw)
     else:
         valid = np.all(hl >= mcw, axis=-1) & np.all(hr >= mcw, axis=-1)
-    parent = _node_score(node_grad, node_hess, lam)[:, None, None, None]
-    gains = _children_score(gl, hl, gr, hr, lam)  # (k, F, B-1, n_dir)
-    gains -= parent
+    if monotone is None:
+        parent = _node_score(node_grad, node_hess, lam)[:, None, None, None]
+        gains = _children_score(gl, hl, gr, hr, lam)  # (k, F, B-1, n_dir)
+        gains -= parent
+    else:
+        at = (slice(None), None, None, None)
+        gains = monotone_split_gains(
+            gl,
+            hl,
+            gr,
+            hr,
+            monotone.weight[at],
+            monotone.lower[at],
+            monotone.upper[at],
+            monotone.direction[None, :, None, None],
+            lam,
+            mcw,
+        )
     valid &= candidates if candidates.ndim == 4 else candidates[None]
     cl: I64 | None = None
     if hist.count is not None and node_count is not None:

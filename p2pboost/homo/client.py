@@ -35,6 +35,7 @@ import numpy.typing as npt
 from p2pboost.exceptions import InputError, ModelError, P2PBoostError, RemoteProtocolError
 from p2pboost.gbdt.binning import BinMapper, check_matrix
 from p2pboost.gbdt.booster import Booster, check_private_run, privacy_from, rng_state_from
+from p2pboost.gbdt.constraints import resolve_constraints
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
 from p2pboost.gbdt.rounds import check_weights
@@ -340,6 +341,8 @@ async def client_train(
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     if config.params.dp is not None:  # our labels and weights, checked before we join
         check_private_run(config.params, y_arr, False, sample_weight is not None)
+    p = config.params  # constraints that do not fit our columns: refused before we join
+    resolve_constraints(p.monotone_constraints, p.interaction_constraints, X_arr.shape[1])
     ev: tuple[F64, F64] | None = None
     if eval_set is not None:
         Xv = check_matrix(eval_set[0], "eval X", n_features=X_arr.shape[1])

@@ -105,6 +105,15 @@ class HomoConfig:
             raise InputError(
                 f"homo training supports {', '.join(SUPPORTED_OBJECTIVES)}, not {p.objective!r}"
             )
+        named = isinstance(p.monotone_constraints, dict) or any(
+            isinstance(f, str) for group in p.interaction_constraints or () for f in group
+        )
+        if named:
+            raise InputError(
+                "horizontal training shares no feature names: give monotone_constraints as a "
+                "tuple (one -1/0/1 per feature, by position) and interaction_constraints as "
+                "groups of feature positions"
+            )
         if self.threshold is not None and self.threshold < 1:
             raise InputError("threshold must be at least 1")
         if self.min_clients < 2:

@@ -44,6 +44,7 @@ from p2pboost.exceptions import InputError, ProtocolError, RemoteProtocolError
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, check_warm_start, node_columns
 from p2pboost.gbdt.callbacks import EarlyStopping
+from p2pboost.gbdt.constraints import FeatureConstraints, resolve_constraints
 from p2pboost.gbdt.grower import (
     ChooseSplits,
     GrowStep,
@@ -158,6 +159,11 @@ async def server_train(
         n_features = f
     if n_features is None:
         raise ProtocolError("no client answered hello")
+    # Constraints by position (a horizontal federation shares no feature names), checked
+    # against the clients' columns before any work.
+    constraints = resolve_constraints(
+        params.monotone_constraints, params.interaction_constraints, n_features
+    )
 
     # Where the rounds start: afresh, a warm start (init_model) or a resumed run (saved).
     begin = saved.model if saved is not None else init_model
@@ -238,6 +244,7 @@ async def server_train(
                         k_out,
                         mechanisms,
                         node_columns(params, rounds.rng, columns),
+                        constraints,
                     )
                     if objective.median_refit:
                         tree = await _refit(fed, objective, tree, params.learning_rate)
@@ -348,6 +355,7 @@ async def _grow(
     k_obj: int,
     privacy: PrivateTree | None = None,
     columns: NodeColumns | None = None,
+    constraints: FeatureConstraints | None = None,
 ) -> Tree:
     """One tree by the core's schedule, its histograms securely aggregated from the clients
     (``tree``: round, output and the round's row-sample seed; ``privacy``: a private tree's
@@ -369,7 +377,13 @@ async def _grow(
         n_rows=grid_g.max_rows,
     )
     grower = HistogramGrower(
-        params, layout.n_outputs, candidates, mapper.thresholds, privacy, columns=columns
+        params,
+        layout.n_outputs,
+        candidates,
+        mapper.thresholds,
+        privacy,
+        columns=columns,
+        constraints=constraints,
     )
     hist = layout.read(await fed.aggregate(root_request, layout.length(1)), 1, grid_g, grid_h)
     assert hist.count is not None
