@@ -37,8 +37,8 @@ from p2pboost.net._frames import (
     parse_hello,
     parse_message,
 )
-from transports.base import Connection, Transport
-from transports.errors import HandshakeError, TransportError
+from p2pboost.transports.base import Connection, Transport
+from p2pboost.transports.errors import HandshakeError, TransportError
 
 __all__ = ["FrameSink", "Link", "LinkHooks", "LinkSettings"]
 

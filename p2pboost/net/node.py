@@ -56,8 +56,8 @@ from p2pboost.net._session import Session
 from p2pboost.net._states import SessionState
 from p2pboost.net.config import KiB, MiB, NodeConfig, NodeStats, PeerStats
 from p2pboost.net.transport import load_tls, translate_error, websocket_transport
-from transports.base import Connection, Listener, Transport
-from transports.errors import TransportConfigError, TransportError
+from p2pboost.transports.base import Connection, Listener, Transport
+from p2pboost.transports.errors import TransportConfigError, TransportError
 
 if TYPE_CHECKING:
     from p2pboost.certs import TLSConfig
