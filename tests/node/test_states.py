@@ -1,17 +1,20 @@
 """The transition tables of a session (p2pboost.net._states): every legal move, every illegal one.
 
 Table-driven: every (state, event) pair of each machine is tried; the ones in the table land
-where the table says, every other one raises LocalProtocolError and changes nothing.
+where the table says, every other one raises LocalProtocolError and changes nothing. Then the
+owner: a Session moves its tables only through its events, and an illegal one raises there.
 """
 
 from __future__ import annotations
 
 import itertools
 from enum import Enum
+from typing import Any
 
 import pytest
 
-from p2pboost.exceptions import LocalProtocolError
+from p2pboost.exceptions import LocalProtocolError, SessionClosed
+from p2pboost.net._session import Session
 from p2pboost.net._states import (
     CLAIM_TRANSITIONS,
     PEER_TRANSITIONS,
@@ -22,6 +25,7 @@ from p2pboost.net._states import (
     SessionState,
     SessionStates,
 )
+from p2pboost.net.config import NodeConfig
 
 # The tables as the docs draw them: written out again here, so that a changed table fails.
 EXPECTED_SESSION: dict[tuple[Enum, Event], Enum] = {
@@ -156,3 +160,82 @@ def test_members_declared_keep_their_sides_and_merge_takes_new_ones() -> None:
     }
     states.set_members(["d"])
     assert dict(states.sides) == {"d": PeerSide.OPEN}
+
+
+# -- the owner: a Session moves its table only through events, and an illegal one raises ----
+
+
+class _Link:
+    """What a session does to a link: frames pushed, sessions withdrawn (nothing is sent)."""
+
+    def __init__(self) -> None:
+        self.pushed: list[bytes] = []
+        self.withdrawn: list[str] = []
+        self._seq = 0
+
+    def alloc_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def push(self, seq: int, parts: tuple[bytes | memoryview, ...], session: str | None) -> None:
+        self.pushed.append(b"".join(bytes(p) for p in parts))
+
+    def withdraw(self, session: str) -> None:
+        self.withdrawn.append(session)
+
+
+class _Host:
+    """A SessionHost: the session's view of the multiplexer."""
+
+    def __init__(self, peers: list[str]) -> None:
+        self.party_id = "a"
+        self.config = NodeConfig()
+        self.links: dict[str, Any] = {p: _Link() for p in peers}
+        self.forgotten: list[Session] = []
+
+    def forget(self, session: Session) -> None:
+        self.forgotten.append(session)
+
+
+async def test_a_session_moves_only_by_its_events() -> None:
+    host = _Host(["b", "c"])
+    session = Session(host, "s", ["b"], opener="b")  # a peer's pending session
+    claimed = [session.claimed]
+    session.accept()
+    claimed.append(session.claimed)
+    assert claimed == [False, True]
+    assert not session.declared
+    with pytest.raises(LocalProtocolError, match="can't accept a session in state accepted"):
+        session.accept()  # a claim is made once
+    with pytest.raises(LocalProtocolError, match="can't declare"):
+        session.declare(["b", "c"])
+    ch = session.channel("b")
+    session.peer_left("b")
+    session.peer_left("b")  # a peer's second CLOSE is news of nothing, not a local error
+    assert session.has_left("b")
+    with pytest.raises(SessionClosed, match="peer 'b' left"):
+        await ch.send(1)  # the channel reads its peer's side from the session's table
+    session.fail(SessionClosed("gone"), level=None)
+    session.fail(SessionClosed("again"), level=None)  # ended already: nothing changes
+    assert session.state is SessionState.FAILED
+    assert str(session.error) == "gone"
+    await session.close()
+    await session.close()  # idempotent: it looks at the state before asking
+    assert session.state is SessionState.CLOSED
+    assert host.forgotten == [session]
+    with pytest.raises(LocalProtocolError, match="can't drop a session in state closed"):
+        session.drop()  # the node dropping a session it had closed: a bug here, seen here
+
+
+async def test_a_declared_session_keeps_its_peers_sides() -> None:
+    host = _Host(["b", "c"])
+    pending = Session(host, "s", ["b"], opener="b")
+    pending.peer_left("b")
+    pending.declare(["b", "c"])
+    assert pending.declared
+    assert pending.peers == ("b", "c")
+    assert pending.side("b") is PeerSide.LEFT
+    assert pending.present() == ["c"]
+    pending.peer_restarted("c")
+    pending.peer_restarted("c")  # a peer may restart again before the session is closed
+    assert pending.ended_for() == ["b"]  # a restarted peer may reopen the id to resume
