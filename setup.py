@@ -1,10 +1,19 @@
-"""Build of the optional native kernel (p2pboost.crypto._native, C over GMP).
+"""Build of the optional native kernel (p2pboost.crypto._native, C over GMP), and the packages.
 
-Everything else about the package is in pyproject.toml. The extension is optional: without a
-C compiler or without GMP's headers (libgmp-dev) the build prints why and installs the pure
-Python package, which runs the same kernels on gmpy2 (p2pboost.crypto.kernels chooses at
-import). ``P2PBOOST_NATIVE=0`` skips the build on purpose; ``P2PBOOST_NATIVE=1`` makes a failed
-build an error instead of a warning.
+Everything else about the package is in pyproject.toml.
+
+The packages: ``p2pboost`` and its subpackages, and the repository's ``transports/`` folder,
+installed as ``p2pboost.transports`` (``package_dir`` maps the name to the folder), so that
+installing p2pboost puts no generic top-level ``transports`` package into a user's
+site-packages, where another project's package of that name would collide. The mapped name is
+added explicitly rather than found: in the source tree ``p2pboost/transports`` is a link to the
+folder (so that the tests, mypy and import-linter see the package under its name), and a
+checkout that does not keep links must still build the same wheel.
+
+The extension is optional: without a C compiler or without GMP's headers (libgmp-dev) the build
+prints why and installs the pure Python package, which runs the same kernels on gmpy2
+(p2pboost.crypto.kernels chooses at import). ``P2PBOOST_NATIVE=0`` skips the build on purpose;
+``P2PBOOST_NATIVE=1`` makes a failed build an error instead of a warning.
 """
 
 from __future__ import annotations
@@ -12,10 +21,22 @@ from __future__ import annotations
 import os
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 _WANT = os.environ.get("P2PBOOST_NATIVE", "auto").strip().lower()
+
+#: The transports' folder and the name it installs under.
+_TRANSPORTS = "p2pboost.transports"
+_PACKAGES = sorted(
+    {
+        *find_packages(
+            include=["p2pboost", "p2pboost.*"], exclude=[_TRANSPORTS, _TRANSPORTS + ".*"]
+        ),
+        _TRANSPORTS,
+        *(f"{_TRANSPORTS}.{name}" for name in find_packages(where="transports")),
+    }
+)
 
 
 class OptionalBuildExt(build_ext):
@@ -53,6 +74,8 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
+    packages=_PACKAGES,
+    package_dir={_TRANSPORTS: "transports"},
     ext_modules=[
         Extension(
             "p2pboost.crypto._native",

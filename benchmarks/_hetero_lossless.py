@@ -61,8 +61,8 @@ from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
 from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
 from p2pboost.net.node import Node
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 from p2pboost.workers import pinned_pool
-from transports.memory import MemoryNetwork, MemoryTransport
 
 __all__ = ["CostModel", "compare_trees", "main", "run_federation"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from p2pboost import _old_names
 from p2pboost.app.config import PartyConfig, load_config
 from p2pboost.app.party import PartyResult, run_party
 from p2pboost.certs import TLSConfig
@@ -130,3 +131,7 @@ __all__ = [
     "stream_scores",
     "train",
 ]
+
+# ``import transports`` (the transports' name until 0.1) keeps working for one release, with a
+# DeprecationWarning, unless another installed package holds that name (see p2pboost._old_names).
+_old_names.install()

@@ -34,9 +34,9 @@ from p2pboost.certs import TLSConfig
 from p2pboost.net.config import NodeConfig
 from p2pboost.net.node import Node
 from p2pboost.net.transport import websocket_transport
-from transports.base import Connection, ConnectionHandler, Listener, Transport
-from transports.errors import TransportError
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports.base import Connection, ConnectionHandler, Listener, Transport
+from p2pboost.transports.errors import TransportError
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 __all__ = [
     "FAST",

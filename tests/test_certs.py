@@ -17,7 +17,7 @@ from p2pboost import certs
 from p2pboost.app.cli import main
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.net.transport import websocket_transport
-from transports.base import Connection
+from p2pboost.transports.base import Connection
 
 
 def mode(path: Path) -> int:

@@ -9,18 +9,18 @@ against the same contract:
 
 * ``connect(address)`` returns a :class:`Connection` whose ``peer_id`` has been *verified*
   (for TLS: read from the peer's certificate and checked against the id it claims and the
-  configured peer list). Failing that it raises :class:`~transports.errors.HandshakeError`.
+  configured peer list). Failing that it raises :class:`~p2pboost.transports.errors.HandshakeError`.
 * ``serve(address, handler)`` accepts connections and calls ``handler(connection)`` for each
   authenticated one; it returns a :class:`Listener` whose ``close()`` stops accepting.
 * ``send`` / ``receive`` move one whole message, in order. A message larger than
-  ``max_message_bytes`` is refused with :class:`~transports.errors.FrameTooLarge`.
+  ``max_message_bytes`` is refused with :class:`~p2pboost.transports.errors.FrameTooLarge`.
 * Once the link breaks, ``send`` and ``receive`` raise
-  :class:`~transports.errors.TransportError` (never a library's own exception).
+  :class:`~p2pboost.transports.errors.TransportError` (never a library's own exception).
 * ``close()`` is idempotent; after it, ``receive`` raises
-  :class:`~transports.errors.TransportError` too.
+  :class:`~p2pboost.transports.errors.TransportError` too.
 
-Errors are the transports' own (:mod:`transports.errors`); the library that uses a transport
-translates them into its own exceptions where it calls it.
+Errors are the transports' own (:mod:`p2pboost.transports.errors`); the library that uses a
+transport translates them into its own exceptions where it calls it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """An in-process network with the real transport's semantics, plus fault injection.
 
-:class:`MemoryTransport` implements :class:`transports.base.Transport` without sockets, so the
-node, the protocols and their failure handling can be tested fast and deterministically. It
+:class:`MemoryTransport` implements :class:`p2pboost.transports.base.Transport` without sockets, so
+the node, the protocols and their failure handling can be tested fast and deterministically. It
 keeps the contract of the WebSocket transport:
 
 * ``connect`` checks that the party listening at the address is the ``peer_id`` asked for
-  (else :class:`~transports.errors.HandshakeError`); the server's handler receives
+  (else :class:`~p2pboost.transports.errors.HandshakeError`); the server's handler receives
   connections whose ``peer_id`` is the connector's party id; a server may restrict which
   parties may connect (``allowed_peers``).
 * Messages are whole ``bytes`` objects, delivered in order, each at most once and never in
   part. Each direction holds at most ``queue_size`` messages: ``send`` waits while the peer
   does not read (back-pressure).
 * ``max_message_bytes``: the sender refuses a larger message with
-  :class:`~transports.errors.FrameTooLarge` (the link stays up); a receiver with a smaller
+  :class:`~p2pboost.transports.errors.FrameTooLarge` (the link stays up); a receiver with a smaller
   limit than its sender closes the link and raises ``FrameTooLarge``, as a WebSocket does.
 * After a graceful ``close()`` by the peer, messages already sent are still delivered, then
-  ``receive`` raises :class:`~transports.errors.TransportError`; after a local ``close()``
+  ``receive`` raises :class:`~p2pboost.transports.errors.TransportError`; after a local ``close()``
   or a failure, ``send`` and ``receive`` raise it at once.
 
 Faults (all synchronous, so a test can inject them from anywhere):
@@ -45,8 +45,8 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from transports.base import Connection, ConnectionHandler, Listener, Transport
-from transports.errors import (
+from .base import Connection, ConnectionHandler, Listener, Transport
+from .errors import (
     FrameTooLarge,
     HandshakeError,
     TransportConfigError,

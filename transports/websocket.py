@@ -24,18 +24,19 @@ p2pboost. Security model, in the order the checks happen:
    opening handshakes must finish within ``open_timeout``.
 
 Errors at the boundary: every library exception (``ssl.SSLError``, ``OSError``,
-``websockets.exceptions.*``) is translated into :mod:`transports.errors`. A refused connection
-gives a :class:`~transports.errors.HandshakeError` with a readable message at the client, and
-at the server a :class:`~transports.errors.HandshakeError` passed to the ``on_error`` hook and
-logged as a warning on the ``p2pboost.transport.websocket`` logger; the server keeps serving.
-One blind spot: asyncio drops the TLS alert a refusing peer sends, so a client refused during
-TLS sees only a hang-up (:meth:`WebSocketTransport.connect` then says so, and marks the error
-``certificate_refused`` so that a caller who knows our certificate can check it for the usual
-causes), and a server whose certificate a client refused sees only the client hanging up in
-the middle of the handshake. The server reports that hang-up too, as the refusal it almost
-always is (two certificates from different CAs); the client's error says exactly why. Every
-refusal in the TLS handshake names the client's address; the warning for refusals from one
-address is repeated at most once a minute (the rest go to debug; ``on_error`` gets them all).
+``websockets.exceptions.*``) is translated into :mod:`p2pboost.transports.errors`. A refused
+connection gives a :class:`~p2pboost.transports.errors.HandshakeError` with a readable message
+at the client, and at the server a :class:`~p2pboost.transports.errors.HandshakeError` passed to
+the ``on_error`` hook and logged as a warning on the ``p2pboost.transport.websocket`` logger;
+the server keeps serving. One blind spot: asyncio drops the TLS alert a refusing peer sends, so
+a client refused during TLS sees only a hang-up (:meth:`WebSocketTransport.connect` then says
+so, and marks the error ``certificate_refused`` so that a caller who knows our certificate can
+check it for the usual causes), and a server whose certificate a client refused sees only the
+client hanging up in the middle of the handshake. The server reports that hang-up too, as the
+refusal it almost always is (two certificates from different CAs); the client's error says
+exactly why. Every refusal in the TLS handshake names the client's address; the warning for
+refusals from one address is repeated at most once a minute (the rest go to debug; ``on_error``
+gets them all).
 
 A server's handler runs once per accepted connection; the connection closes when it returns.
 
@@ -75,8 +76,8 @@ from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from transports.base import Connection, ConnectionHandler, Listener, Transport
-from transports.errors import (
+from .base import Connection, ConnectionHandler, Listener, Transport
+from .errors import (
     FrameTooLarge,
     HandshakeError,
     TransportConfigError,
@@ -398,7 +399,8 @@ class WebSocketTransport(Transport):
     own heart-beat instead). ``max_queue`` (incoming messages buffered) and ``write_limit``
     (outgoing bytes buffered) are the back-pressure water marks. ``on_error`` receives every
     error a server reports (refused clients, failing handlers), in addition to a warning on
-    ``logger``. A malformed setting raises :class:`~transports.errors.TransportConfigError`.
+    ``logger``. A malformed setting raises
+    :class:`~p2pboost.transports.errors.TransportConfigError`.
     """
 
     def __init__(

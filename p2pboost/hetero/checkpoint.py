@@ -29,7 +29,7 @@ the host), and tells the hosts ``T`` in the setup. Every party then drops what l
 uninterrupted run grows, because the guest continues the same random generator from the same
 margins, and the protocol is lossless.
 
-**Integrity** (:mod:`p2pboost.protocols.checkpoint_files`): a file is a magic line, the
+**Integrity** (:mod:`p2pboost.checkpoint_files`): a file is a magic line, the
 SHA-256 of its body and the body (msgpack, the wire codec); a truncated, edited or foreign
 file is refused with :class:`CheckpointError` naming the cause, and so is a checkpoint
 written for other data or other parameters (a digest of both is kept; the differing
@@ -53,11 +53,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.checkpoint_files import read_checkpoint, write_checkpoint
 from p2pboost.exceptions import CheckpointError
 from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.tree import Tree
 from p2pboost.hetero.model import GuestModel, HostModel
-from p2pboost.protocols.checkpoint_files import read_checkpoint, write_checkpoint
 
 __all__ = [
     "GuestCheckpoint",

@@ -45,8 +45,8 @@ from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.serving import GuestPredictor, serve_host
 from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
+from p2pboost.net._blocking import run_with_node
 from p2pboost.net.node import Node
-from p2pboost.protocols._blocking import run_with_node
 from p2pboost.protocols.psi import psi_guest, psi_host
 from p2pboost.workers import AnyExecutor
 

@@ -19,7 +19,7 @@ rows through the model so far, which the server sends every client at the start 
   neither needs a file.
 
 A checkpoint of other settings or other clients is refused, naming what differs; a corrupted
-or foreign file too (:mod:`p2pboost.protocols.checkpoint_files`). The server cannot check the
+or foreign file too (:mod:`p2pboost.checkpoint_files`). The server cannot check the
 clients' rows (they are theirs): a client that comes back with other rows changes the model
 from then on. A differentially private run does not resume (its budget was spent on the rows
 each ensemble drew; the draw would be repeated).
@@ -35,10 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from p2pboost.checkpoint_files import read_checkpoint, write_checkpoint
 from p2pboost.exceptions import CheckpointError, ModelError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.homo.config import HomoConfig
-from p2pboost.protocols.checkpoint_files import read_checkpoint, write_checkpoint
 
 __all__ = ["ServerCheckpoint", "server_checkpoint_path"]
 

@@ -39,8 +39,8 @@ from p2pboost.gbdt.shap import booster_contributions
 from p2pboost.homo.client import client_train
 from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoResult, Tap
 from p2pboost.homo.server import server_train
+from p2pboost.net._blocking import run_with_node
 from p2pboost.net.node import Node, Session
-from p2pboost.protocols._blocking import run_with_node
 
 __all__ = ["DEFAULT_SESSION", "HomoClient", "HomoServer"]
 

@@ -17,8 +17,10 @@ A channel has two sides. The application's: ``send``, ``recv``, ``stream``, ... 
 ``StreamReader.feed_data``): :meth:`Channel.feed_data`, :meth:`~Channel.feed_credit`,
 :meth:`~Channel.feed_eof`, :meth:`~Channel.release`, :meth:`~Channel.wake` and
 :meth:`~Channel.bind`, which applications never call. What a channel needs of its session is
-as narrow: the session's ``id``, ``state`` and ``error`` (:class:`ChannelSession`) and a
-function that fails the session.
+as narrow: the session's ``id``, ``state`` and ``error``, the peer's side of the session
+(:class:`ChannelSession`), and a function that fails the session. A channel holds no state of
+its own about its session's life: the session's transition tables
+(:mod:`p2pboost.net._states`) do, and the channel reads them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from enum import Enum
 from types import TracebackType
 from typing import Protocol
 
@@ -51,9 +52,10 @@ from p2pboost.net._frames import (
     encode_name,
 )
 from p2pboost.net._link import Link
+from p2pboost.net._states import PeerSide, SessionState
 from p2pboost.net.config import NodeConfig
 
-__all__ = ["Channel", "ChannelSession", "SessionState", "StreamWriter", "ended_error"]
+__all__ = ["Channel", "ChannelSession", "StreamWriter", "ended_error"]
 
 #: Payloads below this size are copied out of a coalesced transport message (see feed_data).
 _PIN_LIMIT = 64 * 1024
@@ -63,14 +65,6 @@ _PIN_LIMIT = 64 * 1024
 _EXTERNAL_MIN = 64 * 1024
 #: Credit is raised once the application has consumed 1/_GRANT_STEP of the window.
 _GRANT_STEP = 2
-
-
-class SessionState(Enum):
-    """Where a session is in its life (one place for the states, as in h11)."""
-
-    OPEN = "open"
-    CLOSED = "closed"  # closed locally (normally)
-    FAILED = "failed"  # ended on an error: ``Session.error`` says which
 
 
 class _Item:
@@ -98,6 +92,10 @@ class ChannelSession(Protocol):
 
     @property
     def error(self) -> P2PBoostError | None: ...
+
+    def side(self, peer: str) -> PeerSide:
+        """``peer``'s side of the session: a channel to a peer that left raises on use."""
+        ...
 
 
 def ended_error(session: ChannelSession) -> P2PBoostError:
@@ -127,12 +125,12 @@ class Channel:
         link: Link,
         config: NodeConfig,
         fail: Callable[[P2PBoostError], None],
-        peer_left: bool = False,
     ) -> None:
         """Made by the session (``session.channel(peer, name)``), never by applications.
 
         ``fail`` ends the session on an error the channel finds (a send interrupted half-way,
-        an undecodable message); ``peer_left``: the peer has already left the session.
+        an undecodable message). Whether the peer has left the session is the session's to
+        say (:meth:`ChannelSession.side`, one table for every channel to that peer).
         Raises ValueError for an empty or over-long name.
         """
         self.session = session
@@ -141,7 +139,6 @@ class Channel:
         self._config = config
         self._link = link
         self._fail = fail
-        self._peer_left = peer_left
         self._names = encode_name(session.id) + encode_name(name)
         # -- sending --
         self._send_lock = asyncio.Lock()
@@ -215,7 +212,7 @@ class Channel:
         session = self.session
         if session.state is not SessionState.OPEN:
             raise ended_error(session)
-        if self._peer_left:
+        if session.side(self.peer) is not PeerSide.OPEN:
             raise SessionClosed(f"peer {self.peer!r} left session {session.id!r}")
 
     async def _send_payload(self, payload: bytes, *, eos: bool, raw: bool = False) -> None:
@@ -417,8 +414,8 @@ class Channel:
         self._fail = fail
 
     def feed_eof(self) -> None:
-        """The peer left the session: what it sent can still be read, then recv() raises."""
-        self._peer_left = True
+        """The peer left the session (its side, which the session holds, says so now): what it
+        sent can still be read, then recv() raises."""
         self.wake()
 
     def _violation(self, what: str) -> RemoteProtocolError:

@@ -37,8 +37,8 @@ from p2pboost.net._frames import (
     parse_hello,
     parse_message,
 )
-from transports.base import Connection, Transport
-from transports.errors import HandshakeError, TransportError
+from p2pboost.transports.base import Connection, Transport
+from p2pboost.transports.errors import HandshakeError, TransportError
 
 __all__ = ["FrameSink", "Link", "LinkHooks", "LinkSettings"]
 
@@ -268,11 +268,11 @@ class Link:
                 self.fatal, self._failure, self._failures = None, None, 0
                 self.away_since = self.last_recv = self.last_send = self._loop.time()
                 self.hooks.state_changed(self)
-                tasks = [
-                    asyncio.create_task(self._read_loop(conn)),
-                    asyncio.create_task(self._write_loop(conn)),
-                    asyncio.create_task(dead.wait()),
-                ]
+                # One at a time into the list the ``finally`` cancels and awaits: none of the
+                # three may outlive this connection, even if starting the next one failed.
+                tasks.append(asyncio.create_task(self._read_loop(conn)))
+                tasks.append(asyncio.create_task(self._write_loop(conn)))
+                tasks.append(asyncio.create_task(dead.wait()))
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     if not task.cancelled() and task.exception() is not None:

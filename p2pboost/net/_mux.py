@@ -1,8 +1,9 @@
-"""Sessions, and the multiplexer that owns them: admission, frame dispatch, limits.
+"""The multiplexer that holds a node's sessions: admission, frame dispatch, limits.
 
-A :class:`Session` groups the channels (:mod:`p2pboost.net._channel`) of one protocol run (one
-training, one batch of predictions) with a fixed set of peers. Many sessions share one link
-per peer; the :class:`Mux` is what sits between the links and the sessions:
+A :class:`~p2pboost.net._session.Session` groups the channels (:mod:`p2pboost.net._channel`)
+of one protocol run (one training, one batch of predictions) with a fixed set of peers. Many
+sessions share one link per peer; the :class:`Mux` is what sits between the links and the
+sessions:
 
 * it **dispatches** every frame a link delivers to the session and channel it names, creating
   channels (and sessions a peer opens) on demand, within ``max_sessions``,
@@ -19,6 +20,11 @@ The node (:mod:`p2pboost.net.node`) owns everything about time and connections: 
 multiplexer when a peer restarted, when a link changed state, which sessions waited too long
 (:meth:`Mux.unclaimed`, :meth:`Mux.waiting_on`, :meth:`Mux.fail`), and when to close; the
 multiplexer never imports it (configuration, peers and links come in its constructor).
+
+The multiplexer never moves a session's state: it tells the session what happened (a peer's
+CLOSE, an ABORT, a claim, a restart) through the session's methods, and the session's own
+transition tables (:mod:`p2pboost.net._states`) decide, raising
+:class:`~p2pboost.exceptions.LocalProtocolError` for a move they do not have.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import asyncio
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Collection, Iterable, Mapping
-from types import TracebackType
 
 from p2pboost.exceptions import (
     InputError,
@@ -37,205 +42,15 @@ from p2pboost.exceptions import (
     RemoteProtocolError,
     SessionClosed,
 )
-from p2pboost.net._channel import Channel, SessionState, ended_error
-from p2pboost.net._frames import (
-    Abort,
-    Close,
-    Credit,
-    Data,
-    Frame,
-    abort_frame,
-    close_frame,
-    encode_name,
-)
+from p2pboost.net._frames import Abort, Close, Credit, Data, Frame, abort_frame, encode_name
 from p2pboost.net._link import Link
+from p2pboost.net._session import STOPPED, Session
+from p2pboost.net._states import SessionState
 from p2pboost.net.config import NodeConfig
 
-__all__ = ["Mux", "Session"]
+__all__ = ["STOPPED", "Mux", "Session"]
 
 logger = logging.getLogger("p2pboost.net.node")
-#: What the peers of a session are told when this party stopped it on purpose (cancelled).
-STOPPED = "the peer stopped its side (interrupted, stopped or timed out)"
-
-
-class Session:
-    """One protocol run with a fixed set of peers. Create with :meth:`Node.session`.
-
-    Use it as an async context manager: leaving it closes the session (peers see
-    :class:`SessionClosed` once they have read what was sent before).
-    """
-
-    def __init__(
-        self,
-        mux: Mux,
-        session_id: str,
-        peers: Iterable[str],
-        *,
-        claimed: bool,
-        opener: str | None = None,
-    ):
-        self._sid = encode_name(session_id)  # first: a bad id raises ValueError
-        self.id = session_id
-        self._mux = mux
-        self._peers = set(peers)
-        self.claimed = claimed
-        self.opener = opener  # the peer whose frame opened it here (None: opened locally)
-        # Declared peers (Node.session): the id is theirs, others are refused; accepted (a
-        # peer opened it): it is that peer's, and the id stays free for others.
-        self._declared = False
-        self.state = SessionState.OPEN
-        self.error: P2PBoostError | None = None
-        self._channels: dict[tuple[str, str], Channel] = {}
-        self._peer_closed: set[str] = set()
-        self._reset: set[str] = set()  # peers that restarted while it ran (see peer_reset)
-        self.created_at = asyncio.get_running_loop().time()
-
-    def __repr__(self) -> str:
-        return f"<Session {self.id!r} peers={sorted(self._peers)} {self.state.value}>"
-
-    @property
-    def peers(self) -> tuple[str, ...]:
-        """The parties in this session (besides this node), sorted."""
-        return tuple(sorted(self._peers))
-
-    def channel(self, peer: str, name: str = "default") -> Channel:
-        """The channel ``name`` to ``peer`` (the same object on every call)."""
-        if peer not in self._peers:
-            raise InputError(f"{peer!r} is not a peer of session {self.id!r}: {self.peers}")
-        ch = self._channels.get((peer, name))
-        if ch is None:
-            if self.state is not SessionState.OPEN:
-                raise ended_error(self)
-            if len(self._channels) >= self._mux.config.max_channels_per_session:
-                raise LocalProtocolError(f"session {self.id!r} has too many channels")
-            try:
-                ch = self._new_channel(peer, name)
-            except ValueError as exc:
-                raise InputError(f"bad channel name {name!r}: {exc}") from exc
-        return ch
-
-    async def close(self) -> None:
-        """Leave the session; frames already sent are still delivered. Idempotent."""
-        if self.state is SessionState.CLOSED:
-            return
-        if self.state is SessionState.OPEN:
-            for peer in sorted(self._peers - self._peer_closed):
-                link = self._mux.links[peer]
-                seq = link.alloc_seq()
-                link.push(seq, (close_frame(seq, self._sid),), None)
-        self.state = SessionState.CLOSED
-        self._release()
-        self._mux._forget(self)
-
-    async def abort(self, reason: str = "aborted", *, failed: bool = True) -> None:
-        """End the session on an error: peers get :class:`SessionClosed` carrying ``reason``
-        at once (unread data is dropped on both sides). Idempotent; then closes it.
-        ``failed=False``: this party stopped on purpose, logged as such rather than as a
-        failure (the peers' runs still end, they learn the reason)."""
-        self._fail(
-            SessionClosed(f"session {self.id!r} aborted locally", reason=reason),
-            wire_reason=reason,
-            level=logging.WARNING if failed else logging.INFO,
-        )
-        await self.close()
-
-    async def __aenter__(self) -> Session:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None or self.state is not SessionState.OPEN:
-            await self.close()
-        elif issubclass(exc_type, asyncio.CancelledError):
-            # Stopped here (Ctrl-C, SIGTERM, a task cancelled by its owner): a clean stop, not
-            # a failure; the peers learn that this party stopped, not an exception's name.
-            await self.abort(STOPPED, failed=False)
-        else:
-            # Tell the peers the run failed, but only the exception's type: its message may
-            # hold local data that is not theirs to see.
-            await self.abort(f"peer code raised {exc_type.__name__}")
-
-    @property
-    def buffered_bytes(self) -> int:
-        """Bytes received and not yet consumed, over all channels."""
-        return sum(ch.buffered_bytes for ch in self._channels.values())
-
-    # -- used by the multiplexer --------------------------------------------------------------
-
-    def _new_channel(self, peer: str, name: str) -> Channel:
-        ch = Channel(
-            self,
-            peer,
-            name,
-            link=self._mux.links[peer],
-            config=self._mux.config,
-            fail=self._fail,
-            peer_left=peer in self._peer_closed,
-        )
-        self._channels[(peer, name)] = ch
-        return ch
-
-    def _fail(
-        self,
-        error: P2PBoostError,
-        *,
-        notify_except: str | None = None,
-        wire_reason: str | None = None,
-        level: int = logging.WARNING,
-    ) -> None:
-        """End the session on ``error``: wake everyone, free buffers, tell the peers why
-        (``wire_reason``, default ``str(error)``: our own diagnosis of a peer's fault)."""
-        if self.state is not SessionState.OPEN:
-            return
-        self.state = SessionState.FAILED
-        self.error = error
-        if level >= logging.WARNING:
-            logger.log(level, "%s: session %r failed: %s", self._mux.party_id, self.id, error)
-        else:
-            logger.log(level, "%s: session %r stopped here", self._mux.party_id, self.id)
-        reason = str(error) if wire_reason is None else wire_reason
-        self._tell_failed(sorted(self._peers), reason, notify_except=notify_except)
-        self._release()
-
-    def _tell_failed(
-        self, peers: Iterable[str], reason: str, *, notify_except: str | None = None
-    ) -> None:
-        """Drop the session's unacknowledged frames to ``peers`` (a failed run's data is of no
-        use to them), and tell each why in an ABORT (but ``notify_except``, who knows)."""
-        for peer in peers:
-            link = self._mux.links[peer]
-            link.withdraw(self.id)
-            if peer != notify_except and peer not in self._peer_closed:
-                seq = link.alloc_seq()
-                link.push(seq, (abort_frame(seq, self._sid, reason),), None)
-
-    def _release(self) -> None:
-        for ch in self._channels.values():
-            ch.release()
-
-    def _absorb(self, other: Session) -> None:
-        """Take over ``other``'s channels (another peer's frames for the same session, kept
-        apart until the application claimed the session with both peers)."""
-        for key, ch in other._channels.items():
-            ch.bind(self, self._fail)
-            self._channels[key] = ch
-        self._peer_closed |= other._peer_closed
-        self.created_at = min(self.created_at, other.created_at)
-
-    def _peer_left(self, peer: str) -> None:
-        self._peer_closed.add(peer)
-        for (p, _), ch in self._channels.items():
-            if p == peer:
-                ch.feed_eof()
-
-    def _wake_peer(self, peer: str) -> None:
-        for (p, _), ch in self._channels.items():
-            if p == peer:
-                ch.wake()
 
 
 #: ABORTs for sessions not opened yet that a node keeps (the oldest are forgotten first).
@@ -322,20 +137,19 @@ class Mux:
         told: set[str] = set()  # peers that already know the session failed
         if adopted:
             session, told = self._adopt(adopted)
+            session.declare(declared)
         else:
             try:
-                session = Session(self, session_id, declared, claimed=True)
+                session = Session(self, session_id, declared)  # declared from the start
             except ValueError as exc:
                 raise InputError(f"bad session id {session_id!r}: {exc}") from exc
         for stranger in strangers:
             self._refuse(stranger, "not a member of this session")
-        session.claimed = session._declared = True
-        session._peers = declared
         for peer in declared:
             self._ended.pop((session_id, peer), None)
         self._sessions[session_id] = session
         if session.state is not SessionState.OPEN:  # a peer broke the rules before the claim
-            session._tell_failed(sorted(declared - told), str(session.error))
+            session.tell_failed(sorted(declared - told), str(session.error))
         self._apply_early_abort(session, declared)
         return session
 
@@ -356,7 +170,7 @@ class Mux:
             if early is None or now - early[1] > self.config.unclaimed_timeout:
                 continue
             if session.state is SessionState.OPEN:
-                session._fail(
+                session.fail(
                     SessionClosed(
                         f"session {session.id!r} aborted by peer {peer!r} before it was"
                         " opened here",
@@ -368,7 +182,8 @@ class Mux:
     def _adopt(self, adopted: list[Session]) -> tuple[Session, set[str]]:
         """One session out of the pending sessions of declared peers: the oldest takes in the
         others' channels. If any of them had failed (its peer broke the rules, or aborted),
-        so has the result; returns it with the peers that already know."""
+        so has the result; returns it with the peers that already know (the caller tells the
+        others, once the claim has declared who they are)."""
         session = adopted[0]
         told: set[str] = set()
         for pending in adopted:
@@ -376,13 +191,11 @@ class Mux:
             del self._pending[(pending.id, pending.opener)]
             if pending.state is not SessionState.OPEN:
                 told.add(pending.opener)
-                if session.state is SessionState.OPEN:
-                    session.state, session.error = SessionState.FAILED, pending.error
+                if pending.error is not None:
+                    session.fail(pending.error, level=None, tell=False)  # logged when it failed
             if pending is not session:
-                session._absorb(pending)
+                session.absorb(pending)
                 self._opened[pending.opener] -= 1  # one session now, counted once
-        if session.state is not SessionState.OPEN:
-            session._release()
         return session, told
 
     async def accept(self) -> Session:
@@ -400,7 +213,7 @@ class Mux:
     def _claim(self, pending: Session) -> Session:
         assert pending.opener is not None
         del self._pending[(pending.id, pending.opener)]
-        pending.claimed = True
+        pending.accept()
         self._sessions[pending.id] = pending
         return pending
 
@@ -414,20 +227,20 @@ class Mux:
                 continue
             if isinstance(frame, Credit | Close | Abort):
                 session = self._sessions.get(frame.session)
-                if session is None or peer not in session._peers:
+                if session is None or not session.is_member(peer):
                     session = self._pending.get((frame.session, peer))
                     if session is None:
                         if isinstance(frame, Abort):
                             self._remember_abort(frame.session, peer, frame.reason)
                         continue  # ended here already, or not the peer's: nothing to do
                 if isinstance(frame, Credit):
-                    ch = session._channels.get((peer, frame.channel))
+                    ch = session.find_channel(peer, frame.channel)
                     if ch is not None:
                         ch.feed_credit(frame.allowed)
                 elif isinstance(frame, Close):
-                    session._peer_left(peer)
+                    session.peer_left(peer)
                 else:
-                    session._fail(
+                    session.fail(
                         SessionClosed(
                             f"session {frame.session!r} aborted by peer {peer!r}",
                             reason=frame.reason,
@@ -438,21 +251,19 @@ class Mux:
     def _on_data(self, peer: str, frame: Data, batched: bool) -> None:
         sid = frame.session
         session = self._sessions.get(sid)
-        if session is None or peer not in session._peers:
+        if session is None or not session.is_member(peer):
             session = self._pending.get((sid, peer)) or self._admit(peer, sid)
             if session is None:
                 return
         if session.state is not SessionState.OPEN:
             return
-        if peer in session._peer_closed:
-            session._fail(
-                RemoteProtocolError(f"sent data after closing session {sid!r}", peer=peer)
-            )
+        if session.has_left(peer):
+            session.fail(RemoteProtocolError(f"sent data after closing session {sid!r}", peer=peer))
             return
-        ch = session._channels.get((peer, frame.channel))
+        ch = session.find_channel(peer, frame.channel)
         if ch is None:
-            if len(session._channels) >= self.config.max_channels_per_session:
-                session._fail(
+            if session.channel_count >= self.config.max_channels_per_session:
+                session.fail(
                     RemoteProtocolError(
                         f"opened more than {self.config.max_channels_per_session} channels"
                         f" in session {sid!r}",
@@ -460,11 +271,11 @@ class Mux:
                     )
                 )
                 return
-            ch = session._new_channel(peer, frame.channel)
+            ch = session.add_channel(peer, frame.channel)
         try:
             ch.feed_data(frame, batched)
         except RemoteProtocolError as exc:
-            session._fail(exc)
+            session.fail(exc)
 
     def _admit(self, peer: str, sid: str) -> Session | None:
         """The pending session for the first frame ``peer`` sends for ``sid``, or ``None``:
@@ -474,14 +285,14 @@ class Mux:
         claimed = self._sessions.get(sid)
         if self._refusing:
             reason = "node is shutting down"
-        elif claimed is not None and claimed._declared:
+        elif claimed is not None and claimed.declared:
             reason = "not a member of this session"
         elif self.session_count >= self.config.max_sessions:
             reason = "too many concurrent sessions"
         elif self._opened[peer] >= self.config.max_sessions_per_peer:
             reason = f"too many concurrent sessions from {peer!r}"
         else:
-            session = Session(self, sid, (peer,), claimed=False, opener=peer)
+            session = Session(self, sid, (peer,), opener=peer)
             self._pending[(sid, peer)] = session
             self._opened[peer] += 1
             self._incoming.set()
@@ -507,20 +318,19 @@ class Mux:
             pending.opener,
             reason,
         )
-        if pending.state is SessionState.OPEN:
-            pending.state = SessionState.FAILED
-            pending.error = SessionClosed(f"session {pending.id!r} refused", reason=reason)
-            pending._tell_failed([pending.opener], reason)
-        pending._release()
-        self._forget(pending)
+        # Logged above; the one peer whose it is learns why (an ABORT), its buffers are freed.
+        refused = SessionClosed(f"session {pending.id!r} refused", reason=reason)
+        pending.fail(refused, wire_reason=reason, level=None)
+        pending.release()
+        self.forget(pending)
 
     def peer_reset(self, peer: str, reason: str) -> None:
         """``peer`` restarted and lost its state: end every session it is in; keep no id as
         ended for it, nor its old ABORTs (its new process may reopen them to resume its work)."""
         for session in self._all():
-            if peer in session._peers:
-                session._reset.add(peer)
-                session._fail(PeerDisconnected(peer, reason, restarted=True), notify_except=peer)
+            if session.is_member(peer):
+                session.peer_restarted(peer)
+                session.fail(PeerDisconnected(peer, reason, restarted=True), notify_except=peer)
         for table in (self._ended, self._early_aborts):
             for key in [k for k in table if k[1] == peer]:
                 del table[key]
@@ -528,8 +338,8 @@ class Mux:
     def wake(self, peer: str) -> None:
         """The link to ``peer`` came up or went down: let its channels look again."""
         for session in self._sessions.values():
-            if peer in session._peers:
-                session._wake_peer(peer)
+            if session.is_member(peer):
+                session.wake(peer)
 
     # -- the node's side: time and lifecycle --------------------------------------------------
 
@@ -542,14 +352,14 @@ class Mux:
         waiting = []
         for session in self._all():
             if session.state is SessionState.OPEN:
-                members = sorted(p for p in session._peers - session._peer_closed if p in absent)
+                members = [p for p in session.present() if p in absent]
                 if members:
                     waiting.append((session, members))
         return waiting
 
     def fail(self, session: Session, error: P2PBoostError, *, notify_except: str) -> None:
         """End ``session`` on ``error``, telling every peer but ``notify_except`` why."""
-        session._fail(error, notify_except=notify_except)
+        session.fail(error, notify_except=notify_except)
 
     async def close_all(self) -> None:
         """The node is closing: refuse new sessions, close every one (peers learn at once)."""
@@ -561,8 +371,7 @@ class Mux:
         """The node closed: end what peers opened meanwhile, and wake ``accept()``."""
         self._closed = True
         for session in self._all():
-            session.state = SessionState.CLOSED
-            session._release()
+            session.drop()
         self._sessions.clear()
         self._pending.clear()
         self._incoming.set()
@@ -570,7 +379,9 @@ class Mux:
     def _all(self) -> list[Session]:
         return [*self._sessions.values(), *self._pending.values()]
 
-    def _forget(self, session: Session) -> None:
+    def forget(self, session: Session) -> None:
+        """``session`` ended (closed, or refused): free its id, keep its channels' counts, and
+        remember it as ended for its peers so that their late frames are dropped."""
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
             self._incoming.set()  # the id is free: another peer's pending session may go
@@ -583,10 +394,10 @@ class Mux:
             return  # forgotten already (a session closed twice after the node's shutdown)
         if session.opener is not None:
             self._opened[session.opener] -= 1
-        for (peer, _), ch in session._channels.items():
+        for peer, ch in session.channels():
             self._ended_sent[peer] += ch.messages_sent
             self._ended_received[peer] += ch.messages_received
-        for peer in session._peers - session._reset:
+        for peer in session.ended_for():
             self._remember_ended(session.id, peer)
 
     def _remember_ended(self, sid: str, peer: str) -> None:
@@ -606,7 +417,7 @@ class Mux:
         buffered, sent = dict.fromkeys(self._known, 0), dict(self._ended_sent)
         received = dict(self._ended_received)
         for session in self._all():
-            for (peer, _), ch in session._channels.items():
+            for peer, ch in session.channels():
                 buffered[peer] += ch.buffered_bytes
                 sent[peer] += ch.messages_sent
                 received[peer] += ch.messages_received

@@ -48,14 +48,16 @@ from p2pboost.exceptions import (
 )
 from p2pboost.exceptions import TransportError as P2PBoostTransportError
 from p2pboost.net import _memory
-from p2pboost.net._channel import Channel, SessionState, StreamWriter
+from p2pboost.net._channel import Channel, StreamWriter
 from p2pboost.net._frames import encode_name
 from p2pboost.net._link import Link, LinkHooks, LinkSettings
-from p2pboost.net._mux import Mux, Session
+from p2pboost.net._mux import Mux
+from p2pboost.net._session import Session
+from p2pboost.net._states import SessionState
 from p2pboost.net.config import KiB, MiB, NodeConfig, NodeStats, PeerStats
 from p2pboost.net.transport import load_tls, translate_error, websocket_transport
-from transports.base import Connection, Listener, Transport
-from transports.errors import TransportConfigError, TransportError
+from p2pboost.transports.base import Connection, Listener, Transport
+from p2pboost.transports.errors import TransportConfigError, TransportError
 
 if TYPE_CHECKING:
     from p2pboost.certs import TLSConfig

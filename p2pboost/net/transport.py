@@ -1,7 +1,7 @@
-"""Where p2pboost meets :mod:`transports`: the default transport, and errors translated.
+"""Where p2pboost meets :mod:`p2pboost.transports`: the default transport, and errors translated.
 
 Transports are a bytes-only layer that imports nothing of p2pboost: they take ready TLS
-contexts and raise their own exceptions (:mod:`transports.errors`). This module is the one
+contexts and raise their own exceptions (:mod:`p2pboost.transports.errors`). This module is the one
 place that joins the two worlds, in the manner of httpx's transports:
 
 * :func:`websocket_transport` builds the WebSocket + mutual TLS transport from a party's
@@ -32,8 +32,8 @@ from p2pboost.certs import (
     server_context,
 )
 from p2pboost.exceptions import ConfigError, InputError
-from transports import errors
-from transports.websocket import ErrorHook, WebSocketTransport
+from p2pboost.transports import errors
+from p2pboost.transports.websocket import ErrorHook, WebSocketTransport
 
 __all__ = ["load_tls", "peer_party_id", "translate_error", "websocket_transport"]
 
@@ -68,8 +68,8 @@ def websocket_transport(
     ``tls`` is a :class:`~p2pboost.certs.TLSConfig` or the directory ``p2pboost certs init``
     wrote for the party. ``party_id`` (optional) is checked against the certificate, to catch
     mixed-up directories early. ``options`` are the other keyword arguments of
-    :class:`~transports.websocket.WebSocketTransport` (limits, timeouts, keep-alive). Raises
-    :class:`~p2pboost.exceptions.ConfigError` for unreadable certificates or bad options.
+    :class:`~p2pboost.transports.websocket.WebSocketTransport` (limits, timeouts, keep-alive).
+    Raises :class:`~p2pboost.exceptions.ConfigError` for unreadable certificates or bad options.
     """
     config = load_tls(tls)
     own_id = config.party_id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable
 from typing import Any
 
@@ -15,11 +16,20 @@ async def gather_or_cancel(*aws: Awaitable[Any]) -> list[Any]:
     Unlike :func:`asyncio.gather`, no task outlives the call, and unlike a
     :class:`asyncio.TaskGroup` the caller gets the original exception (say a
     ``RemoteProtocolError`` naming the peer) rather than an exception group.
+
+    The tasks are started inside the ``try``: should starting one fail (an argument that is
+    not awaitable), those already started are cancelled and awaited like any others, and the
+    coroutines not started yet are closed, so none is left running or never awaited.
     """
-    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    tasks: list[asyncio.Future[Any]] = []
     try:
+        for aw in aws:
+            tasks.append(asyncio.ensure_future(aw))  # noqa: PERF401 - one at a time, see above
         return list(await asyncio.gather(*tasks))
     finally:
+        for left in aws[len(tasks) :]:
+            if inspect.iscoroutine(left):
+                left.close()
         for task in tasks:
             if not task.done():
                 task.cancel()

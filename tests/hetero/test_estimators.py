@@ -17,8 +17,8 @@ from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
 from p2pboost.hetero.model import joined_trees
 from p2pboost.net.node import Node
 from p2pboost.testing import TRAINING, MemoryFabric, WebSocketFabric, local_federation
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 from tests.hetero.conftest import CONFIG, assert_same_trees
-from transports.memory import MemoryNetwork, MemoryTransport
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ _PREDICT = textwrap.dedent(
     from p2pboost.hetero.model import GuestModel, HostModel
     from p2pboost.net.node import Node
     from p2pboost.hetero.predict import guest_predict, host_predict
-    from transports.memory import MemoryNetwork, MemoryTransport
+    from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
     folder = sys.argv[1]
     guest = GuestModel.load(f"{folder}/guest.json")

@@ -24,8 +24,8 @@ from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
+from p2pboost.transports.base import Connection, ConnectionHandler, Listener, Transport
 from tests.hetero.conftest import Keys, federate
-from transports.base import Connection, ConnectionHandler, Listener, Transport
 
 #: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from p2pboost.homo.config import VERSION, ClientIdentity, HomoConfig, HomoPhase,
 from p2pboost.homo.server import server_train
 from p2pboost.net.node import Node, Session
 from p2pboost.testing import FAST, FaultyTransport, wait_until
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 SERVER = "server"
 CLIENTS = ["c1", "c2", "c3", "c4", "c5"]

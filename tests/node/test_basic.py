@@ -11,7 +11,7 @@ import pytest
 from p2pboost.exceptions import ConfigError, InputError, LocalProtocolError, SessionClosed
 from p2pboost.net.node import Node, NodeConfig, Session
 from p2pboost.testing import Fabric, local_federation
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 
 async def test_request_response_and_stream(fabric: Fabric) -> None:

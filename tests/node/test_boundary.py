@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from p2pboost import certs, exceptions
 from p2pboost.net.node import Node
 from p2pboost.testing import FAST, wait_until
-from transports import errors
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports import errors
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 
 async def test_a_taken_listen_address_raises_the_library_transport_error() -> None:

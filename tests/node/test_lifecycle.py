@@ -24,9 +24,9 @@ from p2pboost.testing import (
     local_federation,
     wait_until,
 )
-from transports.base import Transport
-from transports.errors import TransportError
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports.base import Transport
+from p2pboost.transports.errors import TransportError
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 
 async def test_sessions_beyond_the_limit_are_refused(memory_fabric: Fabric) -> None:

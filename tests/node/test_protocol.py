@@ -29,9 +29,9 @@ from p2pboost.net._frames import (
 )
 from p2pboost.net.node import Node
 from p2pboost.testing import FAST, time_factor, wait_until
-from transports.base import Connection
-from transports.errors import TransportError
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports.base import Connection
+from p2pboost.transports.errors import TransportError
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 EPOCH = 0x5EED
 

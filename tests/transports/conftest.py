@@ -18,8 +18,8 @@ import pytest
 
 from p2pboost import certs
 from p2pboost.net.transport import websocket_transport
-from transports.base import Connection, Listener, Transport
-from transports.memory import MemoryNetwork, MemoryTransport
+from p2pboost.transports.base import Connection, Listener, Transport
+from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
 PARTIES = ("guest", "host1", "host2")
 

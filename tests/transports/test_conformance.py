@@ -1,4 +1,4 @@
-"""The transport contract (:mod:`transports.base`), checked on every transport alike."""
+"""The transport contract (:mod:`p2pboost.transports.base`), checked on every transport alike."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from transports.base import Connection
-from transports.errors import (
+from p2pboost.transports.base import Connection
+from p2pboost.transports.errors import (
     FrameTooLarge,
     HandshakeError,
     TransportError,

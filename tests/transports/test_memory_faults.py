@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 import pytest
 
 from p2pboost.testing import time_factor
-from transports.base import Connection
-from transports.errors import FrameTooLarge, HandshakeError, TransportError
-from transports.memory import MemoryConnection, MemoryNetwork, MemoryTransport
+from p2pboost.transports.base import Connection
+from p2pboost.transports.errors import FrameTooLarge, HandshakeError, TransportError
+from p2pboost.transports.memory import MemoryConnection, MemoryNetwork, MemoryTransport
 
 
 @asynccontextmanager

@@ -21,9 +21,9 @@ import pytest
 from p2pboost import certs
 from p2pboost.net.transport import websocket_transport
 from p2pboost.testing import wait_until
-from transports.base import Connection, Listener
-from transports.errors import HandshakeError
-from transports.websocket import WebSocketTransport, describe_tls_error
+from p2pboost.transports.base import Connection, Listener
+from p2pboost.transports.errors import HandshakeError
+from p2pboost.transports.websocket import WebSocketTransport, describe_tls_error
 
 LOGGER = "p2pboost.transport.websocket"
 

@@ -2,8 +2,8 @@
 
 Each case asserts the connecting side's exception (type and message) and the error the server
 reports through ``on_error``, and that the server goes on serving good clients. The transport
-raises its own exceptions (:mod:`transports.errors`); where p2pboost adds a diagnosis (a check
-of our own certificate), the case asserts it on the translated exception
+raises its own exceptions (:mod:`p2pboost.transports.errors`); where p2pboost adds a diagnosis
+(a check of our own certificate), the case asserts it on the translated exception
 (:func:`p2pboost.net.transport.translate_error`).
 """
 
@@ -27,9 +27,9 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus
 from p2pboost import certs, exceptions
 from p2pboost.exceptions import ConfigError
 from p2pboost.net.transport import peer_party_id, translate_error, websocket_transport
-from transports.base import Connection
-from transports.errors import HandshakeError, TransportConfigError, TransportError
-from transports.websocket import (
+from p2pboost.transports.base import Connection
+from p2pboost.transports.errors import HandshakeError, TransportConfigError, TransportError
+from p2pboost.transports.websocket import (
     PARTY_HEADER,
     PEER_HEADER,
     WebSocketConnection,

@@ -26,7 +26,7 @@ from p2pboost.exceptions import (
     InputError,
     TransportError,
 )
-from transports.websocket import describe_tls_error
+from p2pboost.transports.websocket import describe_tls_error
 
 __all__ = ["stream_scores"]
 

@@ -36,7 +36,7 @@ from p2pboost.exceptions import (
 )
 from p2pboost.hetero.serve import MAX_ID_CHARS
 from p2pboost.hetero.serving import GuestPredictor
-from transports.websocket import describe_tls_error
+from p2pboost.transports.websocket import describe_tls_error
 
 __all__ = ["DEFAULT_LISTEN", "HEALTH_PATH", "EndpointLimits", "serve_endpoint"]
 

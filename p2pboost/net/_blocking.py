@@ -1,4 +1,11 @@
-"""Blocking facades over coroutines that need a running node."""
+"""Blocking facades over coroutines that need a running node.
+
+The estimators' ``fit`` / ``predict`` (vertical and horizontal alike) run their ``a``-prefixed
+coroutine here, inside ``async with node`` on a fresh event loop. It lives with the node, not
+with the protocols: it knows nothing of any protocol, only the node's lifecycle and the event
+loop that the node's I/O and timers run on (the node owns I/O and time), so every layer above
+``net`` may use it and none below needs it.
+"""
 
 from __future__ import annotations
 

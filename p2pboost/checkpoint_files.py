@@ -5,6 +5,11 @@ limits fit for a large party's files). A truncated, edited or foreign file, or o
 kind, is refused with :class:`~p2pboost.exceptions.CheckpointError` naming the cause; a file is
 replaced atomically (:func:`p2pboost.files.atomic_write`), so a crash mid-write leaves the
 previous checkpoint.
+
+The format is the same for every protocol (vertical and horizontal write it, each its own
+``kind``), and it needs only the codec and :mod:`p2pboost.files`: it sits just above the codec,
+beside the node (``lint-imports`` keeps both apart), where every protocol can use it and it
+can use nothing of theirs.
 """
 
 from __future__ import annotations
