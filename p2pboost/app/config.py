@@ -164,6 +164,10 @@ class TrainConfig:
     #: rows after every round, and early stopping on it (HomoConfig).
     eval_metric: str | None = None
     early_stopping_rounds: int | None = None
+    #: Homo server or client (this party's own): accept a federation of exactly two clients,
+    #: whose secure aggregation the server and one client can undo together, without the
+    #: warning (HomoConfig.allow_two_clients).
+    allow_two_clients: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +302,7 @@ _TRAIN_EXTRA = (
     "eval_metric",
     "early_stopping_rounds",
     "memory_budget_mb",
+    "allow_two_clients",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -461,6 +466,7 @@ def _train(reader: _Reader) -> TrainConfig:
             if "early_stopping_rounds" in reader.table
             else None
         ),
+        allow_two_clients=reader.get_bool("allow_two_clients", False),
     )
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -19,7 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.exceptions import ConfigError, InputError, TwoClientWarning
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.objectives import canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
@@ -29,12 +31,14 @@ __all__ = [
     "CHANNEL",
     "SUM_METRICS",
     "SUPPORTED_OBJECTIVES",
+    "TWO_CLIENTS",
     "VERSION",
     "ClientIdentity",
     "HomoConfig",
     "HomoPhase",
     "HomoResult",
     "Tap",
+    "warn_two_clients",
 ]
 
 #: The one channel between the server and each client.
@@ -87,6 +91,11 @@ class HomoConfig:
     others answer. ``min_clients``: the fewest vectors an aggregate may sum (a client refuses
     to unmask a smaller one). ``masking=False`` sends plaintext vectors to the server: an
     insecure mode for measuring the cost of masking, which every party must opt into.
+
+    ``allow_two_clients``: this party knows that with exactly two clients the server and one
+    client together learn the other's vectors exactly (:data:`TWO_CLIENTS`), and accepts it;
+    otherwise such a run starts with a :class:`~p2pboost.exceptions.TwoClientWarning` and a
+    log line (:func:`warn_two_clients`). Each party's own choice: not in :meth:`shared`.
     """
 
     params: BoostParams = field(default_factory=BoostParams)
@@ -96,6 +105,7 @@ class HomoConfig:
     round_timeout: float = 120.0
     eval_metric: str | None = None
     early_stopping_rounds: int | None = None
+    allow_two_clients: bool = False
 
     def validate(self) -> HomoConfig:
         self.params.validate()
@@ -162,6 +172,28 @@ class HomoConfig:
             for key in sorted(set(ours) | set(theirs))
             if ours.get(key) != theirs.get(key)
         ]
+
+
+#: What secure aggregation does not protect against when a federation has two clients.
+TWO_CLIENTS = (
+    "a horizontal federation of exactly two clients: secure aggregation hides each client's "
+    "vectors (gradient histograms, counts, metrics) from the server only while it colludes "
+    "with neither client; if the server colludes with one client, the two learn the other "
+    "client's vectors exactly (the aggregate minus their own). Add a third client, or set "
+    "allow_two_clients (HomoConfig; [train] allow_two_clients = true in a party file) to "
+    "accept this and silence this warning"
+)
+
+
+def warn_two_clients(config: HomoConfig, clients: int, log: logging.Logger) -> None:
+    """Warn (:class:`~p2pboost.exceptions.TwoClientWarning`, and a line in ``log``) when a
+    masked federation has exactly two clients and this party has not accepted it
+    (``allow_two_clients``). Why both: the warning reaches a library caller's filters, the
+    log line an operator who runs the command-line party."""
+    if clients != 2 or config.allow_two_clients or not config.masking:
+        return
+    log.warning(TWO_CLIENTS)
+    warnings.warn(TWO_CLIENTS, TwoClientWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)

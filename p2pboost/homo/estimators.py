@@ -54,7 +54,9 @@ def _session_id(session: str, client: str) -> str:
 
 class _Settings:
     """What the server and every client must agree on (a digest is compared at hello), and
-    where their one session per client is named."""
+    where their one session per client is named. ``allow_two_clients`` is each party's own:
+    it accepts what a federation of two clients cannot hide and silences the
+    :class:`~p2pboost.exceptions.TwoClientWarning` (:class:`~p2pboost.homo.config.HomoConfig`)."""
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class _Settings:
         eval_metric: str | None,
         early_stopping_rounds: int | None,
         session: str,
+        allow_two_clients: bool = False,
     ) -> None:
         self.params = params
         self.threshold = threshold
@@ -75,6 +78,7 @@ class _Settings:
         self.round_timeout = round_timeout
         self.eval_metric = eval_metric
         self.early_stopping_rounds = early_stopping_rounds
+        self.allow_two_clients = allow_two_clients
         self.session = session
 
     def _make_config(self) -> HomoConfig:
@@ -86,6 +90,7 @@ class _Settings:
             round_timeout=self.round_timeout,
             eval_metric=self.eval_metric,
             early_stopping_rounds=self.early_stopping_rounds,
+            allow_two_clients=self.allow_two_clients,
         ).validate()
 
 
@@ -108,6 +113,7 @@ class HomoServer(_Settings):
         eval_metric: str | None = None,
         early_stopping_rounds: int | None = None,
         session: str = DEFAULT_SESSION,
+        allow_two_clients: bool = False,
         tap: Tap | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -120,6 +126,7 @@ class HomoServer(_Settings):
             eval_metric=eval_metric,
             early_stopping_rounds=early_stopping_rounds,
             session=session,
+            allow_two_clients=allow_two_clients,
         )
         self.tap = tap
         self.checkpoint_dir = checkpoint_dir
@@ -191,6 +198,7 @@ class HomoClient(_Settings):
         eval_metric: str | None = None,
         early_stopping_rounds: int | None = None,
         session: str = DEFAULT_SESSION,
+        allow_two_clients: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -201,6 +209,7 @@ class HomoClient(_Settings):
             eval_metric=eval_metric,
             early_stopping_rounds=early_stopping_rounds,
             session=session,
+            allow_two_clients=allow_two_clients,
         )
         self.identity = identity
 

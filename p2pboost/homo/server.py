@@ -87,7 +87,14 @@ from p2pboost.homo._vectors import (
     stats_length,
 )
 from p2pboost.homo.checkpoint import ServerCheckpoint
-from p2pboost.homo.config import VERSION, HomoConfig, HomoPhase, HomoResult, Tap
+from p2pboost.homo.config import (
+    VERSION,
+    HomoConfig,
+    HomoPhase,
+    HomoResult,
+    Tap,
+    warn_two_clients,
+)
 from p2pboost.net.node import Session
 
 __all__ = ["server_train"]
@@ -134,6 +141,7 @@ async def server_train(
         )
     if len(sessions) < config.min_clients:
         raise InputError(f"need at least {config.min_clients} clients, got {len(sessions)}")
+    warn_two_clients(config, len(sessions), logger)
     if resume and checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
     saved = ServerCheckpoint.load(checkpoint) if resume and checkpoint is not None else None
