@@ -168,6 +168,9 @@ class TrainConfig:
     #: whose secure aggregation the server and one client can undo together, without the
     #: warning (HomoConfig.allow_two_clients).
     allow_two_clients: bool = False
+    #: Homo server: send the clients the trees' covers and gains (by default zeros in their
+    #: place; HomoConfig.share_statistics).
+    share_statistics: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +306,7 @@ _TRAIN_EXTRA = (
     "early_stopping_rounds",
     "memory_budget_mb",
     "allow_two_clients",
+    "share_statistics",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -467,6 +471,7 @@ def _train(reader: _Reader) -> TrainConfig:
             else None
         ),
         allow_two_clients=reader.get_bool("allow_two_clients", False),
+        share_statistics=reader.get_bool("share_statistics", False),
     )
 
 

@@ -395,6 +395,7 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
         train.params,
         session=HOMO_SESSION,
         checkpoint_dir=run.config.checkpoint_path,
+        share_statistics=train.share_statistics,
         eval_metric=train.eval_metric,
         early_stopping_rounds=train.early_stopping_rounds,
         allow_two_clients=train.allow_two_clients,

@@ -13,10 +13,12 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -25,6 +27,7 @@ from p2pboost.exceptions import ConfigError, InputError, TwoClientWarning
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.objectives import canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._vectors import RANK_METRICS
 
 __all__ = [
@@ -96,6 +99,12 @@ class HomoConfig:
     client together learn the other's vectors exactly (:data:`TWO_CLIENTS`), and accepts it;
     otherwise such a run starts with a :class:`~p2pboost.exceptions.TwoClientWarning` and a
     log line (:func:`warn_two_clients`). Each party's own choice: not in :meth:`shared`.
+
+    ``share_statistics``: the server sends clients its trees with their per-node statistics
+    (covers, gains); by default it sends zeros in their place (:meth:`shared_tree`), since with
+    the split values they help a client reconstruct another client's records and prediction
+    needs neither (a client needs them only for TreeSHAP on its copy). The server's choice:
+    not in :meth:`shared`; the server's own model keeps them.
     """
 
     params: BoostParams = field(default_factory=BoostParams)
@@ -106,6 +115,7 @@ class HomoConfig:
     eval_metric: str | None = None
     early_stopping_rounds: int | None = None
     allow_two_clients: bool = False
+    share_statistics: bool = False
 
     def validate(self) -> HomoConfig:
         self.params.validate()
@@ -146,6 +156,13 @@ class HomoConfig:
         """The threshold an epoch of ``n_members`` uses: the configured one (or a majority),
         never more than the members. Clients refuse an epoch announcing less."""
         return min(self.threshold or n_members // 2 + 1, n_members)
+
+    def shared_tree(self, tree: Tree) -> dict[str, Any]:
+        """``tree`` as the server sends it to clients: without its covers and gains (zeros)
+        unless ``share_statistics``."""
+        if not self.share_statistics:
+            tree = replace(tree, gain=np.zeros_like(tree.gain), cover=np.zeros_like(tree.cover))
+        return tree.to_dict()
 
     def shared(self) -> dict[str, str]:
         """What every party must agree on (timeouts may differ), by name, as text."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -98,8 +99,11 @@ class HomoServer(_Settings):
     """The coordinator: holds no data; ends with the model (``model_``) and run statistics.
 
     ``checkpoint_dir``: write a checkpoint there after every round, from which
-    ``afit(..., resume=True)`` continues (:mod:`p2pboost.homo.checkpoint`). A client whose
-    process restarts during the run is taken back (its session reopened) rather than dropped.
+    ``afit(..., resume=True)`` continues (:mod:`p2pboost.homo.checkpoint`).
+    A client whose process restarts during the run is taken back (its session reopened)
+    rather than dropped. ``share_statistics``: send the clients the trees' covers and gains
+    too (by default they receive zeros in their place:
+    :attr:`~p2pboost.homo.config.HomoConfig.share_statistics`).
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class HomoServer(_Settings):
         allow_two_clients: bool = False,
         tap: Tap | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        share_statistics: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -130,6 +135,7 @@ class HomoServer(_Settings):
         )
         self.tap = tap
         self.checkpoint_dir = checkpoint_dir
+        self.share_statistics = share_statistics
 
     async def afit(
         self,
@@ -144,7 +150,7 @@ class HomoServer(_Settings):
         model or its file) is continued with more rounds (warm start); ``resume``: continue
         from ``checkpoint_dir``. ``before_rejoin(client)`` runs before a restarted client's
         session is reopened (the command line agrees on the settings with it again)."""
-        config = self._make_config()
+        config = replace(self._make_config(), share_statistics=self.share_statistics)
         if init_model is not None and not isinstance(init_model, Booster):
             init_model = Booster.load(os.fspath(init_model))
         async with contextlib.AsyncExitStack() as stack:
