@@ -32,6 +32,11 @@ families keeps working.
     └── WorkerStateLost                    a worker lost the state a task needs (rebuilt by
                                            the executor; escapes only when it cannot be)
 
+Warnings (categories of :func:`warnings.warn`, so that each can be filtered on its own)::
+
+    P2PBoostWarning (UserWarning)
+    └── TwoClientWarning                   a horizontal federation of exactly two clients
+
 Local versus remote: a :class:`LocalProtocolError` means the code in this process misused an
 API; a :class:`RemoteProtocolError` means a peer did, and carries ``peer`` so operators know whom
 to call. Neither is ever silently swallowed.
@@ -55,12 +60,14 @@ __all__ = [
     "ModelError",
     "NotFittedError",
     "P2PBoostError",
+    "P2PBoostWarning",
     "PeerDisconnected",
     "PeerUnreachable",
     "ProtocolError",
     "RemoteProtocolError",
     "SessionClosed",
     "TransportError",
+    "TwoClientWarning",
     "UnknownIdError",
     "WorkerStateLost",
 ]
@@ -207,3 +214,15 @@ class WorkerStateLost(P2PBoostError):
 
     def __str__(self) -> str:
         return self.message + (f" (worker {self.address})" if self.address else "")
+
+
+class P2PBoostWarning(UserWarning):
+    """Base class of every warning p2pboost gives on purpose."""
+
+
+class TwoClientWarning(P2PBoostWarning):
+    """A horizontal federation of exactly two clients: secure aggregation hides each client's
+    vector from the server only while the server colludes with neither client; the server and
+    one client together learn the other's vector exactly (the sum minus their own). Silenced
+    by the party's explicit ``allow_two_clients`` setting
+    (:class:`~p2pboost.homo.config.HomoConfig`)."""

@@ -146,8 +146,9 @@ def horizontal(
     if len(clients) < 2:
         raise InputError("a horizontal federation needs at least two clients")
     names = [f"client{k}" for k in range(1, len(clients) + 1)]
-    config = HomoConfig(
+    config = HomoConfig(  # one process plays every party: nobody to collude with
         params=params or BoostParams(),
+        allow_two_clients=True,
         min_clients=len(clients),
         early_stopping_rounds=early_stopping_rounds,
     )

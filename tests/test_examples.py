@@ -264,8 +264,13 @@ def test_homo(
         "p2pboost party --config clinic-c.toml",
     )
     assert trained["server"]["trees"] == 3
-    models = {p: (ex.dir / f"out-{p}" / "model.json").read_text() for p in trained}
-    assert len(set(models.values())) == 1  # every party holds the same model
+    models = {p: json.loads((ex.dir / f"out-{p}" / "model.json").read_text()) for p in trained}
+    clients = {json.dumps(m, sort_keys=True) for p, m in models.items() if p != "server"}
+    assert len(clients) == 1  # every client holds the same model
+    for model in models.values():  # the server's too, but for the covers and gains it keeps
+        for tree in model["trees"]:
+            assert any(tree.pop("cover")) == any(tree.pop("gain")) == (model is models["server"])
+    assert len({json.dumps(m, sort_keys=True) for m in models.values()}) == 1
 
     out = ex.run("p2pboost predict --config clinic-a.toml", capsys)
     result = json.loads(out.strip().splitlines()[-1])

@@ -486,13 +486,22 @@ def report(model: Path, out: Path | None, force: bool) -> int:
     multiple=True,
     help="A vertical model: each host's model file, in the model's host order (its consent).",
 )
-def export(model: Path, fmt: str, out: Path, host_parts: tuple[Path, ...]) -> int:
+@click.option(
+    "--with-statistics",
+    is_flag=True,
+    help="Write the nodes' covers (sum_hessian) and gains into an XGBoost file: left out by "
+    "default (they help reconstruct training rows); TreeSHAP on the export needs them.",
+)
+def export(
+    model: Path, fmt: str, out: Path, host_parts: tuple[Path, ...], with_statistics: bool
+) -> int:
     """A plaintext, horizontal or (with every host's part) vertical model as an XGBoost JSON
-    or ONNX model file."""
+    or ONNX model file: the trees without per-node statistics unless --with-statistics (the
+    model file itself is not changed)."""
     from p2pboost.app.model_info import load_model
     from p2pboost.files import atomic_write
     from p2pboost.gbdt.booster import Booster
-    from p2pboost.gbdt.export import to_xgboost
+    from p2pboost.gbdt.export import STATISTICS_OMITTED, to_xgboost
     from p2pboost.gbdt.export_onnx import to_onnx
     from p2pboost.hetero.model import GuestModel, HostModel, merged_model
 
@@ -518,7 +527,10 @@ def export(model: Path, fmt: str, out: Path, host_parts: tuple[Path, ...]) -> in
     if fmt == "onnx":
         atomic_write(out, to_onnx(loaded))
     else:
-        atomic_write(out, json.dumps(to_xgboost(loaded)).encode("utf-8"))
+        exported = to_xgboost(loaded, with_statistics=with_statistics)
+        atomic_write(out, json.dumps(exported).encode("utf-8"))
+        if not with_statistics:
+            click.echo(f"per-node statistics {STATISTICS_OMITTED}", err=True)
     click.echo(str(out))
     return 0
 

@@ -164,6 +164,13 @@ class TrainConfig:
     #: rows after every round, and early stopping on it (HomoConfig).
     eval_metric: str | None = None
     early_stopping_rounds: int | None = None
+    #: Homo server or client (this party's own): accept a federation of exactly two clients,
+    #: whose secure aggregation the server and one client can undo together, without the
+    #: warning (HomoConfig.allow_two_clients).
+    allow_two_clients: bool = False
+    #: Homo server: send the clients the trees' covers and gains (by default zeros in their
+    #: place; HomoConfig.share_statistics).
+    share_statistics: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +305,8 @@ _TRAIN_EXTRA = (
     "eval_metric",
     "early_stopping_rounds",
     "memory_budget_mb",
+    "allow_two_clients",
+    "share_statistics",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
@@ -461,6 +470,8 @@ def _train(reader: _Reader) -> TrainConfig:
             if "early_stopping_rounds" in reader.table
             else None
         ),
+        allow_two_clients=reader.get_bool("allow_two_clients", False),
+        share_statistics=reader.get_bool("share_statistics", False),
     )
 
 

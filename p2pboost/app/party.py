@@ -395,8 +395,10 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
         train.params,
         session=HOMO_SESSION,
         checkpoint_dir=run.config.checkpoint_path,
+        share_statistics=train.share_statistics,
         eval_metric=train.eval_metric,
         early_stopping_rounds=train.early_stopping_rounds,
+        allow_two_clients=train.allow_two_clients,
     ).afit(
         node,
         clients,
@@ -436,6 +438,7 @@ async def _train_client(run: _Run, node: Node) -> PartyResult:
         session=HOMO_SESSION,
         eval_metric=train.eval_metric,
         early_stopping_rounds=train.early_stopping_rounds,
+        allow_two_clients=train.allow_two_clients,
     )
     await client.afit(node, run.peer, table.X, table.y, eval_set=valid)
     client.model_.save(run.config.model_path)

@@ -11,7 +11,9 @@ Key material reaches a worker once. With the engine's own pool it is installed b
 ``initializer``; a caller-supplied executor (say, the node's shared pool) was made before the
 key existed, so then each task carries the *public* numbers (or, for decryption, the key's few
 hundred bytes) and the worker caches what it derives from them (the fixed-base tables, tens of MiB,
-the CRT constants) by fingerprint: built once per worker and key, never per task.
+the CRT constants) by fingerprint: built once per worker and key, never per task. The private
+key travels only with the tasks that use it (secrets only where used), or, on this machine's own
+processes, once per worker (:meth:`CryptoEngine._register`).
 
 **Fused steps, bytes across the boundary.** Pickling a 2048-bit integer costs about as much as
 a few modular products, and a list of them is rebuilt object by object on the other side. The
@@ -49,7 +51,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, cast
 
 import numpy as np
@@ -104,12 +106,15 @@ class CryptoEngine:
     starts its own pool of ``workers`` processes on first use, whose initializer installs the
     key material. The own pool uses the ``spawn`` start method (``fork`` is unsafe once the
     event loop and its threads run), so a script that uses it needs the usual
-    ``if __name__ == "__main__":`` guard. With a caller's executor, each task carries the key
-    blob (for a key owner: including ``p`` and ``q``; it goes only to local worker processes).
-    On a cluster (a :class:`~p2pboost.workers.PinnedExecutor` whose
-    :meth:`~p2pboost.workers.PinnedExecutor.keyholder` is another executor) only the public
-    key goes to its workers: decryption runs on the keyholder, the only tasks that need the
-    private key.
+    ``if __name__ == "__main__":`` guard. With a caller's executor, whatever it is, only the
+    tasks that use the private key (decryption and opening packages) carry it; encryption,
+    randomisers and compression carry the public key. On an executor of this machine's own
+    processes (a process or thread pool, a local pinned pool) the key owner's key is also
+    registered once in every worker, so that its encryptions keep their CRT tables; on any
+    other executor (a Dask client, loky, MPI: tasks may reach other machines) it is not. On a
+    cluster (a :class:`~p2pboost.workers.PinnedExecutor` whose
+    :meth:`~p2pboost.workers.PinnedExecutor.keyholder` is another executor) the key tasks
+    run on the keyholder and only the public key goes to the cluster's workers.
 
     Plaintexts are ints in ``[0, n)``; ciphertexts are ``gmpy2.mpz``, or fixed-width bytes for
     the fused steps. Batches below :data:`INLINE_BELOW` values run in the calling thread in the
@@ -155,28 +160,74 @@ class CryptoEngine:
         self._lock = threading.Lock()
         self._busy = 0  # tasks of the async API in flight (event-loop thread only)
         self._idle: asyncio.Event | None = None
+        self._registered = False  # the private key installed in the caller's workers
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _executor(self, task: Any = None) -> tuple[Executor, KeyMaterial | None]:
         """The executor for ``task`` and what it must carry (nothing for our own initialised
-        pool). On a cluster, tasks that need the private key run on its keyholder and the
-        others carry the public key only."""
+        pool): the private key for the tasks that use it (:data:`_KEY_TASKS`, on a cluster its
+        keyholder), the public key for every other task.
+
+        Why not the whole key everywhere: the executor may send its tasks to other machines
+        (a Dask client, loky, MPI), and encryption, randomisers and compression need only the
+        public numbers. On this machine's own processes the key is registered once per worker
+        instead (:meth:`_register`), so the owner's encryptions keep their CRT tables.
+        """
         external = self._external
-        if external is not None:
+        if external is None:
+            if self._own is None:
+                self._own = process_pool(
+                    self.workers,
+                    initializer=init_worker,
+                    initargs=(self.public_key.fingerprint, self._material),
+                )
+            return self._own, None
+        if task in _KEY_TASKS:
             if isinstance(external, PinnedExecutor):
-                keyholder = external.keyholder()
-                if keyholder is not external:
-                    if task in _KEY_TASKS:
-                        return keyholder, self._material
-                    return external, self._public_material
+                return external.keyholder(), self._material
             return external, self._material
-        if self._own is None:
-            self._own = process_pool(
-                self.workers,
-                initializer=init_worker,
-                initargs=(self.public_key.fingerprint, self._material),
-            )
-        return self._own, None
+        self._register()
+        return external, self._public_material
+
+    def _registrar(self) -> Executor | None:
+        """The caller's executor when its workers may each hold the private key: this
+        machine's own processes or threads (a process or thread pool, a pinned pool that is its
+        own keyholder, or a cluster the party trusts with the key); None otherwise (an executor
+        that may reach other machines, or an engine without a private key)."""
+        external = self._external
+        if self.private_key is None or external is None:
+            return None
+        if isinstance(external, PinnedExecutor):
+            return external if external.keyholder() is external else None
+        if isinstance(external, ProcessPoolExecutor | ThreadPoolExecutor):
+            return external
+        return None
+
+    def _register(self) -> list[Future[int]]:
+        """Install the private key in every worker of :meth:`_registrar`, once per engine;
+        the key owner's encryptions then run on its CRT tables (about twice as fast) while
+        their tasks carry only the public key.
+
+        Not waited for: the tasks are queued ahead of the encryptions that follow them, and a
+        worker missed (a pool that gives two of them to one worker) encrypts with the public
+        key alone, correctly and slower. A pinned pool is addressed worker by worker.
+        """
+        with self._lock:
+            if self._registered:
+                return []
+            self._registered = True
+        registrar = self._registrar()
+        if registrar is None:
+            return []
+        fingerprint = self._fingerprint()
+        if isinstance(registrar, PinnedExecutor):
+            return [
+                registrar.submit_to(i, prepare_task, fingerprint, self._material)
+                for i in range(registrar.workers)
+            ]
+        return [
+            registrar.submit(prepare_task, fingerprint, self._material) for _ in range(self.workers)
+        ]
 
     def close(self) -> None:
         """Shut down the engine's own pool (an executor passed in is left alone)."""
@@ -210,6 +261,9 @@ class CryptoEngine:
         likelihood (a worker missed builds its table on its first encryption, as without this).
         """
         loop = asyncio.get_running_loop()
+        registered = self._register()
+        if registered:  # the registration builds the owner's tables: nothing more to send
+            return len(set(await asyncio.gather(*map(asyncio.wrap_future, registered))))
         executor, material = self._executor()
         fingerprint = self._fingerprint()
         if isinstance(executor, PinnedExecutor):

@@ -19,6 +19,8 @@ written as one graph:
 Only the rounds prediction uses are written (up to ``best_iteration``). Models with
 categorical columns are refused (their input would be category codes); a vertical model is
 exported once merged with every host's consent (:func:`p2pboost.hetero.model.merged_model`).
+No per-node statistics (covers, gains) are written: the graph has no place for them, so an
+ONNX export never shares them (:mod:`p2pboost.gbdt.export` on why that matters).
 Needs the ``onnx`` package
 (``pip install 'p2pboost[onnx]'``).
 """

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -68,11 +69,20 @@ from p2pboost.homo._messages import (
 from p2pboost.homo._model import LocalModel
 from p2pboost.homo._quantile import GroupedKeys, RankQuery
 from p2pboost.homo._vectors import eval_vector, stats_vector
-from p2pboost.homo.config import CHANNEL, VERSION, ClientIdentity, HomoConfig, HomoPhase
+from p2pboost.homo.config import (
+    CHANNEL,
+    VERSION,
+    ClientIdentity,
+    HomoConfig,
+    HomoPhase,
+    warn_two_clients,
+)
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import reject, send
 
 __all__ = ["BeforeSend", "Client", "OnVector", "client_train"]
+
+logger = logging.getLogger("p2pboost.homo.client")
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -125,6 +135,7 @@ class Client:
         self.privacy: dict[str, Any] | None = None  # told at done (a private model's record)
         #: The last step of a median search we answered (what it ran over, the query).
         self.median_step: tuple[str, RankQuery] | None = None
+        self.told_members = False  # the first epoch's members were checked for two clients
 
     def bad(self, what: str) -> RemoteProtocolError:
         return reject(self.server, f"{what} (phase {self.phase.value})")
@@ -140,7 +151,11 @@ class Client:
             return self._hello(msg)
         secagg = self.secagg
         if isinstance(msg, Epoch):
-            return secagg.on_epoch(msg)
+            advert = secagg.on_epoch(msg)
+            if not self.told_members:  # the run's first members: what its aggregation hides
+                self.told_members = True
+                warn_two_clients(self.config, len(msg.members), logger)
+            return advert
         if isinstance(msg, Adverts):
             return secagg.on_adverts(msg)
         if isinstance(msg, Shares):

@@ -9,32 +9,39 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.exceptions import ConfigError, InputError, TwoClientWarning
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.objectives import canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.tree import Tree
 from p2pboost.homo._vectors import RANK_METRICS
 
 __all__ = [
     "CHANNEL",
     "SUM_METRICS",
     "SUPPORTED_OBJECTIVES",
+    "TWO_CLIENTS",
     "VERSION",
     "ClientIdentity",
     "HomoConfig",
     "HomoPhase",
     "HomoResult",
     "Tap",
+    "warn_two_clients",
 ]
 
 #: The one channel between the server and each client.
@@ -87,6 +94,17 @@ class HomoConfig:
     others answer. ``min_clients``: the fewest vectors an aggregate may sum (a client refuses
     to unmask a smaller one). ``masking=False`` sends plaintext vectors to the server: an
     insecure mode for measuring the cost of masking, which every party must opt into.
+
+    ``allow_two_clients``: this party knows that with exactly two clients the server and one
+    client together learn the other's vectors exactly (:data:`TWO_CLIENTS`), and accepts it;
+    otherwise such a run starts with a :class:`~p2pboost.exceptions.TwoClientWarning` and a
+    log line (:func:`warn_two_clients`). Each party's own choice: not in :meth:`shared`.
+
+    ``share_statistics``: the server sends clients its trees with their per-node statistics
+    (covers, gains); by default it sends zeros in their place (:meth:`shared_tree`), since with
+    the split values they help a client reconstruct another client's records and prediction
+    needs neither (a client needs them only for TreeSHAP on its copy). The server's choice:
+    not in :meth:`shared`; the server's own model keeps them.
     """
 
     params: BoostParams = field(default_factory=BoostParams)
@@ -96,6 +114,8 @@ class HomoConfig:
     round_timeout: float = 120.0
     eval_metric: str | None = None
     early_stopping_rounds: int | None = None
+    allow_two_clients: bool = False
+    share_statistics: bool = False
 
     def validate(self) -> HomoConfig:
         self.params.validate()
@@ -146,6 +166,13 @@ class HomoConfig:
         never more than the members. Clients refuse an epoch announcing less."""
         return min(self.threshold or n_members // 2 + 1, n_members)
 
+    def shared_tree(self, tree: Tree) -> dict[str, Any]:
+        """``tree`` as the server sends it to clients: without its covers and gains (zeros)
+        unless ``share_statistics``."""
+        if not self.share_statistics:
+            tree = replace(tree, gain=np.zeros_like(tree.gain), cover=np.zeros_like(tree.cover))
+        return tree.to_dict()
+
     def shared(self) -> dict[str, str]:
         """What every party must agree on (timeouts may differ), by name, as text."""
         body: dict[str, object] = {
@@ -171,6 +198,28 @@ class HomoConfig:
             for key in sorted(set(ours) | set(theirs))
             if ours.get(key) != theirs.get(key)
         ]
+
+
+#: What secure aggregation does not protect against when a federation has two clients.
+TWO_CLIENTS = (
+    "a horizontal federation of exactly two clients: secure aggregation hides each client's "
+    "vectors (gradient histograms, counts, metrics) from the server only while it colludes "
+    "with neither client; if the server colludes with one client, the two learn the other "
+    "client's vectors exactly (the aggregate minus their own). Add a third client, or set "
+    "allow_two_clients (HomoConfig; [train] allow_two_clients = true in a party file) to "
+    "accept this and silence this warning"
+)
+
+
+def warn_two_clients(config: HomoConfig, clients: int, log: logging.Logger) -> None:
+    """Warn (:class:`~p2pboost.exceptions.TwoClientWarning`, and a line in ``log``) when a
+    masked federation has exactly two clients and this party has not accepted it
+    (``allow_two_clients``). Why both: the warning reaches a library caller's filters, the
+    log line an operator who runs the command-line party."""
+    if clients != 2 or config.allow_two_clients or not config.masking:
+        return
+    log.warning(TWO_CLIENTS)
+    warnings.warn(TWO_CLIENTS, TwoClientWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,9 @@ def _session_id(session: str, client: str) -> str:
 
 class _Settings:
     """What the server and every client must agree on (a digest is compared at hello), and
-    where their one session per client is named."""
+    where their one session per client is named. ``allow_two_clients`` is each party's own:
+    it accepts what a federation of two clients cannot hide and silences the
+    :class:`~p2pboost.exceptions.TwoClientWarning` (:class:`~p2pboost.homo.config.HomoConfig`)."""
 
     def __init__(
         self,
@@ -68,6 +71,7 @@ class _Settings:
         eval_metric: str | None,
         early_stopping_rounds: int | None,
         session: str,
+        allow_two_clients: bool = False,
     ) -> None:
         self.params = params
         self.threshold = threshold
@@ -76,6 +80,7 @@ class _Settings:
         self.round_timeout = round_timeout
         self.eval_metric = eval_metric
         self.early_stopping_rounds = early_stopping_rounds
+        self.allow_two_clients = allow_two_clients
         self.session = session
 
     def _make_config(self) -> HomoConfig:
@@ -87,6 +92,7 @@ class _Settings:
             round_timeout=self.round_timeout,
             eval_metric=self.eval_metric,
             early_stopping_rounds=self.early_stopping_rounds,
+            allow_two_clients=self.allow_two_clients,
         ).validate()
 
 
@@ -94,8 +100,11 @@ class HomoServer(_Settings):
     """The coordinator: holds no data; ends with the model (``model_``) and run statistics.
 
     ``checkpoint_dir``: write a checkpoint there after every round, from which
-    ``afit(..., resume=True)`` continues (:mod:`p2pboost.homo.checkpoint`). A client whose
-    process restarts during the run is taken back (its session reopened) rather than dropped.
+    ``afit(..., resume=True)`` continues (:mod:`p2pboost.homo.checkpoint`).
+    A client whose process restarts during the run is taken back (its session reopened)
+    rather than dropped. ``share_statistics``: send the clients the trees' covers and gains
+    too (by default they receive zeros in their place:
+    :attr:`~p2pboost.homo.config.HomoConfig.share_statistics`).
     """
 
     def __init__(
@@ -109,8 +118,10 @@ class HomoServer(_Settings):
         eval_metric: str | None = None,
         early_stopping_rounds: int | None = None,
         session: str = DEFAULT_SESSION,
+        allow_two_clients: bool = False,
         tap: Tap | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        share_statistics: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -121,9 +132,11 @@ class HomoServer(_Settings):
             eval_metric=eval_metric,
             early_stopping_rounds=early_stopping_rounds,
             session=session,
+            allow_two_clients=allow_two_clients,
         )
         self.tap = tap
         self.checkpoint_dir = checkpoint_dir
+        self.share_statistics = share_statistics
 
     async def afit(
         self,
@@ -138,7 +151,7 @@ class HomoServer(_Settings):
         model or its file) is continued with more rounds (warm start); ``resume``: continue
         from ``checkpoint_dir``. ``before_rejoin(client)`` runs before a restarted client's
         session is reopened (the command line agrees on the settings with it again)."""
-        config = self._make_config()
+        config = replace(self._make_config(), share_statistics=self.share_statistics)
         if init_model is not None and not isinstance(init_model, Booster):
             init_model = Booster.load(os.fspath(init_model))
         async with contextlib.AsyncExitStack() as stack:
@@ -192,6 +205,7 @@ class HomoClient(_Settings):
         eval_metric: str | None = None,
         early_stopping_rounds: int | None = None,
         session: str = DEFAULT_SESSION,
+        allow_two_clients: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -202,6 +216,7 @@ class HomoClient(_Settings):
             eval_metric=eval_metric,
             early_stopping_rounds=early_stopping_rounds,
             session=session,
+            allow_two_clients=allow_two_clients,
         )
         self.identity = identity
 

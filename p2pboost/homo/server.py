@@ -88,7 +88,14 @@ from p2pboost.homo._vectors import (
     stats_length,
 )
 from p2pboost.homo.checkpoint import ServerCheckpoint
-from p2pboost.homo.config import VERSION, HomoConfig, HomoPhase, HomoResult, Tap
+from p2pboost.homo.config import (
+    VERSION,
+    HomoConfig,
+    HomoPhase,
+    HomoResult,
+    Tap,
+    warn_two_clients,
+)
 from p2pboost.net.node import Session
 
 __all__ = ["server_train"]
@@ -135,6 +142,7 @@ async def server_train(
         )
     if len(sessions) < config.min_clients:
         raise InputError(f"need at least {config.min_clients} clients, got {len(sessions)}")
+    warn_two_clients(config, len(sessions), logger)
     if resume and checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
     saved = ServerCheckpoint.load(checkpoint) if resume and checkpoint is not None else None
@@ -178,7 +186,7 @@ async def server_train(
     if begin is not None:
         per_round = begin.trees_per_round
         for t, (tree, out) in enumerate(zip(begin.trees, begin.tree_output, strict=True)):
-            await fed.broadcast(FinishedTree(t // per_round, out, tree.to_dict()))
+            await fed.broadcast(FinishedTree(t // per_round, out, config.shared_tree(tree)))
         if saved is None:
             assert init_model is not None
             warm_rounds = init_model.n_rounds
@@ -256,7 +264,7 @@ async def server_train(
             if private is not None and mechanisms is not None:
                 private.released(mechanisms)
             rounds.add_tree(tree, out)
-            await fed.broadcast(FinishedTree(it, out, tree.to_dict()))
+            await fed.broadcast(FinishedTree(it, out, config.shared_tree(tree)))
         if config.evaluating:
             fed.phase = HomoPhase.EVAL
             score = await _evaluate(fed, config, hello, n_features)
@@ -433,8 +441,12 @@ async def _middle(
     ``residuals``, grouped by the leaves of ``tree``), from a median search over summed
     counts (:mod:`p2pboost.homo._quantile`); groups without rows are left out."""
     # The clients' last partition is the layer above the leaves (leaves get no histograms):
-    # they find their rows' leaves in the tree's shape, sent without its Newton leaf values.
-    shape = None if tree is None else replace(tree, value=np.zeros_like(tree.value)).to_dict()
+    # they find their rows' leaves in the tree's shape, sent without its Newton leaf values
+    # (nor covers and gains: the shape is all they need).
+    shape = None
+    if tree is not None:
+        zeros = np.zeros_like(tree.gain)
+        shape = replace(tree, value=np.zeros_like(tree.value), gain=zeros, cover=zeros).to_dict()
     search = MedianSearch(groups)
     while not search.done:
         q = search.query()

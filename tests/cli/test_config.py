@@ -339,3 +339,18 @@ def test_horizontal_validation_keys(tmp_path: Path) -> None:
         load_config(_guest(tmp_path, train={"eval_metric": "auc"}))
     with pytest.raises(ConfigError, match="a homo client's validation rows; not for a guest"):
         load_config(_guest(tmp_path, data={**DATA, "valid_path": "v.csv"}))
+
+
+def test_horizontal_privacy_keys(tmp_path: Path) -> None:
+    """``allow_two_clients`` (each party) and ``share_statistics`` (the server) are read from
+    ``[train]``, off unless set."""
+    client = {"id": "c1", "role": "client", "certs": "c"}
+    peers = {"server": "wss://127.0.0.1:1"}
+    data = {"path": "c1.csv", "label_column": "y"}
+    plain = load_config(write_config(tmp_path / "c.toml", client, peers=peers, data=data))
+    assert (plain.train.allow_two_clients, plain.train.share_statistics) == (False, False)
+    train = {"allow_two_clients": True, "share_statistics": True}
+    config = load_config(
+        write_config(tmp_path / "c.toml", client, peers=peers, data=data, train=train)
+    )
+    assert (config.train.allow_two_clients, config.train.share_statistics) == (True, True)

@@ -71,7 +71,8 @@ def test_mismatched_private_key_is_refused(public_key: PublicKey) -> None:
 
 
 def test_caller_supplied_executor(public_key: PublicKey, private_key: PrivateKey) -> None:
-    """A shared pool made before the key existed: tasks carry the key, workers cache tables."""
+    """A shared pool made before the key existed: the key is registered in its workers, the
+    decryption tasks carry it, the others the public key; workers cache tables."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         eng = CryptoEngine(public_key, private_key, executor=pool, chunk_size=50)
         values = list(range(200))

@@ -57,6 +57,16 @@ async def test_merged_vertical_model_exports_and_predicts_as_the_federation(
     names = json.loads((tmp_path / "m.json").read_text())["learner"]["feature_names"] or None
     xgb_p = booster.predict(xgb.DMatrix(X, feature_names=names))
     np.testing.assert_allclose(xgb_p, onnx_p, rtol=1e-6, atol=1e-6)
+    # the merged export leaves the nodes' covers and gains out unless asked (--with-statistics)
+    trees = json.loads((tmp_path / "m.json").read_text())["learner"]["gradient_booster"]
+    for tree in trees["model"]["trees"]:
+        assert not any(tree["sum_hessian"])
+        assert not any(tree["loss_changes"])
+    assert (
+        main(["export", guest, *parts, "--with-statistics", "--out", str(tmp_path / "s.json")]) == 0
+    )
+    full = json.loads((tmp_path / "s.json").read_text())["learner"]["gradient_booster"]
+    assert all(any(t["sum_hessian"]) for t in full["model"]["trees"])
 
 
 def test_export_refuses_one_party_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

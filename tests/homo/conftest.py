@@ -296,7 +296,9 @@ async def run_restarting(
 
 
 def same_trees(a: Booster, b: Booster) -> bool:
-    """Structure, splits, thresholds and leaf values all equal (bit for bit)."""
+    """Structure, splits, thresholds and leaf values all equal (bit for bit); gains and covers
+    too where both models carry them (a client's copy has zeros unless the server shares
+    them: ``HomoConfig.share_statistics``)."""
     if len(a.trees) != len(b.trees) or a.tree_output != b.tree_output:
         return False
     if not np.array_equal(a.base_margin, b.base_margin):
@@ -310,11 +312,12 @@ def same_trees(a: Booster, b: Booster) -> bool:
             "left",
             "right",
             "value",
-            "gain",
-            "cover",
         ):
             if not np.array_equal(getattr(ta, name), getattr(tb, name)):
                 return False
+        both = ta.cover.any() and tb.cover.any()
+        if both and not (np.array_equal(ta.gain, tb.gain) and np.array_equal(ta.cover, tb.cover)):
+            return False
     return True
 
 

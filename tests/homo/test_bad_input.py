@@ -17,7 +17,7 @@ from p2pboost.homo.config import ClientIdentity, HomoConfig, HomoPhase
 from tests.homo.conftest import run_homo
 
 PARAMS = BoostParams(n_estimators=2, max_depth=2, max_bin=8)
-CONFIG = HomoConfig(params=PARAMS, round_timeout=10)
+CONFIG = HomoConfig(params=PARAMS, round_timeout=10, allow_two_clients=True)
 
 
 def _parts(breast: list[tuple[np.ndarray, np.ndarray]], n: int) -> dict[str, Any]:

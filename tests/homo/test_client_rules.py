@@ -24,7 +24,7 @@ def _total(vectors: Iterable[Any]) -> Any:
 
 
 IDS = ["c1", "c2", "c3"]
-CONFIG = HomoConfig(threshold=2)
+CONFIG = HomoConfig(allow_two_clients=True, threshold=2)
 
 
 def _clients(federation: Path) -> dict[str, Client]:

@@ -42,7 +42,7 @@ from tests.homo.conftest import Crash, Run, crash_at, hello, run_homo, same_tree
 
 PARAMS = BoostParams(n_estimators=2, max_depth=2, max_bin=8)
 IDS = ["c1", "c2", "c3", "c4"]
-RUN = hello(HomoConfig())["run"]
+RUN = hello(HomoConfig(allow_two_clients=True))["run"]
 
 
 def _split(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> dict[str, tuple]:
@@ -66,7 +66,7 @@ def _signing_key(federation: Path, c: str) -> Any:
 @pytest.fixture
 def clients(federation: Path) -> dict[str, Client]:
     """Four clients with keys of epoch 1 (threshold 3) that all sent rounds 1 and 2."""
-    config = HomoConfig(threshold=3)
+    config = HomoConfig(allow_two_clients=True, threshold=3)
     rng = np.random.default_rng(0)
     out = {}
     for c in IDS:
@@ -235,7 +235,8 @@ async def _lie(
     n: int = 4,
 ) -> Run:
     monkeypatch.setattr(server_module, "Federation", _lying_federation(lies))
-    config = HomoConfig(params=PARAMS, round_timeout=5)  # threshold: a majority, 3 of 4 or 5
+    # threshold: a majority, 3 of 4 or 5
+    config = HomoConfig(allow_two_clients=True, params=PARAMS, round_timeout=5)
     return await run_homo(_split(breast, n), config, federation)
 
 
@@ -341,7 +342,9 @@ async def test_forged_or_too_few_relayed_signatures_reveal_nothing(
 async def test_a_round_everyone_sent_in_asks_for_no_signature_key_or_share(
     breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
 ) -> None:
-    config = HomoConfig(params=PARAMS.with_updates(n_estimators=1), round_timeout=20)
+    config = HomoConfig(
+        allow_two_clients=True, params=PARAMS.with_updates(n_estimators=1), round_timeout=20
+    )
     run = await run_homo(_split(breast, 3), config, federation)
     assert isinstance(run.result, HomoResult), run.result
     tags = {obj["t"] for kind, _, obj in run.received if kind == "recv"}
@@ -359,7 +362,7 @@ async def test_honest_dropouts_pass_the_check_and_give_the_cores_model(
         "c5": crash_at("masked", 2, HomoPhase.STATS),
         "c4": crash_at("signed", 1, HomoPhase.STATS),
     }
-    config = HomoConfig(params=PARAMS, threshold=3, round_timeout=5)
+    config = HomoConfig(allow_two_clients=True, params=PARAMS, threshold=3, round_timeout=5)
     run = await run_homo(parts, config, federation, hooks=hooks)
     assert isinstance(run.result, HomoResult), run.result
     assert run.result.clients == ["c1", "c2", "c3"]
@@ -392,7 +395,7 @@ async def test_a_client_whose_survivor_signature_fails_is_named_by_the_server(
         "c3": crash_at("masked", 2, HomoPhase.STATS),
         "c2": bad_signature,
     }
-    config = HomoConfig(params=PARAMS, round_timeout=5)
+    config = HomoConfig(allow_two_clients=True, params=PARAMS, round_timeout=5)
     run = await run_homo(_split(breast, 3), config, federation, hooks=hooks)
     assert isinstance(run.result, RemoteProtocolError), run.result
     assert run.result.peer == "c2"

@@ -32,7 +32,9 @@ async def test_private_homo_model_equals_the_cores_at_a_fixed_noise_seed(
     params = _params(mechanism)
     parts = {"c1": breast[0], "c2": breast[1]}
     carried = spy_carried_rows(monkeypatch)
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     by_clients = sum(carried)
     carried.clear()
     assert isinstance(run.result, HomoResult), run.result
@@ -79,14 +81,16 @@ async def test_a_private_client_checks_its_own_labels_and_weights(
 
     from p2pboost.homo.client import client_train
 
-    config = HomoConfig(params=_params("dpboost"))
+    config = HomoConfig(allow_two_clients=True, params=_params("dpboost"))
     X, y = breast[0]
     session = cast(Any, object())  # never touched: the refusals come first
     with pytest.raises(InputError, match="sample_weight"):
         await client_train(
             session, "server", X, y, config, identity=None, me="c1", sample_weight=np.ones(y.size)
         )
-    reg = HomoConfig(params=_params("dpboost").with_updates(objective="reg:squarederror"))
+    reg = HomoConfig(
+        allow_two_clients=True, params=_params("dpboost").with_updates(objective="reg:squarederror")
+    )
     with pytest.raises(InputError, match="label_bound"):
         await client_train(session, "server", X, 3 + y, reg, identity=None, me="c1")
 
@@ -101,7 +105,9 @@ async def test_a_tree_regrown_after_a_dropout_is_charged_in_full(
     X = np.vstack([p[0] for p in breast])
     y = np.concatenate([p[1] for p in breast])
     parts = {f"c{i + 1}": (X[i::3], y[i::3]) for i in range(3)}
-    config = HomoConfig(params=_params("dpboost"), round_timeout=20, threshold=2)
+    config = HomoConfig(
+        allow_two_clients=True, params=_params("dpboost"), round_timeout=20, threshold=2
+    )
     # TREES-phase replies of a client: grid, root, children, children, grid, ...
     run = await run_homo(parts, config, federation, hooks={"c3": crash_at("masked", 4)})
     assert isinstance(run.result, HomoResult), run.result
@@ -139,7 +145,7 @@ async def test_a_client_restarted_mid_ensemble_sits_the_rest_of_it_out(
 
     monkeypatch.setattr(LocalModel, "grid", spy)
     parts = {"c1": breast[0], "c2": breast[1]}
-    config = HomoConfig(params=params, round_timeout=20)
+    config = HomoConfig(allow_two_clients=True, params=params, round_timeout=20)
     # TREES-phase replies of a client: 4 per tree (grid, root, children, children), so its
     # 18th is tree 4's root: it dies after tree 4's rows were keyed.
     run = await run_restarting(parts, config, federation, "c1", 18)
@@ -162,7 +168,7 @@ async def test_a_private_server_neither_resumes_nor_continues_a_model(tmp_path: 
     ensembles' rows, the noise), so a private run refuses ``resume`` and ``init_model``."""
     from p2pboost.homo.server import server_train
 
-    config = HomoConfig(params=_params("dpboost"))
+    config = HomoConfig(allow_two_clients=True, params=_params("dpboost"))
     with pytest.raises(InputError, match="cannot continue a model"):
         await server_train({}, config, checkpoint=tmp_path, resume=True)
     X = np.random.default_rng(0).normal(size=(40, 3))

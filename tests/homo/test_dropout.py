@@ -41,7 +41,7 @@ async def test_one_killed_after_sending_one_before_threshold_3_of_4(
         # c3 dies in a later tree before sending its vector.
         "c3": crash_at("masked", 9),
     }
-    config = HomoConfig(params=PARAMS, threshold=3, round_timeout=5)
+    config = HomoConfig(allow_two_clients=True, params=PARAMS, threshold=3, round_timeout=5)
     run = await run_homo(parts, config, federation, hooks=hooks)
     assert isinstance(run.result, HomoResult), run.result
     assert run.result.clients == ["c1", "c2"]
@@ -72,7 +72,7 @@ async def test_died_after_sending_while_another_never_sent_is_recovered_by_shami
     enough shares (t = 3) to rebuild c4's self mask and c5's mask key."""
     parts = _split(breast, 5)
     hooks = {"c5": crash_at("masked", 2), "c4": crash_at("reveal", 1)}
-    config = HomoConfig(params=PARAMS, threshold=3, round_timeout=5)
+    config = HomoConfig(allow_two_clients=True, params=PARAMS, threshold=3, round_timeout=5)
     run = await run_homo(parts, config, federation, hooks=hooks)
     assert isinstance(run.result, HomoResult), run.result
     assert run.result.clients == ["c1", "c2", "c3"]

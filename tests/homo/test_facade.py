@@ -40,10 +40,14 @@ async def _federation(
                 tls=TLSConfig.from_dir(federation / c),
                 config=TRAINING,
             ) as node:
-                est = HomoClient(params, identity=federation / c, round_timeout=20)
+                est = HomoClient(
+                    params, identity=federation / c, round_timeout=20, allow_two_clients=True
+                )
                 return await est.afit(node, SERVER, *parts[c])
 
-        server = HomoServer(params, masking=server_masking, round_timeout=20)
+        server = HomoServer(
+            params, masking=server_masking, round_timeout=20, allow_two_clients=True
+        )
         async with asyncio.timeout(60):
             first, *rest = await asyncio.gather(
                 server.afit(server_node, clients),

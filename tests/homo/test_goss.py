@@ -57,7 +57,9 @@ async def test_goss_at_each_client_gives_the_cores_trees_given_the_same_draws(
     data: str, n_clients: int, params: BoostParams, federation: Path
 ) -> None:
     parts = _clients(data, n_clients)
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X, y = _union(parts)
     draws = union_draws(params, [(c, p[1].size) for c, p in parts.items()])
@@ -87,7 +89,7 @@ async def test_a_warm_start_with_goss_is_one_go_too(federation: Path) -> None:
     margins of the model so far: 2 + 2 rounds are the 4 of one run."""
     params = GOSS.with_updates(n_estimators=2, seed=3)
     parts = _clients("breast", 2)
-    config = HomoConfig(params=params, round_timeout=20)
+    config = HomoConfig(allow_two_clients=True, params=params, round_timeout=20)
     first = await run_homo(parts, config, federation)
     assert isinstance(first.result, HomoResult), first.result
     more = await run_homo(parts, config, federation, init_model=first.result.booster)
@@ -131,7 +133,9 @@ async def test_l1_with_goss_refits_its_leaves_on_the_sampled_rows_as_the_core(
     over its sample: the trees are the core's given the same draws."""
     parts = _clients("diabetes", 2)
     params = GOSS.with_updates(objective="reg:absoluteerror", n_estimators=3, seed=4)
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X, y = _union(parts)
     draws = union_draws(params, [(c, p[1].size) for c, p in parts.items()])

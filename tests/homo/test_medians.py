@@ -54,7 +54,12 @@ def _bitwise(a: Booster, b: Booster) -> bool:
 
 async def _trained(parts: Parts, params: BoostParams, federation: Path, **options: Any) -> Booster:
     """The federation's model; every client's must be the server's."""
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation, **options)
+    run = await run_homo(
+        parts,
+        HomoConfig(allow_two_clients=True, params=params, round_timeout=20),
+        federation,
+        **options,
+    )
     assert isinstance(run.result, HomoResult), run.result
     for model in run.models.values():
         assert isinstance(model, Booster), model
@@ -147,7 +152,7 @@ def test_a_client_answers_only_a_narrowing_median_search() -> None:
     params = BoostParams(objective="l1", max_depth=2, n_estimators=1, max_bin=4)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(12, 2)), rng.integers(0, 5, 12).astype(np.float64)
-    config = HomoConfig(params=params, masking=False)
+    config = HomoConfig(allow_two_clients=True, params=params, masking=False)
     client = Client("c1", "server", X, y, config, identity=None)
     client.handle(hello(config))
     first = client.handle(_median(1, "labels", 0, 8, [0], [0]))
@@ -201,7 +206,7 @@ async def test_a_client_lost_during_a_median_search_regrows_the_tree(federation:
     trees on the survivors' rows from those bins and that base margin."""
     parts = _diabetes(3)
     params = BoostParams(objective="reg:absoluteerror", n_estimators=2, max_depth=3, seed=1)
-    config = HomoConfig(params=params, round_timeout=5)
+    config = HomoConfig(allow_two_clients=True, params=params, round_timeout=5)
     # grid, root, two layers of children, then the search: c3 dies before its 6th vector.
     hooks = {"c3": crash_at("masked", 6, HomoPhase.TREES)}
     run = await run_homo(parts, config, federation, hooks=hooks)

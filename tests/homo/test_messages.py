@@ -16,7 +16,7 @@ from p2pboost.homo.config import ClientIdentity, HomoConfig
 from p2pboost.protocols._messages import decode, families
 from tests.homo.conftest import hello
 
-CONFIG = HomoConfig()
+CONFIG = HomoConfig(allow_two_clients=True)
 HELLO = hello(CONFIG)
 
 

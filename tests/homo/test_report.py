@@ -26,7 +26,7 @@ async def test_a_homo_model_with_history_gets_a_learning_curve(
     parts = {"c1": breast[0], "c2": breast[1]}
     evals = {"c1": (test[0][::2], test[1][::2]), "c2": (test[0][1::2], test[1][1::2])}
     params = BoostParams(n_estimators=4, max_depth=3, max_bin=16)
-    config = HomoConfig(params=params, round_timeout=20, eval_metric="auc")
+    config = HomoConfig(allow_two_clients=True, params=params, round_timeout=20, eval_metric="auc")
     run = await run_homo(parts, config, federation, eval_sets=evals)
     assert isinstance(run.result, HomoResult), run.result
     client = run.models["c1"]

@@ -20,6 +20,7 @@ from tests.homo.conftest import run_homo, run_restarting, same_trees
 CONFIG = HomoConfig(
     BoostParams(n_estimators=5, max_depth=3, subsample=0.8, colsample_bytree=0.8, seed=3),
     eval_metric="logloss",
+    allow_two_clients=True,
 )
 
 

@@ -27,7 +27,9 @@ async def test_server_sees_no_client_vector_gradient_or_label(
 ) -> None:
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     received = [(who, obj) for kind, who, obj in run.received if kind == "recv"]
     arrays = [a for _, obj in received for a in _arrays(obj)]
@@ -76,7 +78,9 @@ async def test_single_masked_vector_is_uniform(
     vector: mostly zeros in the clear)."""
     params = BoostParams(n_estimators=1, max_depth=2, max_bin=16)
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     sent = [obj for kind, who, obj in run.received if kind == "recv" and who == "c1"]
     vectors = [obj[k] for obj in sent for k in ("y", "z") if k in obj]
     big = max(vectors, key=lambda v: v.size)

@@ -19,7 +19,9 @@ async def test_binary_trees_identical_to_core_on_union(
 ) -> None:
     params = BoostParams(n_estimators=4, max_depth=4, max_bin=16)
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
@@ -70,7 +72,7 @@ async def _three_and_three(
     **core_hooks: object,
 ) -> None:
     parts = {"c1": breast[0], "c2": breast[1]}
-    config = HomoConfig(params=params, round_timeout=20)
+    config = HomoConfig(allow_two_clients=True, params=params, round_timeout=20)
     first = await run_homo(parts, config, federation)
     assert isinstance(first.result, HomoResult), first.result
     assert first.result.booster.rng_state is not None
@@ -94,7 +96,10 @@ async def test_sample_weights_stay_with_each_client_and_give_the_cores_trees(
     rng = np.random.default_rng(7)
     weights = {c: rng.uniform(0.0, 3.0, size=len(p[1])) for c, p in parts.items()}
     run = await run_homo(
-        parts, HomoConfig(params=params, round_timeout=20), federation, weights=weights
+        parts,
+        HomoConfig(allow_two_clients=True, params=params, round_timeout=20),
+        federation,
+        weights=weights,
     )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
@@ -161,7 +166,9 @@ async def test_multiclass_and_regression_identical_to_core(
     files: str, params: BoostParams, federation: Path
 ) -> None:
     parts, _ = bundled(files)
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
@@ -184,7 +191,7 @@ async def test_rank_metrics_from_aggregated_score_histograms(
     _, test = bundled("breast")
     parts = {"c1": breast[0], "c2": breast[1]}
     evals = {"c1": (test[0][::2], test[1][::2]), "c2": (test[0][1::2], test[1][1::2])}
-    config = HomoConfig(params=params, round_timeout=20, eval_metric=metric)
+    config = HomoConfig(allow_two_clients=True, params=params, round_timeout=20, eval_metric=metric)
     run = await run_homo(parts, config, federation, eval_sets=evals)
     assert isinstance(run.result, HomoResult), run.result
     booster = run.result.booster
@@ -203,7 +210,9 @@ async def test_validation_on_aggregated_metric_and_early_stopping(
     parts = {"c1": breast[0], "c2": breast[1]}
     # Each client validates on its own half of the test rows.
     evals = {"c1": (test[0][::2], test[1][::2]), "c2": (test[0][1::2], test[1][1::2])}
-    config = HomoConfig(params=params, round_timeout=20, early_stopping_rounds=3)
+    config = HomoConfig(
+        allow_two_clients=True, params=params, round_timeout=20, early_stopping_rounds=3
+    )
     run = await run_homo(parts, config, federation, eval_sets=evals)
     assert isinstance(run.result, HomoResult), run.result
     booster = run.result.booster
@@ -234,7 +243,9 @@ async def test_each_client_samples_its_own_rows_and_the_core_given_them_agrees(
 
     params = BoostParams(n_estimators=4, max_depth=3, max_bin=16, subsample=0.6, seed=3)
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
@@ -272,7 +283,9 @@ async def test_level_and_node_column_draws_are_the_cores(
         colsample_bynode=0.5,
     )
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(allow_two_clients=True, params=params, round_timeout=20), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
