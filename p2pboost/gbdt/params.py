@@ -73,6 +73,13 @@ class DPParams:
     (0.5 for ``binary:logistic``, ``label_bound`` for ``reg:squarederror``, whose labels must
     lie in ``[-label_bound, label_bound]``). ``noise_seed`` makes the noise repeatable: for
     tests and comparisons only (the model file then says the noise was seeded).
+    ``monotone_heuristic``: allow monotone constraints with differential privacy. Off by
+    default because the epsilon is then not proved: the mechanisms draw among the candidates
+    whose clamped weights respect the directions, and that validity test reads the noiseless
+    sums in a way DPBoost's sensitivity analysis does not bound (one row can remove a
+    candidate from the range); the released leaves carry Laplace noise and are not clamped,
+    so the released model's monotonicity is not guaranteed either. The model file records the
+    setting, so a reviewer sees that its epsilon is heuristic.
     """
 
     epsilon: float = 1.0
@@ -83,6 +90,7 @@ class DPParams:
     grad_bound: float | None = None
     label_bound: float = 1.0
     noise_seed: int | None = None
+    monotone_heuristic: bool = False
 
     def validate(self) -> DPParams:
         """Return ``self`` if every value is in range, else raise :class:`InputError`."""
@@ -93,7 +101,7 @@ class DPParams:
             _check_real("dp.grad_bound", self.grad_bound, 0.0, None, low_open=True)
         if self.noise_seed is not None:
             _check_int("dp.noise_seed", self.noise_seed, 0)
-        for name in ("gdf", "glc"):
+        for name in ("gdf", "glc", "monotone_heuristic"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"dp.{name} must be a boolean")
         try:
@@ -265,6 +273,16 @@ class BoostParams:
                 "differential privacy grows full trees (stopping on gains or row counts would "
                 "spend budget DPBoost does not account for): leave gamma=0 and "
                 "min_samples_leaf=1 with dp"
+            )
+        mono = self.monotone_constraints
+        directions = mono.values() if isinstance(mono, dict) else (mono or ())
+        if any(directions) and not self.dp.monotone_heuristic:
+            raise InputError(
+                "monotone_constraints with dp leave the epsilon unproved (which candidates "
+                "respect the directions depends on the data beyond DPBoost's sensitivity "
+                "bounds, and the noisy leaves are not clamped): drop one of the two, or set "
+                "dp.monotone_heuristic = true to train anyway with a heuristic epsilon "
+                "(interaction_constraints are fine with dp)"
             )
 
     def with_updates(self, **changes: Any) -> BoostParams:

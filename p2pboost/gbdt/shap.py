@@ -209,6 +209,15 @@ def booster_contributions(
         n_players = int(g.max()) + 1 if g.size else 0
     count = used * booster.trees_per_round
     trees = booster.trees[:count]
+    if any(tree.n_nodes > 1 and not tree.cover[0] > 0 for tree in trees):
+        # Path-dependent TreeSHAP weighs each branch by its share of the parent's cover; a
+        # copy shared without statistics (an export, a horizontal client's model) has zeros
+        # there, and the values would be silently wrong.
+        raise InputError(
+            "this model carries no covers (a copy shared without statistics), and TreeSHAP "
+            "needs them: explain with the owner's model, or share statistics "
+            "(share_statistics on the horizontal server, --with-statistics on export)"
+        )
     if not trees:
         base = np.zeros((arr.shape[0], booster.n_outputs, n_players + 1))
         base[:, :, n_players] = booster.base_margin

@@ -329,7 +329,7 @@ def test_training_refuses_a_direction_on_a_categorical_column() -> None:
 
 
 def _dp_params(**extra: Any) -> BoostParams:
-    dp = {"epsilon": 50.0, "mechanism": "seq", "noise_seed": 3}
+    dp = {"epsilon": 50.0, "mechanism": "seq", "noise_seed": 3, "monotone_heuristic": True}
     return BoostParams().with_updates(n_estimators=2, max_depth=2, max_bin=8, dp=dp, **extra)
 
 
@@ -371,6 +371,21 @@ def test_private_model_with_constraints_trains_and_keeps_its_groups() -> None:
     for tree in model.trees:
         for used in _paths(tree):
             assert len(used) <= 1 or used <= {0, 1}
+
+
+def test_dp_refuses_monotone_directions_unless_the_heuristic_is_chosen() -> None:
+    """Secure default: the epsilon is not proved with directions, so dp refuses them until
+    the owner opts in; zero directions and interaction groups need no opt-in."""
+    dp = {"epsilon": 4.0, "mechanism": "seq"}
+    base = BoostParams().with_updates(n_estimators=2, max_depth=2, max_bin=8)
+    with pytest.raises(InputError, match="monotone_heuristic"):
+        base.with_updates(dp=dp, monotone_constraints=(1, 0))
+    with pytest.raises(InputError, match="monotone_heuristic"):
+        base.with_updates(dp=dp, monotone_constraints={"a": -1})
+    base.with_updates(dp=dp, monotone_constraints=(0, 0), interaction_constraints=[[0, 1]])
+    opted = base.with_updates(dp={**dp, "monotone_heuristic": True}, monotone_constraints=(1, 0))
+    assert opted.dp is not None
+    assert opted.dp.monotone_heuristic
 
 
 # -- XGBoost -------------------------------------------------------------------------------------

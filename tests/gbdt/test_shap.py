@@ -132,7 +132,9 @@ def test_a_child_without_cover_is_handled() -> None:
 
 def _xgboost_contribs(model: Booster, X: np.ndarray) -> np.ndarray:
     booster = xgb.Booster()
-    booster.load_model(bytearray(json.dumps(to_xgboost(model)).encode("utf-8")))
+    booster.load_model(
+        bytearray(json.dumps(to_xgboost(model, with_statistics=True)).encode("utf-8"))
+    )
     return np.asarray(booster.predict(xgb.DMatrix(X), pred_contribs=True), dtype=np.float64)
 
 
@@ -245,6 +247,19 @@ def test_horizontal_client_explains_its_model_locally() -> None:
     np.testing.assert_array_equal(
         client.predict(X, pred_contribs=True), booster_contributions(model, X)
     )
+
+
+def test_a_copy_without_covers_is_refused_not_explained_wrongly() -> None:
+    """A horizontal client's copy arrives without statistics unless the server shares them:
+    zero covers would turn TreeSHAP's weights into 0.5/0.5 guesses, so it is refused."""
+    X, y = _data(300, 5, seed=13)
+    model = train(BoostParams(n_estimators=2, max_depth=3), X, y)
+    for tree in model.trees:
+        tree.cover[:] = 0.0
+    client = HomoClient()
+    client.model_ = model
+    with pytest.raises(InputError, match="no covers"):
+        client.predict(X, pred_contribs=True)
 
 
 def test_a_model_of_single_leaves_gives_only_the_base_value() -> None:

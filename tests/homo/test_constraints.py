@@ -31,7 +31,9 @@ async def test_constrained_homo_model_is_the_cores(
         interaction_constraints=GROUPS,
     )
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(params=params, round_timeout=20, allow_two_clients=True), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
@@ -77,7 +79,9 @@ async def test_constrained_multiclass_and_regression_are_the_cores(
     files: str, params: BoostParams, federation: Path
 ) -> None:
     parts, _ = bundled(files)
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(params=params, round_timeout=20, allow_two_clients=True), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
@@ -87,7 +91,7 @@ async def test_constrained_multiclass_and_regression_are_the_cores(
 async def test_private_constrained_homo_model_is_the_cores(
     breast: list[tuple[np.ndarray, np.ndarray]], federation: Path
 ) -> None:
-    dp = {"epsilon": 4.0, "noise_seed": 11, "mechanism": "seq"}
+    dp = {"epsilon": 4.0, "noise_seed": 11, "mechanism": "seq", "monotone_heuristic": True}
     params = BoostParams().with_updates(
         n_estimators=3,
         max_depth=3,
@@ -97,7 +101,9 @@ async def test_private_constrained_homo_model_is_the_cores(
         interaction_constraints=GROUPS,
     )
     parts = {"c1": breast[0], "c2": breast[1]}
-    run = await run_homo(parts, HomoConfig(params=params, round_timeout=20), federation)
+    run = await run_homo(
+        parts, HomoConfig(params=params, round_timeout=20, allow_two_clients=True), federation
+    )
     assert isinstance(run.result, HomoResult), run.result
     X = np.vstack([p[0] for p in parts.values()])
     y = np.concatenate([p[1] for p in parts.values()])
