@@ -183,6 +183,8 @@ class ServeConfig:
     max_batch: int = 512
     max_wait_ms: float = 0.0
     host_timeout: float = 5.0
+    #: ``host:port`` on loopback for plain-HTTP /healthz, /readyz and /metrics (None: off).
+    probe: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,12 +487,29 @@ def _serve(reader: _Reader) -> ServeConfig:
         max_batch=reader.get_int("max_batch", d.max_batch),
         max_wait_ms=reader.get_float("max_wait_ms", d.max_wait_ms),
         host_timeout=reader.get_float("host_timeout", d.host_timeout),
+        probe=_probe(reader, reader.get_str("probe")),
     )
     if serve.max_batch < 1:
         raise reader.fail("max_batch", "must be at least 1")
     if serve.max_wait_ms < 0 or not serve.host_timeout > 0:
         raise ConfigError(f"{reader.source}: serve: max_wait_ms >= 0 and host_timeout > 0")
     return serve
+
+
+def _probe(reader: _Reader, value: str | None) -> str | None:
+    """The probe port's ``host:port``: plain HTTP, so a loopback address only."""
+    if not value:
+        return None
+    host, _, port = value.rpartition(":")
+    loopback = host in ("localhost", "127.0.0.1", "[::1]") or host.startswith("127.")
+    if not loopback or not port.isdigit() or int(port) > 65535:
+        raise reader.fail(
+            "probe",
+            f"{value!r}: the probe port speaks plain HTTP, so it listens on this machine only: "
+            'give "127.0.0.1:PORT" (probes from elsewhere use the endpoint, with a client '
+            "certificate)",
+        )
+    return value
 
 
 def _node(reader: _Reader) -> NodeSettings:

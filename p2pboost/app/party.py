@@ -37,13 +37,16 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._plan import agree
+from p2pboost.app._probe import NodeCollector, host_routes, probing
 from p2pboost.app._progress import LogReporter, PartyResult, Reporter, TreeClock
 from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
+from p2pboost.app._waits import first_session, hosts_up
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected, SessionClosed
 from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import CallbackEnv
+from p2pboost.metrics import EndpointMetrics, endpoint_metrics
 from p2pboost.net.node import Node
 from p2pboost.workers import ClusterPool, connect_cluster
 
@@ -486,6 +489,7 @@ async def _predict_guest(run: _Run, node: Node) -> PartyResult:
     )
     align = run.config.predict.align
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
+    await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
     t0 = time.perf_counter()
     async with _guest_predictor(run, node, model=model) as predictor:
         scores = np.asarray(
@@ -529,7 +533,9 @@ def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
     return ArrayStore.from_csv(path, data.id_column, features=features, exclude=label)
 
 
-async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
+async def _answer(
+    run: _Run, node: Node, sessions: int | None, on_session: Callable[[str], None] | None = None
+) -> PartyResult:
     """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
     from p2pboost.hetero.model import HostModel
     from p2pboost.hetero.serving import serve_host
@@ -540,14 +546,26 @@ async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
         f"answering {run.peer}'s queries for {store.n_features} features"
         + ("" if sessions is None else f" ({sessions} session)")
     )
-    await serve_host(
-        node, model, store, session_prefix=SERVE_PREFIX, sessions=sessions, executor=run.executor
-    )
+    async with probing(run.config.serve.probe, host_routes(node, run.peer)):
+        await serve_host(
+            node,
+            model,
+            store,
+            session_prefix=SERVE_PREFIX,
+            sessions=sessions,
+            executor=run.executor,
+            on_session=on_session,
+        )
     return run.result()
 
 
 async def _predict_host(run: _Run, node: Node) -> PartyResult:
-    return await _answer(run, node, 1)
+    """One prediction session for the guest, which must open it within
+    ``node.reconnect_timeout`` (the one setting both sides of ``predict`` wait by): a guest
+    that never comes, or whose ``predict`` failed before it asked, ends this run with an
+    error saying so instead of a wait without end."""
+    wait = run.config.node.reconnect_timeout
+    return await first_session(lambda on: _answer(run, node, 1, on), run.peer, wait)
 
 
 async def _serve_host(run: _Run, node: Node) -> PartyResult:
@@ -572,15 +590,21 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
     (clients need a certificate from the federation's CA; the hosts' are refused). Requests
     may carry only an id: the guest's own features are then looked up in its CSV."""
     from p2pboost.certs import TLSConfig
-    from p2pboost.hetero.endpoint import serve_endpoint
+    from p2pboost.hetero.endpoint import probe_routes, serve_endpoint
     from p2pboost.hetero.model import GuestModel
 
     listen = run.config.serve.listen
     model = GuestModel.load(run.config.model_path)
     store = await asyncio.to_thread(_store, run, model.feature_names)
     run.reporter.info(f"{len(store)} ids of ours loaded; starting the endpoint on {listen}")
+    await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
+    metrics = endpoint_metrics()
+    if isinstance(metrics, EndpointMetrics):
+        metrics.add_collector(NodeCollector(node))
     async with _guest_predictor(run, node, store, model) as predictor:
-        await serve_endpoint(predictor, listen, tls=TLSConfig.from_dir(run.config.certs))
+        tls = TLSConfig.from_dir(run.config.certs)
+        async with probing(run.config.serve.probe, probe_routes(predictor, metrics)):
+            await serve_endpoint(predictor, listen, tls=tls, metrics=metrics)
     return run.result()
 
 
