@@ -301,6 +301,9 @@ _TRAIN_EXTRA = (
     "early_stopping_rounds",
     "memory_budget_mb",
 )
+#: [train] keys a vertical host may set: its own files and bounds, and the two settings
+#: the parties compare before a run (psi, eval_train). The rest are the guest's.
+_HOST_TRAIN = ("psi", "eval_train", "model", "checkpoint_dir", "init_model", "memory_budget_mb")
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
@@ -356,7 +359,7 @@ def parse_config(raw: Mapping[str, Any], source: Path) -> PartyConfig:
         peers=_peers(top.sub("peers")),
         listen=None if listen is None else _address(top, "listen", listen),
         data=_data(top.sub("data"), base, role) if "data" in raw else None,
-        train=_train(top.sub("train")),
+        train=_train(top.sub("train"), role),
         predict=_predict(top.sub("predict"), base),
         serve=_serve(top.sub("serve")),
         node=_node(top.sub("node")),
@@ -406,8 +409,10 @@ def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
     )
 
 
-def _train(reader: _Reader) -> TrainConfig:
+def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
     reader.check_keys(_BOOST + _TRAIN_EXTRA)
+    if role is Role.HOST:
+        _refuse_guest_settings(reader)
     params = boost_params(reader)
     key_bits = reader.get_int("key_bits", SECURE_KEY_BITS)
     insecure = reader.get_bool("insecure_key_bits", False)
@@ -477,6 +482,22 @@ def _predict(reader: _Reader, base: Path) -> PredictConfig:
         output=Path(reader.get_str("output", "predictions.csv") or "predictions.csv"),
         align="psi" if align == "psi" else "ids",
     )
+
+
+def _refuse_guest_settings(reader: _Reader) -> None:
+    """A host's boosting and key settings would be silently ignored (the guest grows the
+    trees and makes the key pair, and sends the hosts what they need): refused instead, with
+    the party that owns them named."""
+    theirs = [k for k in reader.table if k not in _HOST_TRAIN]
+    if theirs:
+        raise ConfigError(
+            f"{reader.source}: [train] {', '.join(theirs)}: the guest owns "
+            f"{'this setting' if len(theirs) == 1 else 'these settings'} (it grows the trees "
+            "and makes the keys; hosts follow it): remove "
+            f"{'it' if len(theirs) == 1 else 'them'} from this host's file and set "
+            f"{'it' if len(theirs) == 1 else 'them'} in the guest's. A host's [train] may set "
+            f"only {', '.join(_HOST_TRAIN)}"
+        )
 
 
 def _serve(reader: _Reader) -> ServeConfig:
