@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from p2pboost.exceptions import TransportError
-from p2pboost.metrics import CONTENT_TYPE, MISSING, Metrics, endpoint_metrics
+from p2pboost.metrics import CONTENT_TYPE, MISSING, EndpointMetrics, Metrics, endpoint_metrics
 from p2pboost.net.node import Node
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _scrape(metrics: Metrics) -> ProbeAnswer:
 def host_routes(node: Node, guest: str) -> dict[str, Callable[[], ProbeAnswer]]:
     """A host's probe: alive; ready while its guest's link is up; its node's metrics."""
     metrics = endpoint_metrics()
-    if hasattr(metrics, "add_collector"):
+    if isinstance(metrics, EndpointMetrics):
         metrics.add_collector(NodeCollector(node))
 
     def health() -> ProbeAnswer:
