@@ -201,8 +201,8 @@ def test_the_two_laptops_example_runs_as_two_services(
     _run_script(example / "make_data.py", ["host"])
     assert main(["certs", "init", "--out", "certs", "--parties", "guest,host"]) == 0
     ports = {"8444": free_port()}
-    for toml in ("guest.toml", "host.toml"):
-        _rewrite(example / toml, ports)  # a free port, small keys, three trees
+    for name in ("guest.toml", "host.toml"):
+        _rewrite(example / name, ports)  # a free port, small keys, three trees
     capsys.readouterr()
 
     prepare = _block_after("## Prepare the two parties' directories")
