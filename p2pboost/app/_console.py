@@ -12,13 +12,14 @@ import datetime as dt
 import json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 if TYPE_CHECKING:
+    from p2pboost.app._progress import Tick
     from p2pboost.app.party import Reporter
 
 __all__ = ["BarReporter", "Console", "JsonFormatter", "TextFormatter", "unconfigure"]
@@ -80,7 +81,7 @@ class BarReporter:
         self._bar = click.progressbar(length=total, label=label, file=self.file, show_pos=True)
         self._bar.__enter__()
 
-    def step(self, label: str) -> None:
+    def step(self, label: str, record: Mapping[str, Any] | None = None) -> None:
         if self._bar is None:
             self.log.info(label)
             return
@@ -88,6 +89,9 @@ class BarReporter:
         self._bar.update(1)
         if self._bar.pos >= self._bar.length:  # done: log lines may follow without a bar
             self._close()
+
+    def progress(self, tick: Tick) -> None:
+        self.log.info(tick.text())
 
     def end(self, message: str) -> None:
         self._close()

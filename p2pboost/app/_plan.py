@@ -22,7 +22,7 @@ from typing import Annotated
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError
 from p2pboost.net.node import Node
-from p2pboost.protocols._messages import MapOf, Message, Str, recv, send
+from p2pboost.protocols._messages import Int, MapOf, Message, Str, recv, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = ["PLAN_SESSION", "Plan", "agree", "shared_settings"]
@@ -31,6 +31,8 @@ __all__ = ["PLAN_SESSION", "Plan", "agree", "shared_settings"]
 PLAN_SESSION = "p2pboost-plan"
 #: Settings one plan may carry.
 MAX_SETTINGS = 256
+#: The most trees a plan may announce.
+MAX_TREES = 1 << 20
 
 
 class PlanMessage(Message):
@@ -45,6 +47,8 @@ class Plan(PlanMessage, tag="plan"):
     role: Annotated[str, Str(1, 16)]
     task: Annotated[str, Str(1, 16)]
     shared: Annotated[dict[str, str], MapOf(Str(1, 64), Str(0, 4096), MAX_SETTINGS)]
+    #: The trees a guest's training grows (0: not said): a host's progress shows its ETA.
+    trees: Annotated[int, Int(0, MAX_TREES)] = 0
 
 
 def _text(value: object) -> str:
@@ -86,17 +90,30 @@ def _differences(ours: Plan, theirs: Plan, peer: str) -> list[str]:
     return lines
 
 
-async def agree(node: Node, config: PartyConfig, peers: list[str]) -> None:
+def _trees(config: PartyConfig) -> int:
+    """What a guest's training grows (a warm start's earlier trees not counted: 0, unsaid)."""
+    train = config.train
+    if config.role is Role.GUEST and config.task is Task.TRAIN and train.init_model is None:
+        return train.params.n_estimators
+    return 0
+
+
+async def agree(
+    node: Node, config: PartyConfig, peers: list[str], seen: dict[str, Plan] | None = None
+) -> None:
     """Exchange plans with ``peers`` and raise a :class:`ConfigError` naming every difference.
 
     Waits as long as the node waits for a peer to come up (``node.reconnect_timeout``); once
-    both plans are in, the answer is immediate on both sides.
+    both plans are in, the answer is immediate on both sides. ``seen`` receives the peers'
+    plans (a host reads the guest's tree count there).
     """
-    ours = Plan(config.role.value, config.task.value, shared_settings(config))
+    ours = Plan(config.role.value, config.task.value, shared_settings(config), _trees(config))
     async with node.session(PLAN_SESSION, peers=peers) as session:
         channels = {peer: session.channel(peer, "plan") for peer in peers}
         await gather_or_cancel(*(send(ch, ours) for ch in channels.values()))
         plans = await gather_or_cancel(*(recv(ch, Plan) for ch in channels.values()))
+    if seen is not None:
+        seen.update(zip(peers, plans, strict=True))
     problems = [
         line
         for peer, theirs in zip(peers, plans, strict=True)

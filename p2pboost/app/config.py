@@ -190,6 +190,8 @@ class ServeConfig:
     max_batch: int = 512
     max_wait_ms: float = 0.0
     host_timeout: float = 5.0
+    #: ``host:port`` on loopback for plain-HTTP /healthz, /readyz and /metrics (None: off).
+    probe: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +310,9 @@ _TRAIN_EXTRA = (
     "allow_two_clients",
     "share_statistics",
 )
+#: [train] keys a vertical host may set: its own files and bounds, and the two settings
+#: the parties compare before a run (psi, eval_train). The rest are the guest's.
+_HOST_TRAIN = ("psi", "eval_train", "model", "checkpoint_dir", "init_model", "memory_budget_mb")
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
@@ -363,7 +368,7 @@ def parse_config(raw: Mapping[str, Any], source: Path) -> PartyConfig:
         peers=_peers(top.sub("peers")),
         listen=None if listen is None else _address(top, "listen", listen),
         data=_data(top.sub("data"), base, role) if "data" in raw else None,
-        train=_train(top.sub("train")),
+        train=_train(top.sub("train"), role),
         predict=_predict(top.sub("predict"), base),
         serve=_serve(top.sub("serve")),
         node=_node(top.sub("node")),
@@ -413,8 +418,10 @@ def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
     )
 
 
-def _train(reader: _Reader) -> TrainConfig:
+def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
     reader.check_keys(_BOOST + _TRAIN_EXTRA)
+    if role is Role.HOST:
+        _refuse_guest_settings(reader)
     params = boost_params(reader)
     key_bits = reader.get_int("key_bits", SECURE_KEY_BITS)
     insecure = reader.get_bool("insecure_key_bits", False)
@@ -488,6 +495,22 @@ def _predict(reader: _Reader, base: Path) -> PredictConfig:
     )
 
 
+def _refuse_guest_settings(reader: _Reader) -> None:
+    """A host's boosting and key settings would be silently ignored (the guest grows the
+    trees and makes the key pair, and sends the hosts what they need): refused instead, with
+    the party that owns them named."""
+    theirs = [k for k in reader.table if k not in _HOST_TRAIN]
+    if theirs:
+        raise ConfigError(
+            f"{reader.source}: [train] {', '.join(theirs)}: the guest owns "
+            f"{'this setting' if len(theirs) == 1 else 'these settings'} (it grows the trees "
+            "and makes the keys; hosts follow it): remove "
+            f"{'it' if len(theirs) == 1 else 'them'} from this host's file and set "
+            f"{'it' if len(theirs) == 1 else 'them'} in the guest's. A host's [train] may set "
+            f"only {', '.join(_HOST_TRAIN)}"
+        )
+
+
 def _serve(reader: _Reader) -> ServeConfig:
     reader.check_keys(_SERVE)
     d = ServeConfig()
@@ -496,12 +519,29 @@ def _serve(reader: _Reader) -> ServeConfig:
         max_batch=reader.get_int("max_batch", d.max_batch),
         max_wait_ms=reader.get_float("max_wait_ms", d.max_wait_ms),
         host_timeout=reader.get_float("host_timeout", d.host_timeout),
+        probe=_probe(reader, reader.get_str("probe")),
     )
     if serve.max_batch < 1:
         raise reader.fail("max_batch", "must be at least 1")
     if serve.max_wait_ms < 0 or not serve.host_timeout > 0:
         raise ConfigError(f"{reader.source}: serve: max_wait_ms >= 0 and host_timeout > 0")
     return serve
+
+
+def _probe(reader: _Reader, value: str | None) -> str | None:
+    """The probe port's ``host:port``: plain HTTP, so a loopback address only."""
+    if not value:
+        return None
+    host, _, port = value.rpartition(":")
+    loopback = host in ("localhost", "127.0.0.1", "[::1]") or host.startswith("127.")
+    if not loopback or not port.isdigit() or int(port) > 65535:
+        raise reader.fail(
+            "probe",
+            f"{value!r}: the probe port speaks plain HTTP, so it listens on this machine only: "
+            'give "127.0.0.1:PORT" (probes from elsewhere use the endpoint, with a client '
+            "certificate)",
+        )
+    return value
 
 
 def _node(reader: _Reader) -> NodeSettings:

@@ -29,21 +29,31 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.app._plan import agree
-from p2pboost.app._progress import LogReporter, PartyResult, Reporter, TreeClock
+from p2pboost.app._plan import Plan, agree
+from p2pboost.app._probe import NodeCollector, host_routes, probing
+from p2pboost.app._progress import (
+    LogReporter,
+    Meter,
+    PartyResult,
+    Reporter,
+    TreeClock,
+    host_progress,
+)
 from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
+from p2pboost.app._waits import first_session, hosts_up
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected, SessionClosed
 from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import CallbackEnv
+from p2pboost.metrics import EndpointMetrics, endpoint_metrics
 from p2pboost.net.node import Node
 from p2pboost.workers import ClusterPool, connect_cluster
 
@@ -161,6 +171,8 @@ class _Run:
     reporter: Reporter
     #: The party's cluster (``[compute]``), or None for the protocols' own pools.
     executor: ClusterPool | None = None
+    #: The peers' plans, once agreed (:func:`agree`): a host learns the guest's tree count.
+    plans: dict[str, Plan] = field(default_factory=dict)
 
     def result(self, outputs: Sequence[Path] = (), **summary: Any) -> PartyResult:
         c = self.config
@@ -223,14 +235,15 @@ async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np
     # Agreeing on the settings is the first exchange: until it returns, this party is only
     # waiting for its peers (not started yet, or still connecting), not matching anything.
     run.reporter.info(f"PSI: waiting for {_peer_names(run, peers)} to answer...")
-    await agree(node, run.config, peers)
+    await agree(node, run.config, peers, run.plans)
     run.reporter.info(f"PSI: matching {ids.size} ids with {', '.join(peers)}...")
     t0 = time.perf_counter()
+    blinded = Meter(run.reporter, "PSI", "ids blinded").update
     async with node.session(f"{HETERO_SESSION}-psi", peers=peers) as session:
         if guest:
-            result = await psi_guest(session, peers, ids, executor=run.executor)
+            result = await psi_guest(session, peers, ids, executor=run.executor, progress=blinded)
         else:
-            result = await psi_host(session, peers[0], ids, executor=run.executor)
+            result = await psi_host(session, peers[0], ids, executor=run.executor, progress=blinded)
     sizes = ", ".join(f"{p} {n}" for p, n in result.peer_sizes.items())
     run.reporter.info(
         f"PSI: {result.positions.size} common ids of {ids.size} (peers: {sizes}) in "
@@ -272,10 +285,13 @@ def _tree_callback(run: _Run) -> Any:
     clock = TreeClock()
 
     def on_tree(env: CallbackEnv) -> None:
-        label = f"tree {env.iteration + 1}/{env.n_estimators}"
+        done, total = env.iteration + 1, env.n_estimators
+        label = f"tree {done}/{total}"
         for scores in env.evaluation.values():  # one set: the training rows
             label += "".join(f" train {m} {v:.4f}" for m, v in scores.items())
-        run.reporter.step(f"{label} {clock.lap()}")
+        lap = clock.lap(done, total)
+        record = {"progress": "training", "done": done, "total": total, "unit": "trees"}
+        run.reporter.step(f"{label} {lap}", record | {"evaluation": env.evaluation})
 
     return on_tree
 
@@ -284,7 +300,7 @@ async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Pat
     """The training rows (PSI first, unless ``train.psi = false``), after the parties agreed
     on their settings (in :func:`_align` when PSI runs)."""
     if not run.config.train.psi:
-        await agree(node, run.config, list(run.config.peers))
+        await agree(node, run.config, list(run.config.peers), run.plans)
         return table, []
     keep = await _align(run, node, table.ids)
     y = None if table.y is None else table.y[keep]
@@ -356,7 +372,9 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
             f"features: {read.X.shape[1]} columns, {density:.1%} of cells non-zero, kept sparse"
         )
     table, outputs = await _aligned(run, node, read)
-    run.reporter.info(f"training with {run.peer} on {table.ids.size} rows...")
+    trees = run.plans[run.peer].trees if run.peer in run.plans else 0
+    of = f" ({trees} trees)" if trees else ""
+    run.reporter.info(f"training with {run.peer} on {table.ids.size} rows{of}...")
     t0 = time.perf_counter()
     eval_set = [table.X] if run.config.train.eval_train else []
     host = await HeteroHost(
@@ -372,6 +390,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
         resume=run.config.train.resume,
         feature_names=list(table.features),
         init_model=run.config.init_model_path,
+        progress=host_progress(Meter(run.reporter, "training", "trees", every=0.0), trees),
     )
     seconds = time.perf_counter() - t0
     run.reporter.info(f"trained in {seconds:.1f} s ({len(host.model_.splits)} splits are ours)")
@@ -489,6 +508,7 @@ async def _predict_guest(run: _Run, node: Node) -> PartyResult:
     )
     align = run.config.predict.align
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
+    await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
     t0 = time.perf_counter()
     async with _guest_predictor(run, node, model=model) as predictor:
         scores = np.asarray(
@@ -532,7 +552,9 @@ def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
     return ArrayStore.from_csv(path, data.id_column, features=features, exclude=label)
 
 
-async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
+async def _answer(
+    run: _Run, node: Node, sessions: int | None, on_session: Callable[[str], None] | None = None
+) -> PartyResult:
     """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
     from p2pboost.hetero.model import HostModel
     from p2pboost.hetero.serving import serve_host
@@ -543,14 +565,26 @@ async def _answer(run: _Run, node: Node, sessions: int | None) -> PartyResult:
         f"answering {run.peer}'s queries for {store.n_features} features"
         + ("" if sessions is None else f" ({sessions} session)")
     )
-    await serve_host(
-        node, model, store, session_prefix=SERVE_PREFIX, sessions=sessions, executor=run.executor
-    )
+    async with probing(run.config.serve.probe, host_routes(node, run.peer)):
+        await serve_host(
+            node,
+            model,
+            store,
+            session_prefix=SERVE_PREFIX,
+            sessions=sessions,
+            executor=run.executor,
+            on_session=on_session,
+        )
     return run.result()
 
 
 async def _predict_host(run: _Run, node: Node) -> PartyResult:
-    return await _answer(run, node, 1)
+    """One prediction session for the guest, which must open it within
+    ``node.reconnect_timeout`` (the one setting both sides of ``predict`` wait by): a guest
+    that never comes, or whose ``predict`` failed before it asked, ends this run with an
+    error saying so instead of a wait without end."""
+    wait = run.config.node.reconnect_timeout
+    return await first_session(lambda on: _answer(run, node, 1, on), run.peer, wait)
 
 
 async def _serve_host(run: _Run, node: Node) -> PartyResult:
@@ -575,15 +609,21 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
     (clients need a certificate from the federation's CA; the hosts' are refused). Requests
     may carry only an id: the guest's own features are then looked up in its CSV."""
     from p2pboost.certs import TLSConfig
-    from p2pboost.hetero.endpoint import serve_endpoint
+    from p2pboost.hetero.endpoint import probe_routes, serve_endpoint
     from p2pboost.hetero.model import GuestModel
 
     listen = run.config.serve.listen
     model = GuestModel.load(run.config.model_path)
     store = await asyncio.to_thread(_store, run, model.feature_names)
     run.reporter.info(f"{len(store)} ids of ours loaded; starting the endpoint on {listen}")
+    await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
+    metrics = endpoint_metrics()
+    if isinstance(metrics, EndpointMetrics):
+        metrics.add_collector(NodeCollector(node))
     async with _guest_predictor(run, node, store, model) as predictor:
-        await serve_endpoint(predictor, listen, tls=TLSConfig.from_dir(run.config.certs))
+        tls = TLSConfig.from_dir(run.config.certs)
+        async with probing(run.config.serve.probe, probe_routes(predictor, metrics)):
+            await serve_endpoint(predictor, listen, tls=tls, metrics=metrics)
     return run.result()
 
 

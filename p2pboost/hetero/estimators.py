@@ -44,7 +44,7 @@ from p2pboost.hetero.feature_store import FeatureStore
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.hetero.serving import GuestPredictor, serve_host
-from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
+from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
 from p2pboost.net._blocking import run_with_node
 from p2pboost.net.node import Node
 from p2pboost.protocols.psi import psi_guest, psi_host
@@ -288,11 +288,13 @@ class HeteroHost:
         resume: bool = False,
         feature_names: Sequence[str] | None = None,
         init_model: HostModel | str | os.PathLike[str] | None = None,
+        progress: Progress | None = None,
     ) -> HeteroHost:
         """Train with ``guest`` over ``node`` (running); ``eval_set``: this host's features;
         ``resume``: offer the checkpoint in ``checkpoint_dir`` to the guest;
         ``feature_names`` (default: a DataFrame's columns) stay in this host's model part;
-        ``init_model``: this host's part (or file) of the model the guest continues."""
+        ``init_model``: this host's part (or file) of the model the guest continues;
+        ``progress``: where the host keeps its phase and tree (read it to monitor)."""
         names = names_of(X) if feature_names is None else list(feature_names)
         if init_model is not None and not isinstance(init_model, HostModel):
             init_model = HostModel.load(init_model)
@@ -319,6 +321,7 @@ class HeteroHost:
                 feature_names=names,
                 init_model=init_model,
                 memory_budget_mb=self.memory_budget_mb,
+                progress=progress,
             )
         return self
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -161,6 +162,8 @@ class GuestPredictor:
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
         self._batches = self._rows = self._failed = 0
+        #: Called with each batch's rows and seconds (the endpoint's metrics).
+        self.on_batch: Callable[[int, float], None] | None = None
         self._messages_at_start: dict[str, int] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -272,6 +275,7 @@ class GuestPredictor:
         ``keys`` may repeat (two online requests for one customer with different guest
         features): hosts are asked for each id once and their bits fanned out to the rows.
         """
+        t0 = time.perf_counter()
         unique, inverse = np.unique(keys, return_inverse=True)
         answers = await gather_or_cancel(*(c.query(unique) for c in self._clients))
         bits = [a.go_left[:, inverse] for a in answers]
@@ -281,6 +285,8 @@ class GuestPredictor:
             margin = self.forest.margin(rows, bits)
         self._batches += 1
         self._rows += int(keys.size)
+        if self.on_batch is not None:
+            self.on_batch(int(keys.size), time.perf_counter() - t0)
         unknown = {
             c.host: np.flatnonzero(np.isin(inverse, a.unknown))
             for c, a in zip(self._clients, answers, strict=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from enum import Enum
@@ -207,6 +207,28 @@ async def _receive_points(ch: Channel, expected: int, peer: str, what: str) -> A
         raise RemoteProtocolError(f"{what}: {received} points, {expected} announced", peer=peer)
 
 
+def _ticker(progress: Callable[[int, int], None] | None, total: int) -> Callable[[int], None]:
+    """Counts points blinded on this side and tells ``progress`` (done, total) after each
+    batch: PSI of many ids takes seconds, and without it a party showed no sign of life."""
+    done = 0
+
+    def tick(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total)
+
+    return tick
+
+
+async def _counted(
+    source: AsyncIterator[bytes], tick: Callable[[int], None]
+) -> AsyncIterator[bytes]:
+    async for part in source:
+        tick(len(part) // POINT_BYTES)
+        yield part
+
+
 async def _collect(source: AsyncIterator[bytes]) -> bytes:
     parts = [part async for part in source]
     return b"".join(parts)
@@ -252,8 +274,10 @@ async def psi_guest(
     *,
     executor: AnyExecutor | None = None,
     batch: int = DEFAULT_BATCH,
+    progress: Callable[[int, int], None] | None = None,
 ) -> PsiResult:
-    """Run PSI as the guest with every host in ``hosts``; returns the aligned positions."""
+    """Run PSI as the guest with every host in ``hosts``; returns the aligned positions.
+    ``progress`` is called with (points blinded, points to blind) as batches finish."""
     if not hosts:
         raise InputError("psi_guest needs at least one host")
     if batch < 1:
@@ -270,12 +294,13 @@ async def psi_guest(
                 strict=True,
             )
         )
+        tick = _ticker(progress, len(items) + sum(sizes.values()))
 
         async def broadcast_mine() -> None:
             """Blind our set once and stream each batch to every host as soon as it is ready."""
             outs = [session.channel(h, "mine") for h in hosts]
             mine = _Blinding.of(key, pool, workers, len(items))
-            async for part in _blinded(mine, _iterate(points, batch)):
+            async for part in _counted(_blinded(mine, _iterate(points, batch)), tick):
                 for out in outs:
                     await out.send(part)
             for out in outs:
@@ -285,9 +310,12 @@ async def psi_guest(
             back, theirs = session.channel(host, "back"), session.channel(host, "theirs")
             theirs_twice, mine_twice = await gather_or_cancel(
                 _collect(
-                    _blinded(
-                        _Blinding.of(key, pool, workers, sizes[host]),
-                        _receive_points(theirs, sizes[host], host, "host set"),
+                    _counted(
+                        _blinded(
+                            _Blinding.of(key, pool, workers, sizes[host]),
+                            _receive_points(theirs, sizes[host], host, "host set"),
+                        ),
+                        tick,
                     )
                 ),
                 _collect(_receive_points(back, len(items), host, "blinded guest set")),
@@ -321,8 +349,10 @@ async def psi_host(
     *,
     executor: AnyExecutor | None = None,
     batch: int = DEFAULT_BATCH,
+    progress: Callable[[int, int], None] | None = None,
 ) -> PsiResult:
-    """Run PSI as a host with ``guest``; returns the positions of the common ids in guest order."""
+    """Run PSI as a host with ``guest``; returns the positions of the common ids in guest order.
+    ``progress`` is called with (points blinded, points to blind) as batches finish."""
     if batch < 1:
         raise InputError("batch must be at least 1")
     items = _id_list(ids)
@@ -331,16 +361,23 @@ async def psi_host(
     async with owned_executor(executor) as (pool, workers):
         points = await _hashed(pool, items, workers)
         guest_size = await _hello(ctl, len(items), guest)
+        tick = _ticker(progress, guest_size + len(items))
         incoming, back, theirs = (session.channel(guest, n) for n in ("mine", "back", "theirs"))
         await gather_or_cancel(
             back.send_stream(
-                _blinded(
-                    _Blinding.of(key, pool, workers, guest_size),
-                    _receive_points(incoming, guest_size, guest, "guest set"),
+                _counted(
+                    _blinded(
+                        _Blinding.of(key, pool, workers, guest_size),
+                        _receive_points(incoming, guest_size, guest, "guest set"),
+                    ),
+                    tick,
                 )
             ),
             theirs.send_stream(
-                _blinded(_Blinding.of(key, pool, workers, len(items)), _iterate(points, batch))
+                _counted(
+                    _blinded(_Blinding.of(key, pool, workers, len(items)), _iterate(points, batch)),
+                    tick,
+                )
             ),
         )
     positions = (await recv(ctl, Positions)).positions

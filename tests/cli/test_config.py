@@ -354,3 +354,23 @@ def test_horizontal_privacy_keys(tmp_path: Path) -> None:
         write_config(tmp_path / "c.toml", client, peers=peers, data=data, train=train)
     )
     assert (config.train.allow_two_clients, config.train.share_statistics) == (True, True)
+
+
+def test_a_hosts_train_values_are_refused_naming_the_guest(tmp_path: Path) -> None:
+    host = {"id": "host", "role": "host", "certs": "c", "listen": "127.0.0.1:1"}
+    own = {"psi": True, "eval_train": False, "model": "m.json", "memory_budget_mb": 64.0}
+    path = write_config(tmp_path / "h.toml", host, peers={"guest": ""}, data={"path": "h"})
+    kept = load_config(
+        write_config(tmp_path / "h.toml", host, peers={"guest": ""}, data={"path": "h"}, train=own)
+    )
+    assert kept.train.memory_budget_mb == 64.0
+    theirs = {**own, "n_estimators": 50, "key_bits": 4096}
+    path = write_config(
+        tmp_path / "h.toml", host, peers={"guest": ""}, data={"path": "h"}, train=theirs
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: [train] n_estimators, key_bits: the guest owns these")
+    assert "remove them from this host's file and set them in the guest's" in message
+    assert "may set only psi, eval_train, model" in message

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from p2pboost.app._progress import Tick
 from p2pboost.app.config import load_config
 from p2pboost.app.party import run_party
 from p2pboost.testing import time_factor, wait_until
@@ -29,8 +30,11 @@ class _Messages:
     def begin(self, label: str, total: int) -> None:
         self.lines.append(label)
 
-    def step(self, label: str) -> None:
+    def step(self, label: str, record: object = None) -> None:
         self.lines.append(label)
+
+    def progress(self, tick: Tick) -> None:
+        self.lines.append(tick.text())
 
     def end(self, message: str) -> None:
         self.lines.append(message)

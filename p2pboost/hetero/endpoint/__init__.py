@@ -17,7 +17,12 @@ messages without waiting (pipelining): requests go straight to the predictor's m
 so concurrent requests from every connection share batches.
 
 ``GET /healthz`` answers ``200`` with the predictor's counters as JSON (plain HTTP, for load
-balancers and probes). Other plain HTTP (such as ``POST /predict``) is not offered here: an
+balancers and probes); ``GET /readyz`` answers ``200`` once every host's link is up (``503``
+naming the hosts away until then); ``GET /metrics`` answers Prometheus text
+(:mod:`p2pboost.metrics`; ``501`` without the ``metrics`` extra). Here they sit behind the
+client certificate like everything else (any certificate of the federation's CA); a party's
+plain-HTTP probe port on loopback serves the same three (``[serve] probe``,
+docs/how-to/operations.md). Other plain HTTP (such as ``POST /predict``) is not offered here: an
 application that wants it embeds the predictor in its own web framework, as
 ``examples/embedding`` does with aiohttp.
 
@@ -49,14 +54,20 @@ from p2pboost.hetero.endpoint._client import stream_scores
 from p2pboost.hetero.endpoint._server import (
     DEFAULT_LISTEN,
     HEALTH_PATH,
+    METRICS_PATH,
+    READY_PATH,
     EndpointLimits,
+    probe_routes,
     serve_endpoint,
 )
 
 __all__ = [
     "DEFAULT_LISTEN",
     "HEALTH_PATH",
+    "METRICS_PATH",
+    "READY_PATH",
     "EndpointLimits",
+    "probe_routes",
     "serve_endpoint",
     "stream_scores",
 ]

@@ -36,9 +36,18 @@ from p2pboost.exceptions import (
 )
 from p2pboost.hetero.serve import MAX_ID_CHARS
 from p2pboost.hetero.serving import GuestPredictor
+from p2pboost.metrics import CONTENT_TYPE, MISSING, Metrics, endpoint_metrics
 from p2pboost.transports.websocket import describe_tls_error
 
-__all__ = ["DEFAULT_LISTEN", "HEALTH_PATH", "EndpointLimits", "serve_endpoint"]
+__all__ = [
+    "DEFAULT_LISTEN",
+    "HEALTH_PATH",
+    "METRICS_PATH",
+    "READY_PATH",
+    "EndpointLimits",
+    "probe_routes",
+    "serve_endpoint",
+]
 
 logger = logging.getLogger("p2pboost.hetero.endpoint")
 
@@ -46,6 +55,10 @@ logger = logging.getLogger("p2pboost.hetero.endpoint")
 DEFAULT_LISTEN = "127.0.0.1:8765"
 #: The plain-HTTP health check.
 HEALTH_PATH = "/healthz"
+#: Ready to score: the predictor started and every host's link is up (else 503).
+READY_PATH = "/readyz"
+#: Prometheus text (p2pboost.metrics); 501 without the ``metrics`` extra.
+METRICS_PATH = "/metrics"
 _WS_PATH = "/"
 _INT64_MAX = 2**63 - 1
 
@@ -240,6 +253,7 @@ class _Message:
 
     items: list[_Item]
     many: bool
+    received: float = 0.0
 
 
 def _submit(request: object, predictor: GuestPredictor, ids: _IdKind) -> _Item:
@@ -328,6 +342,7 @@ class _Connection:
     predictor: GuestPredictor
     ids: _IdKind
     limits: EndpointLimits
+    metrics: Metrics
 
     async def run(self) -> None:
         queue: asyncio.Queue[_Message] = asyncio.Queue()
@@ -347,16 +362,21 @@ class _Connection:
                 raise result
 
     async def _read(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
+        loop = asyncio.get_running_loop()
         async for message in self.ws:  # ends when the client closes
+            received = loop.time()
+            size = len(message.encode() if isinstance(message, str) else message)
             try:
                 requests, many = _decode(message, self.limits.max_in_flight)
             except InputError as exc:
+                self.metrics.received(size, 1)
                 await credit.take(1)
-                queue.put_nowait(_Message([_Item(None, error=exc)], many=False))
+                queue.put_nowait(_Message([_Item(None, error=exc)], False, received))
                 continue
+            self.metrics.received(size, len(requests))
             await credit.take(len(requests))  # before submitting: bounds what is queued
             items = [_submit(r, self.predictor, self.ids) for r in requests]
-            queue.put_nowait(_Message(items, many))
+            queue.put_nowait(_Message(items, many, received))
 
     async def _write(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
         while True:
@@ -365,7 +385,11 @@ class _Connection:
                 replies = [await _reply(item, self.ids) for item in message.items]
             finally:
                 _discard(message.items)
-            await self.ws.send(json.dumps(replies if message.many else replies[0]))
+            text = json.dumps(replies if message.many else replies[0])
+            await self.ws.send(text)
+            errors = [r["error"]["type"] for r in replies if "error" in r]
+            seconds = asyncio.get_running_loop().time() - message.received
+            self.metrics.replied(len(text.encode()), seconds, errors)
             await credit.give(len(message.items))
 
 
@@ -390,35 +414,78 @@ def _health(predictor: GuestPredictor) -> str:
     )
 
 
-def _gate(
-    predictor: GuestPredictor, tls: bool, clients: Collection[str] | None
-) -> Callable[[ServerConnection, Request], Response | None]:
-    """``process_request``: the health check, then who may open a WebSocket."""
-    hosts = frozenset(predictor.model.hosts)
+def _ready(predictor: GuestPredictor) -> tuple[http.HTTPStatus, str]:
+    """Ready to score: every host's link is up (a batch now would not wait for a re-dial)."""
+    node = predictor.node
+    away = [h for h in predictor.model.hosts if not node.is_connected(h)]
+    if away:
+        return http.HTTPStatus.SERVICE_UNAVAILABLE, json.dumps(
+            {"status": "waiting", "hosts_away": away}
+        )
+    return http.HTTPStatus.OK, json.dumps({"status": "ready"})
 
-    def refuse(ws: ServerConnection, status: http.HTTPStatus, reason: str) -> Response:
+
+#: A probe's answer: status, content type, body.
+ProbeAnswer: TypeAlias = tuple[http.HTTPStatus, str, str]
+
+
+def probe_routes(
+    predictor: GuestPredictor, metrics: Metrics
+) -> dict[str, Callable[[], ProbeAnswer]]:
+    """``/healthz``, ``/readyz`` and ``/metrics``: answered here behind the client
+    certificate, and by a party's plain-HTTP probe port on loopback (``[serve] probe``)."""
+    json_type = "application/json"
+
+    def health() -> ProbeAnswer:
+        return http.HTTPStatus.OK, json_type, _health(predictor) + "\n"
+
+    def ready() -> ProbeAnswer:
+        status, body = _ready(predictor)
+        return status, json_type, body + "\n"
+
+    def scrape() -> ProbeAnswer:
+        text = metrics.render()
+        if text is None:
+            return http.HTTPStatus.NOT_IMPLEMENTED, "text/plain; charset=utf-8", MISSING + "\n"
+        return http.HTTPStatus.OK, CONTENT_TYPE, text.decode()
+
+    return {HEALTH_PATH: health, READY_PATH: ready, METRICS_PATH: scrape}
+
+
+def _gate(
+    predictor: GuestPredictor, tls: bool, clients: Collection[str] | None, metrics: Metrics
+) -> Callable[[ServerConnection, Request], Response | None]:
+    """``process_request``: the probes, then who may open a WebSocket."""
+    hosts = frozenset(predictor.model.hosts)
+    routes = probe_routes(predictor, metrics)
+
+    def refuse(ws: ServerConnection, status: http.HTTPStatus, reason: str, kind: str) -> Response:
         host, port = ws.remote_address[:2]
         logger.warning("refused a client from %s:%s: %s", host, port, reason)
+        metrics.refused(kind)
         return ws.respond(status, reason + "\n")
 
     def gate(ws: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
-        if path == HEALTH_PATH:
-            response = ws.respond(http.HTTPStatus.OK, _health(predictor) + "\n")
-            response.headers["Content-Type"] = "application/json"
+        if path in routes:
+            status, content_type, body = routes[path]()
+            response = ws.respond(status, body)
+            response.headers["Content-Type"] = content_type
             return response
         if path != _WS_PATH:
-            return refuse(ws, http.HTTPStatus.NOT_FOUND, f"no such path {path[:100]!r}")
+            return refuse(ws, http.HTTPStatus.NOT_FOUND, f"no such path {path[:100]!r}", "path")
         if not tls:
             return None
         try:
             party = _client_party(ws)
         except HandshakeError as exc:
-            return refuse(ws, http.HTTPStatus.FORBIDDEN, str(exc))
+            return refuse(ws, http.HTTPStatus.FORBIDDEN, str(exc), "certificate")
         if party in hosts:
-            return refuse(ws, http.HTTPStatus.FORBIDDEN, f"{party!r} is a host of this model")
+            reason = f"{party!r} is a host of this model"
+            return refuse(ws, http.HTTPStatus.FORBIDDEN, reason, "host")
         if clients is not None and party not in clients:
-            return refuse(ws, http.HTTPStatus.FORBIDDEN, f"{party!r} is not an allowed client")
+            reason = f"{party!r} is not an allowed client"
+            return refuse(ws, http.HTTPStatus.FORBIDDEN, reason, "not_allowed")
         logger.info("client %r connected from %s:%s", party, *ws.remote_address[:2])
         return None
 
@@ -434,6 +501,7 @@ async def serve_endpoint(
     ready: Callable[[str], None] | None = None,
     clients: Collection[str] | None = None,
     limits: EndpointLimits | None = None,
+    metrics: Metrics | None = None,
 ) -> None:
     """Serve scores from ``predictor`` (started) to external clients until cancelled.
 
@@ -441,14 +509,22 @@ async def serve_endpoint(
     clients must present one from the same CA. ``allow_plaintext``: serve ``ws://`` without
     TLS, on a loopback address only. ``ready`` is called with the URL once listening (the
     port resolved). ``clients``: the party ids allowed to connect (``None``: any certificate
-    from the CA except the model's hosts). Cancelling closes every connection (code 1001).
+    from the CA except the model's hosts). ``metrics``: where the counters of ``/metrics``
+    go (default: a fresh :func:`~p2pboost.metrics.endpoint_metrics`; the predictor's batches
+    are counted there too). Cancelling closes every connection (code 1001).
     """
     context, host, port = _server_ssl(listen, tls, allow_plaintext)
     limits = limits or EndpointLimits()
     ids = _IdKind(predictor)
+    metrics = metrics if metrics is not None else endpoint_metrics()
+    predictor.on_batch = metrics.batch
 
     async def handler(ws: ServerConnection) -> None:
-        await _Connection(ws, predictor, ids, limits).run()
+        metrics.opened()
+        try:
+            await _Connection(ws, predictor, ids, limits, metrics).run()
+        finally:
+            metrics.closed()
 
     try:
         server = await ws_serve(
@@ -456,7 +532,7 @@ async def serve_endpoint(
             host,
             port,
             ssl=context,
-            process_request=_gate(predictor, context is not None, clients),
+            process_request=_gate(predictor, context is not None, clients, metrics),
             origins=[None],  # no browsers (see the module docstring)
             compression=None,
             server_header=None,
