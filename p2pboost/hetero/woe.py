@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.additive import CiphertextBatch
+from p2pboost.crypto.additive import DEFAULT_KEY_BITS, CiphertextBatch
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.histogram import build_histogram
-from p2pboost.crypto.keys import DEFAULT_KEY_BITS, AnyPrivateKey, AnyPublicKey, make_keypair
+from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import CodecError, InputError, KeyMismatchError
 from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix

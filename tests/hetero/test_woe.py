@@ -113,7 +113,8 @@ async def test_threshold_selection_and_no_selection_keep_the_right_features(
     X, y = breast
     result, hosts = await _run(MemoryFabric(), X, y, pool, keys, threshold=1.0)
     assert all(f.kept == (f.iv >= 1.0) for f in result.features)
-    assert any(f.kept for f in result.features) and not all(f.kept for f in result.features)
+    assert any(f.kept for f in result.features)
+    assert not all(f.kept for f in result.features)
     result, hosts = await _run(MemoryFabric(), X, y, pool, keys)
     assert all(f.kept for f in result.features)
     assert [len(h.kept) for h in hosts] == [10, 10]
@@ -127,7 +128,7 @@ async def test_guest_refuses_event_counts_above_the_rows_of_a_bin(
 ) -> None:
     X, y = breast
     public_key = keys[0]
-    honest_send = woe_mod.send
+    honest_send = woe_mod.send  # type: ignore[attr-defined]
 
     async def cheating_send(channel: Any, msg: Any) -> None:
         if isinstance(msg, WoeCounts):  # a host that claims 10**6 events in its first bin
@@ -153,7 +154,7 @@ async def test_guest_refuses_rows_that_do_not_sum(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     X, y = breast
-    honest_send = woe_mod.send
+    honest_send = woe_mod.send  # type: ignore[attr-defined]
 
     async def cheating_send(channel: Any, msg: Any) -> None:
         if isinstance(msg, WoeCounts):
