@@ -23,7 +23,15 @@ FAMILY_MODULES = (
     "p2pboost.app._plan",
 )
 #: The families, in the order of the page.
-ORDER = ["psi", "hetero-train", "hetero-predict", "hetero-serve", "hetero-woe", "homo", "party-plan"]
+ORDER = [
+    "psi",
+    "hetero-train",
+    "hetero-predict",
+    "hetero-serve",
+    "hetero-woe",
+    "homo",
+    "party-plan",
+]
 
 
 def _library_families() -> set[str]:

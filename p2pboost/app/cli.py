@@ -359,6 +359,37 @@ def serve(config_path: Path) -> int:
     return _run_party(config_path, "serve")
 
 
+@cli.command("binning")
+@_CONFIG
+@click.option("--threshold", type=float, default=None, help="Guest: keep features with IV >= this.")
+@click.option("--top-k", type=int, default=None, help="Guest: keep the k features of largest IV.")
+@click.option(
+    "--monotone",
+    type=click.Choice(["auto", "increasing", "decreasing"]),
+    default=None,
+    help="Guest: merge adjacent bins until each feature's WOE is monotone.",
+)
+@click.option("--force", is_flag=True, help="Replace binning files that already exist.")
+def binning(
+    config_path: Path, threshold: float | None, top_k: int | None, monotone: Any, force: bool
+) -> int:
+    """Federated WOE/IV of every party's features and selection by IV (vertical parties).
+
+    Aligns the rows by PSI as training does, then the guest writes workdir/binning.csv and
+    binning.json (every party's WOE and IV); each host writes binning.json with its own kept
+    features. The last stdout line is a JSON summary.
+    """
+    from p2pboost.app.binning import BinningOptions, run_binning
+    from p2pboost.app.config import load_config
+
+    config = load_config(config_path)
+    options = BinningOptions(threshold, top_k, monotone, force)
+    reporter = _console().reporter(config.id)
+    result = asyncio.run(_stop_on_sigterm(run_binning(config, options, reporter)))
+    click.echo(json.dumps(result.to_dict()))
+    return 0
+
+
 # -- p2pboost init ----------------------------------------------------------------------------
 
 
