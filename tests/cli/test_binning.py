@@ -60,7 +60,7 @@ def test_binning_over_mtls_equals_plaintext_and_hosts_get_their_names(
     host = start_cli("binning", "--config", str(host_toml))
     guest = start_cli("binning", "--config", str(guest_toml), "--top-k", "8")
     g_code, g_out, g_err = finish(guest)
-    h_code, h_out, h_err = finish(host)
+    h_code, _, h_err = finish(host)
     assert (g_code, h_code) == (0, 0), f"guest:\n{g_err}\nhost:\n{h_err}"
     summary = json.loads(g_out.strip().splitlines()[-1])
     assert (summary["task"], summary["rows"], summary["kept"]) == ("binning", COMMON, 8)
@@ -91,5 +91,5 @@ def test_binning_refuses_to_replace_its_files_without_force(
     (tmp_path / "out-guest").mkdir()
     (tmp_path / "out-guest" / "binning.json").write_text("{}")
     config = load_config(guest_toml)
-    with pytest.raises(ConfigError, match="binning.json exists: pass --force"):
+    with pytest.raises(ConfigError, match=r"binning\.json exists: pass --force"):
         asyncio.run(run_binning(config, BinningOptions()))
