@@ -48,9 +48,8 @@ import numpy.typing as npt
 
 from p2pboost.crypto.additive import DEFAULT_KEY_BITS, CiphertextBatch
 from p2pboost.crypto.engine import CryptoEngine
-from p2pboost.crypto.histogram import build_histogram
+from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
-from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import CodecError, InputError, KeyMismatchError
 from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix
 from p2pboost.gbdt.names import check_names, names_of
@@ -202,14 +201,11 @@ async def guest_woe(
     await gather_or_cancel(*(send(ch, setup) for ch in channels.values()))
 
     async with CryptoEngine(public_key, private_key, executor=executor, workers=workers) as engine:
-        for start in range(0, n_rows, chunk_rows):  # each row encrypted once, for every host
-            cts = await engine.encrypt_batch(y01[start : start + chunk_rows].tolist())
-            msg = WoeLabels(start, CiphertextBatch.from_ciphertexts(public_key, cts))
-            await gather_or_cancel(*(send(ch, msg) for ch in channels.values()))
+        await _send_labels(engine, list(channels.values()), y01, chunk_rows)
         answers = await gather_or_cancel(*(recv(ch, WoeCounts) for ch in channels.values()))
         opened = []
         for host, hello, counts in zip(hosts, hellos, answers, strict=True):
-            opened.append(await _open(engine, host, hello, counts, public_key, n_events))
+            opened.append(await _open(engine, host, hello, counts, public_key, n_events, max_bin))
 
     features = [
         (
@@ -247,6 +243,30 @@ async def guest_woe(
     return result
 
 
+async def _send_labels(
+    engine: CryptoEngine, channels: list[Any], y01: I64, chunk_rows: int
+) -> None:
+    """Each row's label encrypted once, the same chunk to every host; the next chunk is
+    encrypted while this one is on its way (the task never outlives the call)."""
+    starts = list(range(0, y01.size, chunk_rows))
+
+    def encrypt(start: int) -> asyncio.Future[list[Any]]:
+        return asyncio.ensure_future(engine.encrypt_batch(y01[start : start + chunk_rows].tolist()))
+
+    pending = encrypt(starts[0])
+    try:
+        for i, start in enumerate(starts):
+            cts = await pending
+            if i + 1 < len(starts):
+                pending = encrypt(starts[i + 1])
+            msg = WoeLabels(start, CiphertextBatch.from_ciphertexts(engine.public_key, cts))
+            await gather_or_cancel(*(send(ch, msg) for ch in channels))
+    finally:
+        if not pending.done():
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+
 def _merge(monotone: Monotone, smoothing: float) -> dict[str, Any]:
     return {"monotone": monotone, "smoothing": smoothing}
 
@@ -258,8 +278,11 @@ async def _open(
     counts: WoeCounts,
     public_key: AnyPublicKey,
     n_events: int,
+    max_bin: int,
 ) -> tuple[I64, I64, I64]:
     """A host's counts, checked and decrypted: ``(n_value, events, rows)``."""
+    if counts.n_value.size and int(counts.n_value.max()) > max_bin:
+        raise reject(host, f"counts: more value bins than max_bin {max_bin}")
     if counts.n_value.size != hello.n_features:
         raise reject(
             host, f"counts: {counts.n_value.size} features, it announced {hello.n_features}"
@@ -307,20 +330,26 @@ async def host_woe(
     key = setup.key
     mapper = await asyncio.to_thread(BinMapper(setup.max_bin).fit, X_arr)
     data = await asyncio.to_thread(mapper.transform, X_arr)
-    parts: list[bytes] = []
+    bins = np.ascontiguousarray(data.codes.T)
+    # Each chunk's histogram is built as it arrives (while the guest encrypts the next) and
+    # merged into the total: cells of disjoint row sets multiply.
+    hist: EncryptedHistogram | None = None
     got = 0
     while got < n_rows:
         msg = await recv(ch, WoeLabels)
-        if msg.start != got or not 0 < len(msg.ct) <= n_rows - got:
-            raise reject(guest, f"labels: rows {msg.start}+{len(msg.ct)}, expected from {got}")
+        n = len(msg.ct)
+        if msg.start != got or not 0 < n <= n_rows - got:
+            raise reject(guest, f"labels: rows {msg.start}+{n}, expected from {got}")
         try:
-            parts.append(msg.ct.residues(key).data)
+            labels = msg.ct.residues(key)
         except (CodecError, KeyMismatchError) as exc:
             raise reject(guest, f"labels: {exc}") from exc
-        got += len(msg.ct)
-    labels = Residues.of_bytes(b"".join(parts), key.ciphertext_bytes)
-    bins = np.ascontiguousarray(data.codes.T)
-    hist = await asyncio.to_thread(build_histogram, key, bins, data.n_slots, [labels])
+        part = await asyncio.to_thread(
+            build_histogram, key, bins[got : got + n], data.n_slots, [labels]
+        )
+        hist = part if hist is None else await asyncio.to_thread(hist.merge, part)
+        got += n
+    assert hist is not None  # n_rows >= 1
     n_value = mapper.n_bins
     cells = np.concatenate(
         [

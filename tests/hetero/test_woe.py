@@ -169,6 +169,29 @@ async def test_guest_refuses_rows_that_do_not_sum(
     assert "do not sum to its rows" in repr(caught.value)
 
 
+async def test_a_guest_with_labels_only_bins_the_hosts_features(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    X, y = breast
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as fed:
+
+        async def guest() -> WoeResult:
+            async with fed["a"].session("woe", peers=["b"]) as s:
+                return await guest_woe(
+                    s, ["b"], None, y, max_bin=MAX_BIN, keys=keys, executor=pool, top_k=3
+                )
+
+        async def host() -> HostWoe:
+            async with fed["b"].session("woe", peers=["a"]) as s:
+                return await host_woe(s, "a", X[:, 10:20])
+
+        result, own = await asyncio.gather(guest(), host())
+    plain = _plain(X, y)[10:20]
+    assert [f.iv for f in result.features] == [p.iv for p in plain]
+    want = select_by_iv([p.iv for p in plain], top_k=3).tolist()
+    assert list(own.kept) == [f"x{i}" for i in want]
+
+
 @pytest.mark.slow
 async def test_binning_over_mtls_websockets_equals_plaintext(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys, federation_certs: Path
