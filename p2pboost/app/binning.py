@@ -37,15 +37,13 @@ from p2pboost.app.config import PartyConfig, Role
 from p2pboost.exceptions import ConfigError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.woe import Monotone
-from p2pboost.hetero.woe import FeatureWoe, WoeResult, guest_woe, host_woe
+from p2pboost.hetero.woe import SESSION, FeatureWoe, WoeResult, guest_woe, host_woe
 from p2pboost.net.node import Node
 from p2pboost.protocols._messages import recv, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
 __all__ = ["SUMMARY_FILE", "TABLE_FILE", "BinningOptions", "run_binning", "table_rows"]
 
-#: The session names of a binning run (apart from training's: both may run at once).
-SESSION = "p2pboost-binning"
 TABLE_FILE = "binning.csv"
 SUMMARY_FILE = "binning.json"
 TASK = "binning"

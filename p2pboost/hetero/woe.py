@@ -63,11 +63,24 @@ from p2pboost.hetero._woe_messages import (
     WoeLabels,
     WoeSetup,
 )
-from p2pboost.net.node import Session
+from p2pboost.net.node import Node, Session
+from p2pboost.protocols._blocking import run_with_node
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
-__all__ = ["CHUNK_ROWS", "FeatureWoe", "HostWoe", "WoeResult", "guest_woe", "host_woe"]
+__all__ = [
+    "CHUNK_ROWS",
+    "SESSION",
+    "FeatureWoe",
+    "HostWoe",
+    "WoeResult",
+    "abinning_guest",
+    "abinning_host",
+    "binning_guest",
+    "binning_host",
+    "guest_woe",
+    "host_woe",
+]
 
 I64 = npt.NDArray[np.int64]
 logger = logging.getLogger("p2pboost.hetero.woe")
@@ -76,6 +89,8 @@ logger = logging.getLogger("p2pboost.hetero.woe")
 CHUNK_ROWS = 4096
 #: The channel of the protocol in its session.
 CHANNEL = "woe"
+#: The session the node-level calls (and ``p2pboost binning``) open.
+SESSION = "p2pboost-binning"
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,3 +381,38 @@ async def host_woe(
     await send(ch, WoeBye())
     index = kept.features.astype(np.int64)
     return HostWoe(tuple(names[i] for i in index.tolist()), index, tuple(names))
+
+
+# -- over a node ---------------------------------------------------------------------------------
+
+
+async def abinning_guest(
+    node: Node, hosts: Sequence[str], X: Any, y: Any, *, session_id: str = SESSION, **kwargs: Any
+) -> WoeResult:
+    """:func:`guest_woe` in session ``session_id`` of ``node`` (running); ``kwargs`` are
+    :func:`guest_woe`'s."""
+    async with node.session(session_id, peers=list(hosts)) as session:
+        return await guest_woe(session, hosts, X, y, **kwargs)
+
+
+def binning_guest(node: Node, hosts: Sequence[str], X: Any, y: Any, **kwargs: Any) -> WoeResult:
+    """Blocking :func:`abinning_guest`: starts ``node``, runs, closes it."""
+    return run_with_node(node, abinning_guest(node, hosts, X, y, **kwargs))
+
+
+async def abinning_host(
+    node: Node,
+    guest: str,
+    X: Any,
+    *,
+    session_id: str = SESSION,
+    feature_names: Sequence[str] | None = None,
+) -> HostWoe:
+    """:func:`host_woe` in session ``session_id`` of ``node`` (running)."""
+    async with node.session(session_id, peers=[guest]) as session:
+        return await host_woe(session, guest, X, feature_names=feature_names)
+
+
+def binning_host(node: Node, guest: str, X: Any, **kwargs: Any) -> HostWoe:
+    """Blocking :func:`abinning_host`: starts ``node``, runs, closes it."""
+    return run_with_node(node, abinning_host(node, guest, X, **kwargs))

@@ -9,6 +9,7 @@ own kept names.
 from __future__ import annotations
 
 import asyncio
+import socket
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,16 @@ from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.woe import bin_counts, select_by_iv, woe_table
 from p2pboost.hetero import woe as woe_mod
 from p2pboost.hetero._woe_messages import WoeCounts
-from p2pboost.hetero.woe import HostWoe, WoeResult, guest_woe, host_woe
-from p2pboost.testing import TRAINING, MemoryFabric, WebSocketFabric, local_federation
+from p2pboost.hetero.woe import (
+    HostWoe,
+    WoeResult,
+    abinning_guest,
+    binning_host,
+    guest_woe,
+    host_woe,
+)
+from p2pboost.net.node import Node
+from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import Keys
 
 MAX_BIN = 8
@@ -193,13 +202,29 @@ async def test_a_guest_with_labels_only_bins_the_hosts_features(
 
 
 @pytest.mark.slow
-async def test_binning_over_mtls_websockets_equals_plaintext(
+async def test_blocking_host_and_async_guest_over_mtls_websockets(
     breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys, federation_certs: Path
 ) -> None:
+    """The host runs the blocking facade in its own thread with its own node; the guest the
+    async one: over real WebSockets and mutual TLS on loopback, equal to plaintext."""
     X, y = breast
-    result, hosts = await _run(WebSocketFabric(federation_certs), X, y, pool, keys, top_k=5)
-    plain = _plain(X, y)
+    with socket.socket() as sock:  # a free port for the host to listen on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"wss://127.0.0.1:{port}"
+    host_node = Node(
+        "b", listen=address, peers={"a": None}, tls=federation_certs / "b", config=TRAINING
+    )
+    guest_node = Node("a", peers={"b": address}, tls=federation_certs / "a", config=TRAINING)
+    hosting = asyncio.ensure_future(asyncio.to_thread(binning_host, host_node, "a", X[:, 10:20]))
+    async with guest_node:
+        result = await abinning_guest(
+            guest_node, ["b"], X[:, :10], y, max_bin=MAX_BIN, keys=keys, executor=pool, top_k=5
+        )
+    own = await hosting
+    plain = _plain(X, y)[:20]
     for got, want in zip(result.features, plain, strict=True):
         np.testing.assert_array_equal(got.bins.woe, want.woe)
         assert got.iv == want.iv
-    assert sum(len(h.kept) for h in hosts) + len(result.kept("a")) == 5
+    kept = select_by_iv([p.iv for p in plain], top_k=5).tolist()
+    assert list(own.kept) == [f"x{i - 10}" for i in kept if i >= 10]
