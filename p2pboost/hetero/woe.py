@@ -222,25 +222,20 @@ async def guest_woe(
         for host, hello, counts in zip(hosts, hellos, answers, strict=True):
             opened.append(await _open(engine, host, hello, counts, public_key, n_events, max_bin))
 
-    features = [
-        (
-            party,
-            name,
-            f,
-            woe_bins(events[f, keep], non_events[f, keep], cuts, **_merge(monotone, smoothing)),
-        )
-        for f, (name, cuts) in enumerate(zip(names, mapper.edges, strict=True))
-        for keep in [np.r_[np.arange(cuts.size + 1), mapper.missing_bin]]
-    ]
+    def bins(e: I64, ne: I64, cuts: npt.NDArray[np.float64]) -> WoeBins:
+        return woe_bins(e, ne, cuts, monotone=monotone, smoothing=smoothing)
+
+    features: list[tuple[str, str, int, WoeBins]] = []
+    for f, (name, cuts) in enumerate(zip(names, mapper.edges, strict=True)):
+        keep = np.r_[np.arange(cuts.size + 1), mapper.missing_bin]  # value bins, then missing
+        features.append((party, name, f, bins(events[f, keep], non_events[f, keep], cuts)))
     for host, (n_value, ev, rows) in zip(hosts, opened, strict=True):
         at = 0
         for j, nv in enumerate(n_value.tolist()):
             e, r = ev[at : at + nv + 1], rows[at : at + nv + 1]
             at += nv + 1
             codes = np.arange(nv - 1, dtype=np.float64)  # value-bin codes stand for thresholds
-            features.append(
-                (host, f"#{j}", j, woe_bins(e, r - e, codes, **_merge(monotone, smoothing)))
-            )
+            features.append((host, f"#{j}", j, bins(e, r - e, codes)))
     ivs = np.array([b.iv for *_, b in features], dtype=np.float64)
     keep_all = threshold is None and top_k is None
     chosen = set(
@@ -280,10 +275,6 @@ async def _send_labels(
         if not pending.done():
             pending.cancel()
             await asyncio.gather(pending, return_exceptions=True)
-
-
-def _merge(monotone: Monotone, smoothing: float) -> dict[str, Any]:
-    return {"monotone": monotone, "smoothing": smoothing}
 
 
 async def _open(
