@@ -21,7 +21,7 @@ from p2pboost.exceptions import RemoteProtocolError, SessionClosed
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.woe import bin_counts, select_by_iv, woe_table
 from p2pboost.hetero import woe as woe_mod
-from p2pboost.hetero._woe_messages import WoeCounts
+from p2pboost.hetero._woe_messages import WoeCounts, WoeKept, WoeLabels
 from p2pboost.hetero.woe import (
     HostWoe,
     WoeResult,
@@ -176,6 +176,40 @@ async def test_guest_refuses_rows_that_do_not_sum(
     with pytest.raises((RemoteProtocolError, SessionClosed, ExceptionGroup)) as caught:
         await _run(MemoryFabric(), X, y, pool, keys)
     assert "do not sum to its rows" in repr(caught.value)
+
+
+async def test_host_refuses_labels_out_of_order(
+    breast: tuple[np.ndarray, np.ndarray],
+    pool: Executor,
+    keys: Keys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    X, y = breast
+    honest_send = woe_mod.send  # type: ignore[attr-defined]
+
+    async def skipping_send(channel: Any, msg: Any) -> None:
+        if isinstance(msg, WoeLabels) and msg.start == 100:  # the second chunk claims row 101
+            msg = WoeLabels(101, msg.ct)
+        await honest_send(channel, msg)
+
+    monkeypatch.setattr(woe_mod, "send", skipping_send)
+    with pytest.raises((RemoteProtocolError, SessionClosed, ExceptionGroup)) as caught:
+        await _run(MemoryFabric(), X, y, pool, keys)
+    assert "labels: rows 101+100, expected from 100" in repr(caught.value)
+
+
+def test_counts_messages_hold_one_cell_per_bin() -> None:
+    from p2pboost.crypto.additive import CiphertextBatch
+
+    batch = CiphertextBatch(b"\0" * 16, 4, b"\0" * 4 * 5)
+    ok = WoeCounts(np.array([2, 1]), np.array([1, 2, 0, 3, 0]), batch)
+    assert ok.check() is None
+    assert "5 cells" in (WoeCounts(np.array([2, 1]), np.array([1, 2, 0]), batch).check() or "")
+    assert "negative" in (
+        WoeCounts(np.array([2, 1]), np.array([1, -2, 0, 3, 0]), batch).check() or ""
+    )
+    assert WoeKept(np.array([0, 2])).check() is None
+    assert "ascending" in (WoeKept(np.array([2, 0])).check() or "")
 
 
 async def test_a_guest_with_labels_only_bins_the_hosts_features(
