@@ -18,11 +18,20 @@ BEGIN, END = "<!-- messages:begin -->", "<!-- messages:end -->"
 FAMILY_MODULES = (
     "p2pboost.protocols.psi",
     "p2pboost.hetero._messages",
+    "p2pboost.hetero._woe_messages",
     "p2pboost.homo._messages",
     "p2pboost.app._plan",
 )
 #: The families, in the order of the page.
-ORDER = ["psi", "hetero-train", "hetero-predict", "hetero-serve", "homo", "party-plan"]
+ORDER = [
+    "psi",
+    "hetero-train",
+    "hetero-predict",
+    "hetero-serve",
+    "hetero-woe",
+    "homo",
+    "party-plan",
+]
 
 
 def _library_families() -> set[str]:

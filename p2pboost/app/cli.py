@@ -359,6 +359,72 @@ def serve(config_path: Path) -> int:
     return _run_party(config_path, "serve")
 
 
+@cli.command("binning")
+@_CONFIG
+@click.option("--threshold", type=float, default=None, help="Guest: keep features with IV >= this.")
+@click.option("--top-k", type=int, default=None, help="Guest: keep the k features of largest IV.")
+@click.option(
+    "--monotone",
+    type=click.Choice(["auto", "increasing", "decreasing"]),
+    default=None,
+    help="Guest: merge adjacent bins until each feature's WOE is monotone.",
+)
+@click.option("--force", is_flag=True, help="Replace binning files that already exist.")
+def binning(
+    config_path: Path, threshold: float | None, top_k: int | None, monotone: Any, force: bool
+) -> int:
+    """Federated WOE/IV of every party's features and selection by IV (vertical parties).
+
+    Aligns the rows by PSI as training does, then the guest writes workdir/binning.csv and
+    binning.json (every party's WOE and IV); each host writes binning.json with its own kept
+    features. The last stdout line is a JSON summary.
+    """
+    from p2pboost.app.binning import BinningOptions, run_binning
+    from p2pboost.app.config import load_config
+
+    config = load_config(config_path)
+    options = BinningOptions(threshold, top_k, monotone, force)
+    reporter = _console().reporter(config.id)
+    result = asyncio.run(_stop_on_sigterm(run_binning(config, options, reporter)))
+    click.echo(json.dumps(result.to_dict()))
+    return 0
+
+
+@cli.command("stability")
+@_CONFIG
+@click.option("--batch", required=True, type=_FILE, help="The new rows (this party's columns).")
+@click.option("--scores", type=_FILE, default=None, help="Guest: id,score of the new rows.")
+@click.option(
+    "--train-scores", type=_FILE, default=None, help="Guest: id,score of the training rows."
+)
+@click.option(
+    "--out", type=_FILE, default=None, help="Result file (default workdir/stability.json)."
+)
+@click.option("--force", is_flag=True, help="Replace the result file if it exists.")
+def stability(
+    config_path: Path,
+    batch: Path,
+    scores: Path | None,
+    train_scores: Path | None,
+    out: Path | None,
+    force: bool,
+) -> int:
+    """Population stability (PSI) of this party's features, training rows against a new batch,
+    in the model's bins; the guest also of its scores (files of `p2pboost predict`). Prints
+    the table with bands (stable < 0.1 <= watch <= 0.25 < shift); the last line is JSON.
+    """
+    from p2pboost.app.config import load_config
+    from p2pboost.app.stability import format_table, run_stability
+
+    config = load_config(config_path)
+    result, table = run_stability(
+        config, batch, scores=scores, train_scores=train_scores, out=out, force=force
+    )
+    click.echo(format_table(table))
+    click.echo(json.dumps(result.to_dict()))
+    return 0
+
+
 # -- p2pboost init ----------------------------------------------------------------------------
 
 
@@ -455,7 +521,13 @@ def inspect_model(model: Path, as_json: bool) -> int:
     help="Output directory (default: the model file's own directory).",
 )
 @click.option("--force", is_flag=True, help="Replace plot files that already exist.")
-def report(model: Path, out: Path | None, force: bool) -> int:
+@click.option(
+    "--stability",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A result file of `p2pboost stability`: its table and plot too.",
+)
+def report(model: Path, out: Path | None, force: bool, stability: Path | None) -> int:
     """Learning-curve and feature-importance plots (PNG) of this party's model.
 
     Writes <model>_importance.png and, when the file holds an evaluation history,
@@ -463,7 +535,7 @@ def report(model: Path, out: Path | None, force: bool) -> int:
     """
     from p2pboost.app.report import write_report
 
-    for path in write_report(model, out, overwrite=force):
+    for path in write_report(model, out, overwrite=force, stability=stability):
         click.echo(str(path))
     return 0
 

@@ -31,7 +31,9 @@ from p2pboost.app.model_info import (
     kind_of,
     load_model,
 )
+from p2pboost.app.stability import load_result, stability_figure, table_csv
 from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.files import atomic_write
 from p2pboost.gbdt.history import History
 from p2pboost.hetero.model import HostModel
 
@@ -51,6 +53,7 @@ def write_report(
     *,
     feature_names: Sequence[str] | None = None,
     overwrite: bool = False,
+    stability: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Write ``<model>_importance.png`` and, with a stored history, ``<model>_learning_curve.png``
     into ``out_dir`` (created if needed; by default the model file's own directory); returns
@@ -64,6 +67,9 @@ def write_report(
 
     Raises :class:`ConfigError` when matplotlib is not installed, :class:`ModelError` or
     :class:`InputError` for a file that is not a p2pboost model.
+
+    ``stability``: a result file of ``p2pboost stability``; its table
+    (``<model>_stability.csv``) and plot (``<model>_stability.png``) are written too.
     """
     figure_cls = _figure_class()
     model = load_model(model_path)
@@ -74,6 +80,9 @@ def write_report(
     targets = [out / f"{stem}_importance.png"]
     if history:
         targets.append(out / f"{stem}_learning_curve.png")
+    psi = None if stability is None else load_result(Path(stability))
+    if psi is not None:
+        targets += [out / f"{stem}_stability.csv", out / f"{stem}_stability.png"]
     if not overwrite:
         _refuse_existing(targets)
     try:
@@ -84,6 +93,9 @@ def write_report(
     if history:
         figure = _curve_figure(figure_cls, history, _best(model))
         written.append(_save(figure, targets[1]))
+    if psi is not None:
+        atomic_write(targets[-2], table_csv(psi))
+        written += [targets[-2], _save(stability_figure(figure_cls, psi), targets[-1])]
     return written
 
 
