@@ -63,8 +63,8 @@ from p2pboost.hetero._woe_messages import (
     WoeLabels,
     WoeSetup,
 )
+from p2pboost.net._blocking import run_with_node
 from p2pboost.net.node import Node, Session
-from p2pboost.protocols._blocking import run_with_node
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
