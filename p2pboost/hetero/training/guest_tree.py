@@ -16,7 +16,7 @@ the hosts' help:
 
 Children, leaf weights and tree arrays are the core's own ``apply_splits``; the tree that
 comes out is a core :class:`~p2pboost.gbdt.tree.Tree` with an owner per split. The
-protocol and its messages are described in :mod:`p2pboost.hetero.train`.
+protocol and its messages are described in :mod:`p2pboost.hetero.training.guest`.
 """
 
 from __future__ import annotations
@@ -54,22 +54,22 @@ from p2pboost.gbdt.privacy import PrivateTree
 from p2pboost.gbdt.rounds import EvalData, TreeTask
 from p2pboost.gbdt.split import LayerSplits, accepted, candidate_mask, split_gains
 from p2pboost.gbdt.tree import Tree
-from p2pboost.hetero._common import (
+from p2pboost.hetero._messages import Chunk, Decide, Decided, Derived, Layer, Package, TreeStart
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.model import GUEST
+from p2pboost.hetero.training.common import (
     B8,
     F64,
     I64,
     GuestPhase,
-    HeteroConfig,
     Progress,
     chunk_bounds,
     grid_wire,
     packing_spec,
     unpack_bitmap,
 )
-from p2pboost.hetero._messages import Chunk, Decide, Decided, Derived, Layer, Package, TreeStart
-from p2pboost.hetero._packages import OpenPackage, check_package, derive, open_package
-from p2pboost.hetero._private import HostCandidates, choose_private
-from p2pboost.hetero.model import GUEST
+from p2pboost.hetero.training.packages import OpenPackage, check_package, derive, open_package
+from p2pboost.hetero.training.private import HostCandidates, choose_private
 from p2pboost.net.node import Channel
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
@@ -119,8 +119,10 @@ class GuestTrainer:
     """The guest's state across trees; :meth:`grow` runs the protocol for one tree.
 
     ``workers`` is how many tasks the pool runs at once (chunks kept in flight). Between
-    trees the engine's stash of randomisers is filled while the pool idles (``config.precompute``);
-    :meth:`aclose` stops that when training ends.
+    trees the engine's stash of randomisers is filled while the pool idles (``config.precompute``)
+    by a background task; the trainer is an async context that owns that task, so it never
+    outlives the ``async with`` block that grows the trees: leaving the block (training ended
+    or failed) stops it and waits for it, and :meth:`grow` outside the block is refused.
     """
 
     params: BoostParams
@@ -133,7 +135,7 @@ class GuestTrainer:
     evals: list[EvalData]
     progress: Progress
     #: Layered mode: the features each depth may split on, and how many layers the hosts
-    #: take part in (None: all; :mod:`p2pboost.hetero.modes`).
+    #: take part in (None: all; :mod:`p2pboost.hetero.training.modes`).
     features_by_depth: DepthMask | None = None
     host_layers: int | None = None
 
@@ -145,6 +147,16 @@ class GuestTrainer:
         self.host_slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(offsets)]
         self._filling: asyncio.Task[int] | None = None
         self._stop_filling = asyncio.Event()
+        self._entered = False
+
+    async def __aenter__(self) -> GuestTrainer:
+        self._entered = True
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Stop making randomisers (training ended or failed) before the block is left."""
+        self._entered = False
+        await self._stop(wait=False)
 
     def _start_filling(self, target: int) -> None:
         """Make randomisers for the next tree while the pool idles (the hosts' turn)."""
@@ -165,10 +177,6 @@ class GuestTrainer:
             filling.cancel()
         await asyncio.gather(filling, return_exceptions=True)
 
-    async def aclose(self) -> None:
-        """Stop making randomisers (training ended or failed)."""
-        await self._stop(wait=False)
-
     async def grow(
         self,
         tree_id: int,
@@ -182,6 +190,8 @@ class GuestTrainer:
         after the trees before it; ``more``: another tree may follow, so it is worth making
         randomisers while waiting for the hosts; ``columns``: the tree's per-depth and
         per-node column draws, whose root draw goes with the tree's start)."""
+        if not self._entered:
+            raise RuntimeError("grow a tree inside `async with trainer:`, which owns its tasks")
         self.progress.tree = tree_id
         await self._stop(wait=True)  # at most one short task per worker still running
         sample = task.sample
@@ -407,7 +417,7 @@ class _TreeRound:
     async def _choose_private(
         self, frontier: Frontier, privacy: PrivateTree
     ) -> tuple[LayerSplits, dict[tuple[int, int], OpenPackage], list[_Winner]]:
-        """A private tree's choice (:func:`~p2pboost.hetero._private.choose_private`) over
+        """A private tree's choice (:func:`~p2pboost.hetero.training.private.choose_private`) over
         the guest's candidates and every host's package."""
         own_scores, packages = await gather_or_cancel(
             asyncio.to_thread(
