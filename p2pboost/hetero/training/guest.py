@@ -95,7 +95,8 @@ from p2pboost.hetero.training.checkpoint import (
     model_fingerprint,
 )
 from p2pboost.hetero.training.common import GuestPhase, Progress, logger
-from p2pboost.hetero.training.guest_tree import GuestTrainer, HostLink
+from p2pboost.hetero.training.guest_layers import HostLink
+from p2pboost.hetero.training.guest_tree import GuestTrainer
 from p2pboost.hetero.training.modes import FeatureSchedule
 from p2pboost.hetero.training.start import GuestStart, guest_start, round_loop, warm_margins
 from p2pboost.net.node import Session

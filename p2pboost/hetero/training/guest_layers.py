@@ -1,0 +1,396 @@
+"""The guest's side of a tree's layers: splits chosen with the hosts, their decisions, the
+partitions.
+
+Per layer the core's grower (:class:`~p2pboost.gbdt.grower.TreeGrower`) asks three things,
+and :class:`TreeLayers` answers them with the hosts' help:
+
+* **choose splits** (the core's split-choice hook): the guest's own best split per node
+  (the core's :meth:`~p2pboost.gbdt.grower.HistogramGrower.find_splits`) competes with every
+  host's candidates, decrypted as their packages arrive (a derived package's sums are its
+  parent's minus its sibling's) and scored with the core's
+  :func:`~p2pboost.gbdt.split.split_gains` and validity rules under the core's tie-break; the
+  owners of winning host candidates resolve ties and return the left sets (a private tree
+  chooses by :func:`~p2pboost.hetero.training.private.choose_private` instead);
+* **partition**: the guest's own splits move its rows (the core's ``partition``), host
+  splits move them by the owners' bitmaps, and every host is told the layer;
+* **child histograms**: the guest's own, by the core (the hosts build theirs).
+
+In layered mode the layers below the hosts' run on the guest's features alone, locally. The
+tree's start and its gradient stream are :mod:`p2pboost.hetero.training.guest_tree`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from p2pboost.crypto.engine import CryptoEngine
+from p2pboost.crypto.packing import PackingSpec
+from p2pboost.exceptions import CodecError, CryptoError
+from p2pboost.gbdt.fixedpoint import Grid
+from p2pboost.gbdt.grower import (
+    ChooseSplits,
+    Frontier,
+    GrowStep,
+    LayerPlan,
+    Partition,
+    TreeGrower,
+)
+from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.privacy import PrivateTree
+from p2pboost.gbdt.rounds import EvalData
+from p2pboost.gbdt.split import LayerSplits, accepted, split_gains
+from p2pboost.hetero._messages import Decide, Decided, Derived, Layer, Package
+from p2pboost.hetero.model import GUEST
+from p2pboost.hetero.training.common import B8, GuestPhase, Progress, unpack_bitmap
+from p2pboost.hetero.training.packages import OpenPackage, check_package, derive, open_package
+from p2pboost.hetero.training.private import HostCandidates, choose_private
+from p2pboost.net.node import Channel
+from p2pboost.protocols._messages import recv, reject, send
+from p2pboost.protocols._tasks import gather_or_cancel
+
+__all__ = ["HostLink", "Trainer", "TreeLayers"]
+
+
+@dataclass
+class HostLink:
+    """The guest's view of one host."""
+
+    name: str
+    index: int  # 1-based owner number
+    ctl: Channel
+    grad: Channel
+    info: Channel
+    n_features: int
+
+
+@dataclass
+class _Winner:
+    """Best split of one node: ``owner`` 0 (guest) or host number; ``tied`` host ids."""
+
+    owner: int
+    gain: float
+    tied: npt.NDArray[np.uint64] | None = None
+
+
+class Trainer(Protocol):
+    """What a tree's layers read of the guest's trainer
+    (:class:`~p2pboost.hetero.training.guest_tree.GuestTrainer`)."""
+
+    params: BoostParams
+    engine: CryptoEngine
+    links: list[HostLink]
+    evals: list[EvalData]
+    progress: Progress
+    host_layers: int | None
+    host_slices: list[slice]
+
+
+class TreeLayers:
+    """One tree's layers on the guest side: the grower's split choice, partition and child
+    histogram steps answered with the hosts (the module docstring)."""
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        tree_id: int,
+        grower: TreeGrower,
+        spec: PackingSpec,
+        grids: tuple[Grid, Grid],
+        active: Sequence[HostLink],
+    ) -> None:
+        self.t = trainer
+        self.tree_id = tree_id
+        #: The hosts this tree uses (those with a feature it may split on).
+        self.links = list(active)
+        self.grower = grower
+        self.spec = spec
+        self.grids = grids
+        #: Node -> (the owner's chosen id, left-set bits) of this layer's host splits.
+        self.chosen: dict[int, tuple[int, B8]] = {}
+        #: Host split node -> validation-set bits (one bool array per evaluation set).
+        self.eval_bits: dict[int, list[B8]] = {}
+        #: The last layer's opened packages (a derived package's parent is among them), and
+        #: each frontier node's (parent, sibling).
+        self.opened: dict[tuple[int, int], OpenPackage] = {}
+        self.family: dict[int, tuple[int, int]] = {}
+
+    def _local(self, depth: int) -> bool:
+        """Whether the layer at ``depth`` is the guest's alone (layered mode's lower layers)."""
+        top = self.t.host_layers
+        return top is not None and depth >= top
+
+    async def answer(self, step: GrowStep) -> Any:
+        """Answer a step of the core's schedule (see the module docstring)."""
+        depth = step.frontier.depth
+        if isinstance(step, ChooseSplits):
+            self.t.progress.enter(GuestPhase.SPLITS, depth)
+            if self._local(depth):  # no host takes part: the guest's candidates only
+                return await asyncio.to_thread(self.grower.find_splits, step.frontier)
+            return await self._choose_splits(step.frontier)
+        if isinstance(step, Partition):
+            self.t.progress.enter(GuestPhase.PARTITION, depth)
+            if self._local(depth):
+                return await asyncio.to_thread(self.grower.partition, step.plan)
+            # The hosts leave the tree after its last host layer (layered mode).
+            return await self._partition(step.plan, step.grow and not self._local(depth + 1))
+        return await asyncio.to_thread(self.grower.child_histograms, step.frontier, step.plan)
+
+    async def _choose_splits(self, frontier: Frontier) -> LayerSplits:
+        """The guest's best split per node against every host's candidates (the core's
+        rules), with the owners' answers for the host splits that are accepted."""
+        if self.grower.privacy is not None:
+            own, packages, winners = await self._choose_private(frontier, self.grower.privacy)
+        else:
+            own, packages = await gather_or_cancel(
+                asyncio.to_thread(self.grower.find_splits, frontier),
+                self._receive_layer(frontier),
+            )
+            winners = self._choose(frontier, own, packages)
+        self.t.progress.enter(GuestPhase.DECIDE, frontier.depth)
+        gain = np.array([w.gain for w in winners], dtype=np.float64)
+        accept = accepted(gain, self.t.params).tolist()
+        self.chosen = await self._decide(frontier, winners, accept)
+        owner = np.array([w.owner for w in winners], dtype=np.int64)
+        host = owner != GUEST
+        left_grad, left_hess = own.left_grad.copy(), own.left_hess.copy()
+        for i in accept:
+            if host[i]:
+                node = int(frontier.nodes[i])
+                pkg = packages[(winners[i].owner, node)]
+                pos = int(np.flatnonzero(pkg.ids == np.uint64(self.chosen[node][0]))[0])
+                left_grad[i], left_hess[i] = pkg.grad[pos], pkg.hess[pos]
+        return LayerSplits(
+            gain=gain,
+            feature=np.where(host, -1, own.feature),
+            threshold=np.where(host, -1, own.threshold),
+            default_left=own.default_left & ~host,
+            left_grad=left_grad,
+            left_hess=left_hess,
+            left_count=np.full(gain.size, -1, dtype=np.int64),
+            owner=owner,
+        )
+
+    async def _choose_private(
+        self, frontier: Frontier, privacy: PrivateTree
+    ) -> tuple[LayerSplits, dict[tuple[int, int], OpenPackage], list[_Winner]]:
+        """A private tree's choice (:func:`~p2pboost.hetero.training.private.choose_private`) over
+        the guest's candidates and every host's package."""
+        own_scores, packages = await gather_or_cancel(
+            asyncio.to_thread(
+                privacy.layer_scores,
+                frontier.hist,
+                frontier.grad,
+                frontier.hess,
+                self.grower.candidates_at(frontier.depth),
+            ),
+            self._receive_layer(frontier),
+        )
+        hosts = []
+        for link in self.links:
+            pkgs = [packages[(link.index, int(n))] for n in frontier.nodes.tolist()]
+            if len({len(p.ids) for p in pkgs}) > 1:
+                raise reject(link.name, "a private run needs every candidate at every node")
+            hosts.append(HostCandidates(link.index, [(p.grad, p.hess) for p in pkgs]))
+        choice = choose_private(
+            privacy, frontier, own_scores, hosts, self.grower.candidates.shape[:2]
+        )
+        winners = []
+        for i, node in enumerate(frontier.nodes.tolist()):
+            owner, pos = int(choice.owner[i]), int(choice.position[i])
+            if owner < 0:
+                winners.append(_Winner(GUEST, -np.inf))
+            elif owner == GUEST:
+                winners.append(_Winner(GUEST, 0.0))
+            else:
+                ids = packages[(owner, node)].ids
+                winners.append(_Winner(owner, 0.0, ids[pos : pos + 1]))
+        return choice.own, packages, winners
+
+    # -- receiving and scoring host candidates ----------------------------------------------
+
+    async def _receive_layer(self, frontier: Frontier) -> dict[tuple[int, int], OpenPackage]:
+        """Every host's package for every frontier node, decrypted as each arrives."""
+        parts = await gather_or_cancel(*(self._receive_host(link, frontier) for link in self.links))
+        self.opened = {k: v for part in parts for k, v in part.items()}
+        return self.opened
+
+    async def _receive_host(
+        self, link: HostLink, frontier: Frontier
+    ) -> dict[tuple[int, int], OpenPackage]:
+        expected = {int(n): i for i, n in enumerate(frontier.nodes.tolist())}
+        decrypting: dict[int, asyncio.Future[OpenPackage]] = {}
+        derived: dict[int, Derived] = {}
+        try:
+            for _ in range(len(expected)):
+                msg = await recv(link.info, (Package, Derived))
+                if msg.tree != self.tree_id:
+                    raise reject(link.name, "package for another tree")
+                node = msg.node
+                if node not in expected or node in decrypting or node in derived:
+                    raise reject(link.name, f"unexpected package for node {node}")
+                node_count = int(frontier.count[expected[node]])
+                if msg.counts.size and msg.counts.max() > node_count:
+                    raise reject(link.name, "split-info count above the node's rows")
+                if isinstance(msg, Derived):
+                    derived[node] = msg
+                    continue
+                problem = check_package(msg, self.spec, self.t.engine.public_key)
+                if problem is not None:
+                    raise reject(link.name, f"bad split-info package: {problem}")
+                decrypting[node] = asyncio.ensure_future(self._open(link.name, msg))
+            results = await gather_or_cancel(*decrypting.values())
+        finally:
+            for fut in decrypting.values():
+                fut.cancel()
+            await asyncio.gather(*decrypting.values(), return_exceptions=True)
+        opened = dict(zip(decrypting, results, strict=True))
+        for node, msg in derived.items():
+            opened[node] = self._derive(link, msg, opened)
+        return {(link.index, n): r for n, r in opened.items()}
+
+    def _derive(self, link: HostLink, msg: Derived, opened: dict[int, OpenPackage]) -> OpenPackage:
+        """A larger child's package from its parent's (last layer) and its sibling's (this
+        layer, sent with sums)."""
+        if self.grower.privacy is not None:
+            raise reject(link.name, "a private tree takes every node's sums from the host")
+        if self.family.get(msg.node) != (msg.parent, msg.sibling):
+            raise reject(link.name, f"node {msg.node} derived from other than its parent")
+        parent = self.opened.get((link.index, msg.parent))
+        sibling = opened.get(msg.sibling)
+        if parent is None or sibling is None:
+            raise reject(link.name, f"node {msg.node} derived from a package it did not send")
+        try:
+            return derive(msg, parent, sibling, self.grids)
+        except ValueError as exc:
+            raise reject(link.name, f"bad derived package for node {msg.node}: {exc}") from None
+
+    async def _open(self, peer: str, msg: Package) -> OpenPackage:
+        """Decrypt and unpack a package in the pool (bytes in, exact integer sums out)."""
+        try:
+            g_int, h_int = await self.t.engine.open_split_infos(
+                self.spec, msg.ciphertexts.data, msg.counts
+            )
+        except CodecError as exc:
+            raise reject(peer, f"bad split-info package: {exc}") from None
+        except CryptoError as exc:
+            raise reject(peer, f"split-info sums do not decode: {exc}") from None
+        return open_package(msg.ids, msg.counts, g_int, h_int, self.grids)
+
+    def _choose(
+        self, frontier: Frontier, own: LayerSplits, packages: dict[tuple[int, int], OpenPackage]
+    ) -> list[_Winner]:
+        """Per node, the core's choice between the guest's best and each host's candidates."""
+        p = self.t.params
+        winners = []
+        for i, node in enumerate(frontier.nodes.tolist()):
+            best = _Winner(GUEST, float(own.gain[i]))
+            G, H = frontier.grad[i : i + 1], frontier.hess[i : i + 1]
+            for link in self.links:
+                pkg = packages[(link.index, node)]
+                if len(pkg.ids) == 0:
+                    continue
+                gains = split_gains(pkg.grad, pkg.hess, G, H, p.reg_lambda)
+                # The core's validity rules (min_child_weight for every output; min_samples_leaf
+                # on counts).
+                valid = np.all(pkg.hess >= p.min_child_weight, axis=1) & np.all(
+                    H - pkg.hess >= p.min_child_weight, axis=1
+                )
+                if p.min_samples_leaf > 1:
+                    n = int(frontier.count[i])
+                    valid &= (pkg.counts >= p.min_samples_leaf) & (
+                        n - pkg.counts >= p.min_samples_leaf
+                    )
+                gains = np.where(valid, gains, -np.inf)
+                top = float(gains.max())
+                # Strictly greater: on equal gains the earlier party (lower feature index) wins.
+                if top > best.gain or (np.isnan(best.gain) and not np.isnan(top)):
+                    best = _Winner(link.index, top, pkg.ids[gains == top])
+            winners.append(best)
+        return winners
+
+    async def _decide(
+        self, frontier: Frontier, winners: list[_Winner], accept: list[int]
+    ) -> dict[int, tuple[int, B8]]:
+        """Ask each owner to resolve its winning ids: node -> (chosen id, left bitmap)."""
+        by_host: dict[int, list[int]] = {}
+        for i in accept:
+            if winners[i].owner != GUEST:
+                by_host.setdefault(winners[i].owner, []).append(i)
+        counts = np.bincount(self.grower.positions, minlength=self.grower.tree.n_nodes)
+
+        async def ask(link: HostLink, idx: list[int]) -> dict[int, tuple[int, B8]]:
+            nodes = frontier.nodes[idx].astype(np.int64)
+            ids = [tied for i in idx if (tied := winners[i].tied) is not None]
+            await send(link.ctl, Decide(nodes, ids))
+            reply = await recv(link.ctl, Decided)
+            chosen, bitmaps, evals = reply.ids, reply.bitmaps, reply.eval
+            if chosen.size != len(idx):
+                raise reject(link.name, f"decided {chosen.size} nodes, {len(idx)} asked")
+            out = {}
+            for j, i in enumerate(idx):
+                tied = winners[i].tied
+                assert tied is not None
+                if chosen[j] not in tied:
+                    raise reject(link.name, "chose an id that was not offered")
+                node = int(nodes[j])
+                out[node] = (
+                    int(chosen[j]),
+                    unpack_bitmap(bitmaps[j], int(counts[node]), link.name),
+                )
+                ev = evals[j]
+                if len(ev) != len(self.t.evals):
+                    raise reject(link.name, "evaluation bits per set expected")
+                self.eval_bits[node] = [
+                    unpack_bitmap(b, e.y.size, link.name)
+                    for b, e in zip(ev, self.t.evals, strict=True)
+                ]
+            return out
+
+        asks = [ask(self.t.links[k - 1], idx) for k, idx in sorted(by_host.items())]
+        parts = await gather_or_cancel(*asks)
+        return {k: v for part in parts for k, v in part.items()}
+
+    async def _partition(self, plan: LayerPlan, grow: bool) -> None:
+        """New positions from the guest's own splits and the owners' bitmaps; tell the hosts."""
+        grower = self.grower
+        old = grower.positions
+        await asyncio.to_thread(grower.partition, plan)  # the guest's own splits
+        new = grower.positions.copy()
+        bitmaps = []
+        self.family = {}
+        for j, node in enumerate(plan.nodes.tolist()):
+            left, right = int(plan.left[j]), int(plan.right[j])
+            self.family[left], self.family[right] = (node, right), (node, left)
+            rows = np.flatnonzero(old == node)
+            if plan.owner[j] == GUEST:
+                go_left = new[rows] == plan.left[j]
+            else:
+                go_left = self.chosen[node][1]
+                new[rows] = np.where(go_left, plan.left[j], plan.right[j])
+            bitmaps.append(np.packbits(go_left))
+        grower.positions = new
+        # The next depth's column draws, early, so each host knows its children's (the core's
+        # draws: nothing draws in between).
+        columns = grower.columns
+        draws = columns.ahead(2 * plan.nodes.size) if grow and columns is not None else None
+        msg = Layer(
+            plan.nodes.astype(np.int64),
+            plan.left.astype(np.int64),
+            plan.right.astype(np.int64),
+            bitmaps,
+            grow,
+        )
+
+        def to(link: HostLink) -> Layer:
+            if draws is None:
+                return msg
+            block = self.t.host_slices[link.index - 1]
+            return replace(msg, features=[d[block].astype(np.uint8) for d in draws])
+
+        await gather_or_cancel(*(send(link.ctl, to(link)) for link in self.links))
