@@ -57,9 +57,11 @@ from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.tree import Tree
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.inference.batch import guest_predict, host_predict
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
-from p2pboost.hetero.predict import guest_predict, host_predict
-from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.net.node import Node
 from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 from p2pboost.workers import pinned_pool

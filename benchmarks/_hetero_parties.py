@@ -28,7 +28,7 @@ from benchmarks.lossless import HeteroSplit
 from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero._common import GuestPhase, HostPhase, Progress
+from p2pboost.hetero.training.common import GuestPhase, HostPhase, Progress
 from p2pboost.net.node import Node
 from p2pboost.workers import PinnedPool, pinned_pool, process_pool, record_trace
 
@@ -152,7 +152,7 @@ def _compute(
 
 def _import_task_modules(*_: object) -> None:
     """Import the modules whose tasks the workers run (start-up, not training)."""
-    for module in ("p2pboost.crypto._workers", "p2pboost.hetero._kernels"):
+    for module in ("p2pboost.crypto._workers", "p2pboost.hetero.training.shards"):
         importlib.import_module(module)
 
 
@@ -181,8 +181,8 @@ async def _host(
     trace: str | None = None,
     cut: int | None = None,
 ) -> dict[str, Any]:
-    from p2pboost.hetero.predict import host_predict
-    from p2pboost.hetero.train import host_train
+    from p2pboost.hetero.inference.batch import host_predict
+    from p2pboost.hetero.training.host import host_train
 
     pool, cluster = _compute(workers, compute, pinned=True, cut=cut)
     try:
@@ -241,8 +241,9 @@ async def _guest(
 ) -> dict[str, Any]:
     from p2pboost.crypto.engine import CryptoEngine
     from p2pboost.crypto.keys import make_keypair
-    from p2pboost.hetero.predict import guest_predict
-    from p2pboost.hetero.train import HeteroConfig, guest_train
+    from p2pboost.hetero.config import HeteroConfig
+    from p2pboost.hetero.inference.batch import guest_predict
+    from p2pboost.hetero.training.guest import guest_train
 
     hosts = sorted(addresses)
     insecure = key_bits < 2048
@@ -333,7 +334,7 @@ def run_federation(
     cut: int | None = None,
 ) -> FederationResult:
     """Train and predict once, guest and every host in its own spawned process (``modes``:
-    :class:`~p2pboost.hetero.train.HeteroConfig`'s mode settings, e.g. ``host_depth``;
+    :class:`~p2pboost.hetero.config.HeteroConfig`'s mode settings, e.g. ``host_depth``;
     ``compute``: party -> its cluster's settings, see :func:`_compute`; ``trace``: a
     directory where every party records its pool tasks while it trains; ``kernel``: the
     crypto kernel the parties select, through :data:`KERNEL_ENV`, when they start; ``cut``:

@@ -30,7 +30,7 @@ What is timed, and what is not:
   leaves idle (``HeteroConfig.precompute``), so from the second tree on part of the
   encryption is done ahead; all of it is inside the timed span.
 * ``phases``: per party, the wall seconds spent in each protocol phase (a
-  :class:`~p2pboost.hetero._common.Progress` that clocks every ``enter``). Wall
+  :class:`~p2pboost.hetero.training.common.Progress` that clocks every ``enter``). Wall
   time includes waiting for the other side, so a host's ``layer`` also holds the time the
   guest spends deciding. A host's clock starts when the guest's connection arrives.
 * ``floor_s_per_tree``: DESIGN.md section 2's cost model (encryptions, ciphertext
@@ -51,7 +51,7 @@ What is timed, and what is not:
   run is timed with its kernel (in a process started with the same setting), and each run
   reports the kernel its parties actually used.
 * ``auc``: the federated model on the test rows through the one-round prediction protocol
-  (:mod:`p2pboost.hetero.predict`) over the same nodes; ``xgboost_auc``: xgboost
+  (:mod:`p2pboost.hetero.inference.batch`) over the same nodes; ``xgboost_auc``: xgboost
   ``hist`` with the same trees, depth, bins, learning rate and lambda, one thread, trained
   on the joined training rows in this run.
 

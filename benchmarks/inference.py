@@ -18,9 +18,10 @@ Two stages, each in fresh processes:
    quicker. Each party writes its own model file (``guest.json``, ``host1.json``, ...; kept
    with ``--save-models DIR``).
 2. **Serving**: new processes *load those files*. Each host serves
-   :func:`~p2pboost.hetero.serving.serve_host` with an
-   :class:`~p2pboost.hetero.feature_store.ArrayStore` read from its CSV (rows found by id); the
-   guest runs a :class:`~p2pboost.hetero.serving.GuestPredictor` (``output="margin"``) and measures:
+   :func:`~p2pboost.hetero.inference.predictor.serve_host` with an
+   :class:`~p2pboost.hetero.inference.feature_store.ArrayStore` read from its CSV (rows found by
+   id); the guest runs a :class:`~p2pboost.hetero.inference.predictor.GuestPredictor`
+   (``output="margin"``) and measures:
 
    * ``rows_per_s``: every row of the data set as ONE ``predict_batch`` (ids + the guest's
      features), median over ``--repeats`` timed batches after two warm-up batches;
@@ -72,10 +73,16 @@ from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero.feature_store import ArrayStore, FeatureStore
-from p2pboost.hetero.inference import FlatForest, HostSplits, host_bits, pack_bits, unpack_bits
+from p2pboost.hetero.inference.feature_store import ArrayStore, FeatureStore
+from p2pboost.hetero.inference.forest import (
+    FlatForest,
+    HostSplits,
+    host_bits,
+    pack_bits,
+    unpack_bits,
+)
+from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.hetero.model import GuestModel, HostModel
-from p2pboost.hetero.serving import GuestPredictor, serve_host
 from p2pboost.net.node import Node
 from p2pboost.workers import default_workers
 
@@ -178,8 +185,8 @@ async def _train_guest(
     workers: int,
     out: str,
 ) -> dict[str, Any]:
+    from p2pboost.hetero.config import HeteroConfig
     from p2pboost.hetero.estimators import HeteroGuest
-    from p2pboost.hetero.train import HeteroConfig
     from p2pboost.workers import process_pool
 
     config = HeteroConfig(key_bits=key_bits, allow_insecure_key=key_bits < 2048)

@@ -11,7 +11,7 @@ separate processes over TLS WebSockets on 127.0.0.1), one after the other on the
 ``complete_secure`` (the first rounds on guest features). Per mode: the guest's training wall
 time per tree, the test AUC, the bytes the guest's node moved per tree, and whether the joined
 model equals the plaintext core's trained with the same feature schedule
-(:class:`p2pboost.hetero.modes.FeatureSchedule`) on the joined rows.
+(:class:`p2pboost.hetero.training.modes.FeatureSchedule`) on the joined rows.
 
 Last line: ``{"benchmark": "modes", "dataset", "trees", "depth", "key_bits", "std": {...},
 "mix": {...}, "layered": {...}, "complete_secure": {...}, "mix_over_std",
@@ -52,7 +52,7 @@ from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.metrics import accuracy, auc
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
-from p2pboost.hetero.modes import FeatureSchedule
+from p2pboost.hetero.training.modes import FeatureSchedule
 from p2pboost.workers import default_workers
 
 __all__ = ["main"]

@@ -53,8 +53,8 @@ from p2pboost import certs
 from p2pboost.app.scaffold import write_toml
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.tree import Tree
-from p2pboost.hetero.checkpoint import GuestCheckpoint, guest_checkpoint_path
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from p2pboost.hetero.training.checkpoint import GuestCheckpoint, guest_checkpoint_path
 from p2pboost.homo.checkpoint import ServerCheckpoint, server_checkpoint_path
 
 DATASETS = ("breast", "default_credit", "give_credit30k", "student", "synth150k")

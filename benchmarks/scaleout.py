@@ -72,9 +72,10 @@ from p2pboost.crypto.pieces import (
 )
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.tree import Tree
-from p2pboost.hetero._common import HeteroConfig, chunk_bounds
-from p2pboost.hetero._kernels import shard_block, shards_reached
+from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from p2pboost.hetero.training.common import chunk_bounds
+from p2pboost.hetero.training.layout import shard_block, shards_reached
 from p2pboost.workers import ClusterPool, connect_cluster, local_cluster, process_pool
 
 __all__ = ["main"]
@@ -136,7 +137,7 @@ def _psi_tasks(ids: int, workers: int) -> int:
 
 def _host_chunk_tasks(chunks: list[tuple[int, int]], rows: int, workers: int) -> int:
     """The host's tasks for a tree's stream: one per shard a chunk reaches, the shards of the
-    blocks it spans (:func:`~p2pboost.hetero._kernels.shard_block`)."""
+    blocks it spans (:func:`~p2pboost.hetero.training.layout.shard_block`)."""
     block = shard_block(rows, workers)
     return sum(shards_reached(a, b, block, workers) for a, b in chunks)
 
@@ -158,7 +159,7 @@ def _model(
     ``n * m * (1 + (layers - 1) / 2)`` ciphertexts and compresses the candidates. Each party's
     operations are spread over its ``W`` workers; the parties' work is added (no overlap, a
     bound from above). Tasks: for each chunk of the guest's stream
-    (:func:`~p2pboost.hetero._common.chunk_bounds`) its encryption pieces
+    (:func:`~p2pboost.hetero.training.common.chunk_bounds`) its encryption pieces
     (:func:`_encryption_tasks`) and a host task per shard it reaches, one task per shard and
     layer, and the compressions; each costs the measured overhead on the scheduler, which runs
     them one after another. Bytes inside a party: the guest's ciphertexts come back from its

@@ -38,8 +38,8 @@ from benchmarks._common import data_dir, emit_json, print_table
 from benchmarks._hetero_lossless import compare_trees, run_federation
 from benchmarks.lossless import _params, load_hetero_split
 from p2pboost.gbdt.booster import train
-from p2pboost.hetero._common import HostPhase, Progress
 from p2pboost.hetero.model import joined_trees
+from p2pboost.hetero.training.common import HostPhase, Progress
 
 __all__ = ["main"]
 

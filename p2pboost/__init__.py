@@ -30,12 +30,12 @@ from p2pboost.exceptions import (
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.callbacks import EarlyStopping
 from p2pboost.gbdt.params import BoostParams, DPParams
-from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
+from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
-from p2pboost.hetero.feature_store import ArrayStore, CallbackStore, FeatureStore
+from p2pboost.hetero.inference.endpoint import EndpointLimits, serve_endpoint, stream_scores
+from p2pboost.hetero.inference.feature_store import ArrayStore, CallbackStore, FeatureStore
+from p2pboost.hetero.inference.predictor import GuestPredictor, Prediction, ServingStats, serve_host
 from p2pboost.hetero.model import GuestModel, HostModel
-from p2pboost.hetero.serving import GuestPredictor, Prediction, ServingStats, serve_host
-from p2pboost.hetero.train import HeteroConfig
 from p2pboost.homo.config import ClientIdentity, HomoConfig
 from p2pboost.homo.estimators import HomoClient, HomoServer
 from p2pboost.net.node import (

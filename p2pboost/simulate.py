@@ -37,9 +37,11 @@ from p2pboost import certs
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.inference.batch import guest_predict, host_predict
 from p2pboost.hetero.model import GuestModel, HostModel
-from p2pboost.hetero.predict import guest_predict, host_predict
-from p2pboost.hetero.train import HeteroConfig, guest_train, host_train
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.homo.client import client_train
 from p2pboost.homo.config import ClientIdentity, HomoConfig
 from p2pboost.homo.server import server_train

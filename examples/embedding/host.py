@@ -1,8 +1,8 @@
 """The host's side of the embedding example: a node that answers the guest's score queries.
 
 It loads its half of the model and its features (an
-:class:`~p2pboost.hetero.feature_store.ArrayStore` from ``host.csv``; a service would rather
-pass a ``CallbackStore`` that queries its database) and answers until stopped (Ctrl-C or
+:class:`~p2pboost.hetero.inference.feature_store.ArrayStore` from ``host.csv``; a service would
+rather pass a ``CallbackStore`` that queries its database) and answers until stopped (Ctrl-C or
 SIGTERM). It sees the ids the guest asks about, never the guest's features or the scores.
 """
 
@@ -15,9 +15,9 @@ import signal
 import sys
 from pathlib import Path
 
-from p2pboost.hetero.feature_store import ArrayStore
+from p2pboost.hetero.inference.feature_store import ArrayStore
+from p2pboost.hetero.inference.predictor import serve_host
 from p2pboost.hetero.model import HostModel
-from p2pboost.hetero.serving import serve_host
 from p2pboost.net.node import Node
 
 

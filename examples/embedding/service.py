@@ -1,8 +1,8 @@
 """An existing aiohttp service that embeds the guest's node: ``POST /predict`` returns scores.
 
-The node and the :class:`~p2pboost.hetero.serving.GuestPredictor` live in the application's
-``cleanup_ctx``: they start with the service (dialling the host and checking that both hold
-the same model) and close with it, and every request handler shares the one predictor, so
+The node and the :class:`~p2pboost.hetero.inference.predictor.GuestPredictor` live in the
+application's ``cleanup_ctx``: they start with the service (dialling the host and checking that
+both hold the same model) and close with it, and every request handler shares the one predictor, so
 concurrent requests are micro-batched into one round trip to the host.
 
 Requests name customers by id; the guest's own features come from its store (here
@@ -32,9 +32,9 @@ from typing import Any
 from aiohttp import web
 
 from p2pboost.exceptions import InputError, P2PBoostError, UnknownIdError
-from p2pboost.hetero.feature_store import ArrayStore
+from p2pboost.hetero.inference.feature_store import ArrayStore
+from p2pboost.hetero.inference.predictor import GuestPredictor
 from p2pboost.hetero.model import GuestModel
-from p2pboost.hetero.serving import GuestPredictor
 from p2pboost.net.node import Node
 
 PREDICTOR = web.AppKey("predictor", GuestPredictor)

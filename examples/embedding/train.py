@@ -29,8 +29,8 @@ from sklearn.datasets import load_breast_cancer
 
 from p2pboost import certs
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
-from p2pboost.hetero.train import HeteroConfig
 from p2pboost.net.node import Node
 
 GUEST_FEATURES = 10

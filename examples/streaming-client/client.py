@@ -23,7 +23,7 @@ from typing import Any
 
 from p2pboost.certs import TLSConfig
 from p2pboost.exceptions import P2PBoostError
-from p2pboost.hetero.endpoint import stream_scores
+from p2pboost.hetero.inference.endpoint import stream_scores
 
 
 def read_requests(

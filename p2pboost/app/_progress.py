@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from p2pboost.hetero.train import GuestPhase, HostPhase, Progress
+    from p2pboost.hetero.training.common import GuestPhase, HostPhase, Progress
 
 __all__ = [
     "LogReporter",
@@ -165,12 +165,12 @@ class TreeClock:
 
 
 def host_progress(meter: Meter, trees: int) -> Progress:
-    """A host's :class:`~p2pboost.hetero.train.Progress` that tells ``meter`` each time a
+    """A host's :class:`~p2pboost.hetero.training.common.Progress` that tells ``meter`` each time a
     tree starts (the trees before it are done) and when training ends; ``trees``: the
     guest's count from its plan (0: unknown, no ETA). The protocol keeps its phase and tree
     in this object; a property on ``tree`` turns that into a callback, so the host's
     protocol needs no hook of its own."""
-    from p2pboost.hetero.train import HostPhase, Progress
+    from p2pboost.hetero.training.common import HostPhase, Progress
 
     total = trees or None
 

@@ -6,7 +6,7 @@ party's node sees a *restart* (a new process that lost its state, not a dropped 
 their training fails with :class:`~p2pboost.exceptions.PeerDisconnected` (``restarted``).
 Instead of ending there, a party whose own checkpoints are on runs its task again, resuming:
 the parties redo the settings check and PSI (the restarted one needs them), agree on the last
-tree every one of them holds (:mod:`p2pboost.hetero.checkpoint`) and grow the rest, to the
+tree every one of them holds (:mod:`p2pboost.hetero.training.checkpoint`) and grow the rest, to the
 model an uninterrupted run grows. A horizontal client whose server restarted joins its new
 run the same way (it keeps no state: the server resumes from its checkpoint and sends the
 model so far); a restarted client is taken back by the running server itself

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from p2pboost.app.config import DataConfig
 from p2pboost.exceptions import ConfigError
-from p2pboost.hetero.table_io import read_columns, read_header
+from p2pboost.tables import read_columns, read_header
 
 __all__ = ["Table", "check_id_column", "load_table", "write_csv", "write_scores"]
 
@@ -32,7 +32,7 @@ class Table:
     """A party's CSV as arrays: ids, features (in ``features`` order) and labels if any.
 
     ``X`` is a float64 array, or a ``scipy.sparse.csr_matrix`` when the table was read with
-    ``sparse`` (a host's mostly-zero features: see :mod:`p2pboost.hetero.table_io`).
+    ``sparse`` (a host's mostly-zero features: see :mod:`p2pboost.tables`).
     """
 
     ids: npt.NDArray[Any]
@@ -56,7 +56,7 @@ def load_table(
     ``model_features``: the names a model was trained on; the features are then read **by
     name** in the model's order, and a column the model needs but the file lacks, or a feature
     column the model does not know, fails naming it (never scores a reordered file by position).
-    ``sparse``: how to hold the features (:func:`~p2pboost.hetero.table_io.read_columns`).
+    ``sparse``: how to hold the features (:func:`~p2pboost.tables.read_columns`).
     """
     source = path or data.path
     header = read_header(source)

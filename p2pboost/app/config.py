@@ -61,7 +61,7 @@ from p2pboost.app._toml import enum_of as _enum
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero.modes import check_modes
+from p2pboost.hetero.config import check_layered_depth, check_modes
 from p2pboost.homo.config import HomoConfig
 from p2pboost.net.node import NodeConfig
 
@@ -442,12 +442,9 @@ def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
         check_modes(complete, per_party, host_depth, guest_depth)
     except InputError as exc:
         raise ConfigError(f"{reader.source}: [train]: {exc}") from None
-    if host_depth and host_depth + guest_depth != params.max_depth:
-        raise reader.fail(
-            "host_depth",
-            f"layered mode grows host_depth + guest_depth layers: max_depth must be "
-            f"{host_depth + guest_depth}, not {params.max_depth}",
-        )
+    layered = check_layered_depth(host_depth, guest_depth, params.max_depth)
+    if layered is not None:
+        raise reader.fail("host_depth", layered)
     budget = (
         reader.get_float("memory_budget_mb", -1.0) if "memory_budget_mb" in reader.table else None
     )

@@ -78,7 +78,7 @@ TreeProgress = Callable[[str, int, int, str], None]
 MODES = ("hetero", "homo", "plain")
 DEFAULT_MODE = "hetero"
 #: Paillier key size of the demo. Real deployments default to 2048 bits
-#: (:class:`~p2pboost.hetero.train.HeteroConfig`); the demo trades that for speed.
+#: (:class:`~p2pboost.hetero.config.HeteroConfig`); the demo trades that for speed.
 DEFAULT_KEY_BITS = 1024
 SECURE_KEY_BITS = 2048
 #: Seconds before every party is killed and the demo fails with DeadlineExceeded.
@@ -423,8 +423,8 @@ async def _party(report: Report, job: _Job) -> dict[str, float]:
 
 async def _guest(node: Any, job: _Job, send: Report) -> dict[str, float]:
     from p2pboost.gbdt.callbacks import CallbackEnv
+    from p2pboost.hetero.config import HeteroConfig
     from p2pboost.hetero.estimators import HeteroGuest
-    from p2pboost.hetero.train import HeteroConfig
 
     n = job.params.n_estimators
     name = _SCHEME_NAMES[job.scheme]

@@ -58,8 +58,8 @@ from p2pboost.net.node import Node
 from p2pboost.workers import ClusterPool, connect_cluster
 
 if TYPE_CHECKING:
-    from p2pboost.hetero.feature_store import ArrayStore, FeatureStore
-    from p2pboost.hetero.serving import GuestPredictor
+    from p2pboost.hetero.inference.feature_store import ArrayStore, FeatureStore
+    from p2pboost.hetero.inference.predictor import GuestPredictor
 
 __all__ = [
     "LogReporter",
@@ -309,8 +309,8 @@ async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Pat
 
 
 async def _train_guest(run: _Run, node: Node) -> PartyResult:
+    from p2pboost.hetero.config import HeteroConfig
     from p2pboost.hetero.estimators import HeteroGuest
-    from p2pboost.hetero.train import HeteroConfig
 
     table, outputs = await _aligned(run, node, await run.read(require_label=True))
     assert table.y is not None  # require_label
@@ -483,8 +483,8 @@ def _guest_predictor(
 ) -> GuestPredictor:
     """The serving layer's predictor for this guest's model (``model``, or the model file),
     tuned by ``[serve]``."""
+    from p2pboost.hetero.inference.predictor import GuestPredictor
     from p2pboost.hetero.model import GuestModel
-    from p2pboost.hetero.serving import GuestPredictor
 
     serve = run.config.serve
     return GuestPredictor(
@@ -539,8 +539,8 @@ def _scored(run: _Run, table: Table, scores: F64, seconds: float) -> PartyResult
 def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
     """This party's features by id, from ``predict.path`` (default ``data.path``): the
     model's columns by name when it has names."""
-    from p2pboost.hetero.feature_store import ArrayStore
-    from p2pboost.hetero.table_io import read_header
+    from p2pboost.hetero.inference.feature_store import ArrayStore
+    from p2pboost.tables import read_header
 
     data = run.config.data
     if data is None:
@@ -556,8 +556,8 @@ async def _answer(
     run: _Run, node: Node, sessions: int | None, on_session: Callable[[str], None] | None = None
 ) -> PartyResult:
     """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
+    from p2pboost.hetero.inference.predictor import serve_host
     from p2pboost.hetero.model import HostModel
-    from p2pboost.hetero.serving import serve_host
 
     model = HostModel.load(run.config.model_path)
     store = await asyncio.to_thread(_store, run, model.feature_names)
@@ -609,7 +609,7 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
     (clients need a certificate from the federation's CA; the hosts' are refused). Requests
     may carry only an id: the guest's own features are then looked up in its CSV."""
     from p2pboost.certs import TLSConfig
-    from p2pboost.hetero.endpoint import probe_routes, serve_endpoint
+    from p2pboost.hetero.inference.endpoint import probe_routes, serve_endpoint
     from p2pboost.hetero.model import GuestModel
 
     listen = run.config.serve.listen

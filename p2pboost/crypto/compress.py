@@ -10,8 +10,9 @@ guarantees that no packed sum overflows its ``w`` bits, so the shifted sums neve
 
 The layout (which sum sits in which ciphertext at which shift) depends only on the spec and the
 number of split-infos, so it is recomputed on both sides and never sent. The order of the
-split-infos is the host's to choose: it shuffles them first (:mod:`p2pboost.hetero._host`), so
-neither the order nor which sums share a ciphertext says anything about their features.
+split-infos is the host's to choose: it shuffles them first
+(:mod:`p2pboost.hetero.training.host_tree`), so neither the order nor which sums share a ciphertext
+says anything about their features.
 
 Two kernels run in worker processes with bytes in and bytes out (fixed-width big-endian
 ciphertexts, as :class:`~p2pboost.crypto.additive.CiphertextBatch` carries them), so no list of

@@ -1,9 +1,9 @@
 """Every message of the vertical family, as values (see :mod:`p2pboost.protocols._messages`).
 
-Three protocols, three families: training (``hetero-train``, :mod:`p2pboost.hetero.train`),
-batch prediction (``hetero-predict``, :mod:`p2pboost.hetero.predict`) and online serving
-(``hetero-serve``, :mod:`p2pboost.hetero.serve`). The field rules bound what a peer can make
-us allocate or compute; what depends on the run (which nodes are being split, how many rows a
+Three protocols, three families: training (``hetero-train``, :mod:`p2pboost.hetero.training.guest`),
+batch prediction (``hetero-predict``, :mod:`p2pboost.hetero.inference.batch`) and online serving
+(``hetero-serve``, :mod:`p2pboost.hetero.inference.session`). The field rules bound what a peer can
+make us allocate or compute; what depends on the run (which nodes are being split, how many rows a
 bitmap covers) is checked by the protocol code that holds that state.
 """
 
@@ -112,7 +112,7 @@ class TrainMessage(Message):
 @dataclass(frozen=True)
 class Hello(TrainMessage, tag="hello"):
     """Host -> guest: what the host holds; a resuming host also its checkpoint's run id and
-    fingerprint chain (empty otherwise: see :mod:`p2pboost.hetero.checkpoint`); a host
+    fingerprint chain (empty otherwise: see :mod:`p2pboost.hetero.training.checkpoint`); a host
     continuing a model (warm start) that model's fingerprint."""
 
     version: Annotated[int, _VERSION]

@@ -40,11 +40,14 @@ from p2pboost.gbdt.callbacks import Callback, EarlyStopping
 from p2pboost.gbdt.names import names_of
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import check_weights
-from p2pboost.hetero.feature_store import FeatureStore
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.inference.batch import guest_predict, host_predict
+from p2pboost.hetero.inference.feature_store import FeatureStore
+from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.hetero.model import GuestModel, HostModel
-from p2pboost.hetero.predict import guest_predict, host_predict
-from p2pboost.hetero.serving import GuestPredictor, serve_host
-from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
+from p2pboost.hetero.training.common import Progress
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.net._blocking import run_with_node
 from p2pboost.net.node import Node
 from p2pboost.protocols.psi import psi_guest, psi_host
@@ -91,7 +94,7 @@ class HeteroGuest:
     ``scheme`` picks the gradients' encryption (``"paillier"``, the default, or ``"ou"``); it
     is a shortcut for ``config=HeteroConfig(scheme=...)`` and, with a ``config``, overrides
     its scheme. ``checkpoint_dir``: write a checkpoint there after every round, from which
-    ``afit(..., resume=True)`` continues (:mod:`p2pboost.hetero.checkpoint`).
+    ``afit(..., resume=True)`` continues (:mod:`p2pboost.hetero.training.checkpoint`).
     """
 
     def __init__(
@@ -215,7 +218,7 @@ class HeteroGuest:
         """An online/batch inference service over ``node`` (running): hosts find rows by id.
 
         ``async with guest.predictor(node) as p: await p.predict(id, x)``; keyword arguments
-        go to :class:`~p2pboost.hetero.serving.GuestPredictor` (``max_batch``,
+        go to :class:`~p2pboost.hetero.inference.predictor.GuestPredictor` (``max_batch``,
         ``host_timeout``, ...).
         """
         return GuestPredictor(node, self.model_, **kwargs)
@@ -237,7 +240,7 @@ class HeteroHost:
     a ``distributed.Client`` or a :class:`~p2pboost.workers.ClusterPool` (the shards then live
     on the cluster's workers) is used as it is; with any other executor each training starts
     ``workers`` pinned
-    processes of its own for the ciphertexts (see :func:`p2pboost.hetero.train.host_train`).
+    processes of its own for the ciphertexts (see :func:`p2pboost.hetero.training.host.host_train`).
     ``sparse``: how the host treats features that are mostly one value (``"auto"``, True,
     False; see ``host_train``); it changes the host's work, never the trees.
     ``checkpoint_dir``: write a checkpoint there after every tree, offered to the guest by
@@ -344,8 +347,8 @@ class HeteroHost:
         self, node: Node, store: FeatureStore, *, sessions: int | None = None, **kwargs: Any
     ) -> None:
         """Answer the guest's inference sessions (a
-        :class:`~p2pboost.hetero.serving.GuestPredictor`) with rows looked up by id in ``store``;
-        returns after ``sessions`` ended (None: never).
+        :class:`~p2pboost.hetero.inference.predictor.GuestPredictor`) with rows looked up by id in
+        ``store``; returns after ``sessions`` ended (None: never).
         """
         await serve_host(node, self.model_, store, sessions=sessions, **kwargs)
 

@@ -34,7 +34,7 @@ blinding scalar.
 
 **Bytes, not objects.** Every task of the library takes and returns numpy arrays and
 fixed-width ciphertext bytes (the fused kernels of :mod:`p2pboost.crypto.engine` and
-:mod:`p2pboost.hetero._kernels`), so what Dask moves is compact.
+:mod:`p2pboost.hetero.training.shards`), so what Dask moves is compact.
 """
 
 from __future__ import annotations

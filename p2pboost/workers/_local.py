@@ -218,7 +218,7 @@ class PinnedPool(PinnedExecutor):
 
     Tasks sent to one worker run one at a time in submission order, so module-level state a
     task leaves behind is there for the next task sent to the same worker (the vertical host's
-    ciphertext shards, :mod:`p2pboost.hetero._kernels`). :meth:`submit` (hence
+    ciphertext shards, :mod:`p2pboost.hetero.training.shards`). :meth:`submit` (hence
     ``loop.run_in_executor`` and :meth:`map`) sends a task to the worker with the fewest tasks
     pending, so the pool also serves as an ordinary executor. Workers are started as by
     :func:`process_pool` (spawn, lower priority, then ``initializer``), each when it is first

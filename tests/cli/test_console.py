@@ -174,7 +174,7 @@ def test_json_mode_writes_progress_as_records(capsys: pytest.CaptureFixture[str]
 
 def test_a_hosts_progress_tells_the_meter_each_tree_and_the_end() -> None:
     from p2pboost.app._progress import host_progress
-    from p2pboost.hetero.train import HostPhase
+    from p2pboost.hetero.training.common import HostPhase
 
     ticks = _Ticks()
     progress = host_progress(Meter(ticks, "training", "trees", every=0.0), 3)

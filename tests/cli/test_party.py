@@ -170,7 +170,7 @@ def _serve_and_ask(
     """Start host and guest ``serve``; send requests (ids only, and ids with features) as an
     application with its own certificate; SIGTERM both; the replies by id."""
     from p2pboost.certs import TLSConfig
-    from p2pboost.hetero.endpoint import stream_scores
+    from p2pboost.hetero.inference.endpoint import stream_scores
 
     rows = {r["id"]: r for r in _read_csv(guest_csv)}
     requests: list[dict[str, Any]] = [{"id": "p0"}, {"id": "p19"}, {"id": "p20"}]

@@ -16,8 +16,8 @@ from p2pboost.app._recovery import explain, resume_hint
 from p2pboost.app.config import load_config
 from p2pboost.exceptions import CheckpointError, ConfigError, PeerDisconnected
 from p2pboost.gbdt.tree import Tree
-from p2pboost.hetero.checkpoint import GuestCheckpoint
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
+from p2pboost.hetero.training.checkpoint import GuestCheckpoint
 from tests.cli.conftest import (
     finish,
     free_port,

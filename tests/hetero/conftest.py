@@ -22,9 +22,12 @@ from p2pboost.crypto.paillier import generate_keypair
 from p2pboost.gbdt.booster import Booster
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.tree import Tree
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.inference.batch import guest_predict, host_predict
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
-from p2pboost.hetero.predict import guest_predict, host_predict
-from p2pboost.hetero.train import HeteroConfig, Progress, guest_train, host_train
+from p2pboost.hetero.training.common import Progress
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import LocalFederation
 from p2pboost.workers import pinned_pool, process_pool
 from tests._tiny_data import write_tiny_vertical

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from p2pboost.exceptions import InputError
-from p2pboost.hetero._common import HeteroConfig, chunk_bounds
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.training.common import chunk_bounds
 
 
 @given(

@@ -23,7 +23,7 @@ from p2pboost import certs
 from p2pboost.exceptions import ClusterError, WorkerStateLost
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero._common import HostPhase, Progress
+from p2pboost.hetero.training.common import HostPhase, Progress
 from p2pboost.protocols.psi import psi_guest, psi_host
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from p2pboost.workers import ClusterPool, Log, cluster_security, connect_cluster, stateful
@@ -134,7 +134,7 @@ async def _train(
     on_layer: Any = None,
 ) -> list[Any]:
     """Breast cancer, guest 10 columns and host 20; each party on its own executor."""
-    from p2pboost.hetero.train import host_train
+    from p2pboost.hetero.training.host import host_train
 
     X, y = breast
     real = host_train

@@ -14,7 +14,7 @@ from p2pboost.exceptions import RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import Grid
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero._messages import Derived
-from p2pboost.hetero._packages import derive, open_package
+from p2pboost.hetero.training.packages import derive, open_package
 from p2pboost.protocols._messages import send
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import Keys, federate
@@ -99,7 +99,7 @@ async def test_guest_refuses_a_host_that_lies_about_a_derived_child(
     async def lying(channel: Any, msg: Any) -> None:
         await send(channel, tamper(msg) if isinstance(msg, Derived) else msg)
 
-    monkeypatch.setattr("p2pboost.hetero._host.send", lying)
+    monkeypatch.setattr("p2pboost.hetero.training.host_tree.send", lying)
     params = BoostParams(n_estimators=1, max_depth=3, max_bin=16)
     async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
         with pytest.raises(RemoteProtocolError, match=f"b: .*{error}"):

@@ -12,7 +12,8 @@ import pytest
 from p2pboost.exceptions import InputError, RemoteProtocolError
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero.train import guest_train, host_train
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests._carried_rows import spy_carried_rows
 from tests.hetero.conftest import Keys, assert_same_trees, federate, predict

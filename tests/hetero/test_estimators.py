@@ -55,8 +55,8 @@ def test_facade_checks_its_inputs() -> None:
         _ = HeteroGuest().model_
     with pytest.raises(NotFittedError):
         _ = HeteroHost().model_
+    from p2pboost.hetero.config import HeteroConfig
     from p2pboost.hetero.estimators import _check_ids
-    from p2pboost.hetero.train import HeteroConfig
 
     with pytest.raises(InputError, match="unknown encryption scheme 'rsa'"):
         HeteroGuest(scheme="rsa")

@@ -13,12 +13,9 @@ import pytest
 from p2pboost.exceptions import PeerDisconnected
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero.train import (
-    GuestPhase,
-    Progress,
-    guest_train,
-    host_train,
-)
+from p2pboost.hetero.training.common import GuestPhase, Progress
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation, wait_until
 from tests.hetero.conftest import CONFIG, Keys, assert_same_trees, federate
 

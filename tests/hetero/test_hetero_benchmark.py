@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import hetero
-from p2pboost.hetero._common import GuestPhase
+from p2pboost.hetero.training.common import GuestPhase
 from p2pboost.workers import process_pool
 
 #: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).

@@ -23,7 +23,8 @@ from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import CodecError, InputError, WorkerStateLost
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.split import candidate_mask
-from p2pboost.hetero import _kernels as k
+from p2pboost.hetero.training import candidates, layout
+from p2pboost.hetero.training import shards as k
 from tests.hetero.conftest import Keys
 
 
@@ -54,7 +55,7 @@ class _Run:
         shards = len(self.tokens)
         for start in range(0, n, chunk):
             piece = data[start * width : min(n, start + chunk) * width]
-            for shard, first, part in k.chunk_parts(start, piece, width, shards, block):
+            for shard, first, part in layout.chunk_parts(start, piece, width, shards, block):
                 k.shard_chunk(self.tokens[shard], first, part)
 
     def close(self) -> None:
@@ -78,7 +79,7 @@ def _problem(seed: int, n: int, n_feat: int, max_bin: int) -> dict[str, Any]:
 
 
 def _check(
-    cands: list[k.NodeCandidates],
+    cands: list[candidates.NodeCandidates],
     rows: np.ndarray,
     p: dict[str, Any],
     spec: PackingSpec,
@@ -225,9 +226,11 @@ def test_sparse_features_derive_their_common_bin_with_the_same_sums(
     rng = p["rng"]
     codes = p["codes"]
     codes[rng.random((n, n_feat)) < 0.8] = 0  # 80 % in bin 0, like zeros of sparse data
-    zero = k.sparse_zero_bins(codes, max_bin + 1)
+    zero = candidates.sparse_zero_bins(codes, max_bin + 1)
     np.testing.assert_array_equal(zero, [0, 0, 0])
-    assert (k.sparse_zero_bins(p["codes"][:, :1], max_bin + 1) == -1).all()  # one: not worth it
+    assert (
+        candidates.sparse_zero_bins(p["codes"][:, :1], max_bin + 1) == -1
+    ).all()  # one: not worth it
     sample = np.arange(n)
     spec, data = _encrypted(p, n, public_key, table)
     allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
@@ -292,7 +295,7 @@ def test_shards_refuse_bad_input(keys: Keys, table: AnyTable) -> None:
         with pytest.raises(InputError, match="outside the tree's sample"):
             k.shard_split(run.tokens[1], 0, 1, 2, np.array([3]))
         with pytest.raises(ValueError, match="mask"):
-            k.node_candidates(np.zeros((1, 3), np.int64), np.ones((1, 5, 2), np.bool_), 1)
+            candidates.node_candidates(np.zeros((1, 3), np.int64), np.ones((1, 5, 2), np.bool_), 1)
     finally:
         run.close()
     with pytest.raises(WorkerStateLost, match="no shard"):  # a cluster rebuilds it
@@ -304,7 +307,7 @@ def test_chunk_parts_cover_every_slot_once() -> None:
     for shards, start, n, block in itertools.product((1, 2, 3), (0, 1, 5), (1, 2, 7), (1, 2, 3)):
         data = bytes(itertools.chain.from_iterable([s] * width for s in range(start, start + n)))
         got: dict[int, int] = {}
-        for shard, first, part in k.chunk_parts(start, data, width, shards, block):
+        for shard, first, part in layout.chunk_parts(start, data, width, shards, block):
             slots = list(part[::width])
             # The shard's slots of the chunk, in order: blocks of `block` dealt in turn.
             assert slots == [
@@ -313,20 +316,20 @@ def test_chunk_parts_cover_every_slot_once() -> None:
             assert slots[0] == first
             got.update(dict.fromkeys(slots, shard))
         assert sorted(got) == list(range(start, start + n))
-        parts = k.chunk_parts(start, data, width, shards, block)
-        assert len(parts) == k.shards_reached(start, start + n, block, shards)
+        parts = layout.chunk_parts(start, data, width, shards, block)
+        assert len(parts) == layout.shards_reached(start, start + n, block, shards)
 
 
 def test_a_chunk_reaches_only_the_shards_of_the_blocks_it_spans() -> None:
     """128 shards, a million rows: a 16,384-row chunk is 20 parts, not 128; every shard still
     holds blocks from all over the sample."""
-    block = k.shard_block(1_000_000, 128)
+    block = layout.shard_block(1_000_000, 128)
     assert block == 869  # 9 rounds of 128 blocks, the last block short
-    parts = k.chunk_parts(30_720, bytes(16_384), 1, 128, block)
+    parts = layout.chunk_parts(30_720, bytes(16_384), 1, 128, block)
     assert len(parts) == 20  # 18 whole blocks and a part of one at each end
-    assert k.shard_block(240, 2) == 15
-    assert k.shard_block(10, 4) == 1
-    assert k.shard_block(10**8, 2) == k.MAX_BLOCK
+    assert layout.shard_block(240, 2) == 15
+    assert layout.shard_block(10, 4) == 1
+    assert layout.shard_block(10**8, 2) == layout.MAX_BLOCK
 
 
 @pytest.mark.parametrize(
@@ -336,8 +339,8 @@ def test_a_chunk_reaches_only_the_shards_of_the_blocks_it_spans() -> None:
 def test_every_shard_gets_a_whole_number_of_blocks(rows: int, shards: int) -> None:
     """The busiest shard holds at most a few rows more than the mean (the old layout: up to
     an eighth more), within the layout's limits on a block."""
-    block = k.shard_block(rows, shards)
-    assert 1 <= block <= min(k.MAX_BLOCK, rows // (8 * shards))
+    block = layout.shard_block(rows, shards)
+    assert 1 <= block <= min(layout.MAX_BLOCK, rows // (8 * shards))
     held = np.bincount((np.arange(rows) // block) % shards, minlength=shards)
     assert held.max() - held.min() <= block
     assert held.max() <= rows / shards * 1.005

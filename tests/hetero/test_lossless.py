@@ -182,9 +182,9 @@ async def test_complete_secure_first_rounds_are_the_guests_alone(
     the trees are the core's under the same restriction."""
     from dataclasses import replace
 
-    from p2pboost.hetero import _host
     from p2pboost.hetero._messages import TreeStart
-    from p2pboost.hetero.modes import guest_only_rounds
+    from p2pboost.hetero.training import host_tree as _host
+    from p2pboost.hetero.training.modes import guest_only_rounds
     from tests.hetero.conftest import CONFIG
 
     received: list[object] = []  # every message the host's protocol takes in, in order

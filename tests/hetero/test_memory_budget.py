@@ -14,8 +14,8 @@ import pytest
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero._common import HostPhase, Progress
-from p2pboost.hetero.train import host_train
+from p2pboost.hetero.training.common import HostPhase, Progress
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import Keys, assert_same_trees, federate
 

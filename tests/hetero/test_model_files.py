@@ -28,7 +28,7 @@ _PREDICT = textwrap.dedent(
     import numpy as np
     from p2pboost.hetero.model import GuestModel, HostModel
     from p2pboost.net.node import Node
-    from p2pboost.hetero.predict import guest_predict, host_predict
+    from p2pboost.hetero.inference.batch import guest_predict, host_predict
     from p2pboost.transports.memory import MemoryNetwork, MemoryTransport
 
     folder = sys.argv[1]

@@ -14,10 +14,10 @@ import pytest
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero import _host
 from p2pboost.hetero._messages import Layer, TreeStart
-from p2pboost.hetero.modes import FeatureSchedule
-from p2pboost.hetero.train import HeteroConfig
+from p2pboost.hetero.config import HeteroConfig
+from p2pboost.hetero.training import host_tree as _host
+from p2pboost.hetero.training.modes import FeatureSchedule
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import CONFIG, Keys, assert_same_trees, federate, predict
 
@@ -125,11 +125,11 @@ async def test_layered_mode_needs_max_depth_to_match(
 ) -> None:
     from typing import cast
 
-    from p2pboost.hetero.train import guest_train
+    from p2pboost.hetero.training.guest import guest_train
 
     X, y = breast
     config = HeteroConfig(host_depth=2, guest_depth=2, key_bits=1024, allow_insecure_key=True)
-    with pytest.raises(InputError, match="set max_depth to that, not 6"):
+    with pytest.raises(InputError, match="max_depth must be 4, not 6"):
         await guest_train(cast(Any, object()), ["b"], X, y, BoostParams(), config=config)
 
 
@@ -159,7 +159,7 @@ async def test_a_label_only_guest_refuses_the_modes_that_need_its_features(
 ) -> None:
     from typing import cast
 
-    from p2pboost.hetero.train import guest_train
+    from p2pboost.hetero.training.guest import guest_train
 
     _, y = breast
     for config in (

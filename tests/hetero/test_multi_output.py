@@ -13,10 +13,11 @@ import pytest
 
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero import _guest, _host
-from p2pboost.hetero._common import chunk_bounds
 from p2pboost.hetero._messages import Chunk, Package, TreeStart
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees, merged_model
+from p2pboost.hetero.training import guest_layers as _guest
+from p2pboost.hetero.training import host_tree as _host
+from p2pboost.hetero.training.common import chunk_bounds
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import CONFIG, Keys, assert_same_trees, federate, predict
 

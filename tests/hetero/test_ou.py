@@ -23,8 +23,8 @@ from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import RemoteProtocolError, SessionClosed
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero import _host
 from p2pboost.hetero._messages import Package
+from p2pboost.hetero.training import host_tree as _host
 from p2pboost.testing import TRAINING, WebSocketFabric, local_federation
 from tests.hetero.conftest import CONFIG, Keys, assert_same_trees, federate, predict
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from p2pboost.hetero._host import _Lookup, _random_ids, _random_order
+from p2pboost.hetero.training.host_tree import _Lookup, _random_ids, _random_order
 
 
 def test_order_is_a_uniform_permutation() -> None:

@@ -15,9 +15,10 @@ from p2pboost.exceptions import InputError, InputTypeError
 from p2pboost.gbdt.binning import BinMapper, check_features, feature_values
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.params import BoostParams
+from p2pboost.hetero.inference.batch import guest_predict, host_predict
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
-from p2pboost.hetero.predict import guest_predict, host_predict
-from p2pboost.hetero.train import guest_train, host_train
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import CONFIG, Keys, assert_same_trees
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from scipy import sparse as sp  # type: ignore[import-untyped]
 
+from p2pboost import tables as table_io
 from p2pboost.app._tables import load_table
 from p2pboost.app.config import DataConfig
 from p2pboost.exceptions import ConfigError
-from p2pboost.hetero import table_io
-from p2pboost.hetero.feature_store import ArrayStore
-from p2pboost.hetero.table_io import read_columns, read_header
+from p2pboost.hetero.inference.feature_store import ArrayStore
+from p2pboost.tables import read_columns, read_header
 
 
 def _write(path: Path, header: list[str], rows: list[list[object]]) -> Path:

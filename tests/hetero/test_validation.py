@@ -13,9 +13,10 @@ from p2pboost.crypto.paillier import CiphertextBatch
 from p2pboost.exceptions import DeadlineExceeded, InputError, RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import choose_grid
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero._common import VERSION
-from p2pboost.hetero.checkpoint import chain_start
-from p2pboost.hetero.train import guest_train, host_train
+from p2pboost.hetero.config import VERSION
+from p2pboost.hetero.training.checkpoint import chain_start
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from tests.hetero.conftest import CONFIG, Keys
 

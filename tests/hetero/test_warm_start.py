@@ -15,7 +15,8 @@ from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import Booster, train
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.model import GuestModel, HostModel
-from p2pboost.hetero.train import guest_train, host_train
+from p2pboost.hetero.training.guest import guest_train
+from p2pboost.hetero.training.host import host_train
 from p2pboost.testing import TRAINING, LocalFederation, MemoryFabric, local_federation
 from tests.hetero.conftest import CONFIG, Federated, Keys, assert_same_trees
 

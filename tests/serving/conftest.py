@@ -16,7 +16,7 @@ import pytest
 
 from p2pboost.crypto.paillier import generate_keypair
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero.feature_store import ArrayStore
+from p2pboost.hetero.inference.feature_store import ArrayStore
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.testing import TRAINING, MemoryFabric, local_federation
 from p2pboost.workers import process_pool

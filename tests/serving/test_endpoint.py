@@ -25,9 +25,9 @@ from websockets.exceptions import ConnectionClosedError, InvalidHandshake, Inval
 from p2pboost import certs
 from p2pboost.certs import TLSConfig
 from p2pboost.exceptions import ConfigError
-from p2pboost.hetero.endpoint import EndpointLimits, serve_endpoint, stream_scores
-from p2pboost.hetero.feature_store import ArrayStore
-from p2pboost.hetero.serving import GuestPredictor
+from p2pboost.hetero.inference.endpoint import EndpointLimits, serve_endpoint, stream_scores
+from p2pboost.hetero.inference.feature_store import ArrayStore
+from p2pboost.hetero.inference.predictor import GuestPredictor
 from p2pboost.testing import Fabric, local_federation
 from tests.serving.conftest import Trained
 from tests.serving.test_serving import CONFIG, serving

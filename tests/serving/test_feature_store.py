@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import ConfigError, InputError
-from p2pboost.hetero.feature_store import ArrayStore, CallbackStore
+from p2pboost.hetero.inference.feature_store import ArrayStore, CallbackStore
 
 
 async def test_array_store_finds_ids_in_any_order() -> None:

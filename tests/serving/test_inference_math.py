@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from p2pboost.exceptions import InputError
-from p2pboost.hetero.inference import (
+from p2pboost.hetero.inference.forest import (
     FlatForest,
     HostSplits,
     host_bits,
@@ -75,7 +75,7 @@ def test_pack_unpack_round_trip(n_splits: int, n_rows: int, rnd: object) -> None
 
 
 def test_large_batches_take_the_per_feature_path_and_stay_exact(trained: Trained) -> None:
-    from p2pboost.hetero.inference import GROUPED_ROWS
+    from p2pboost.hetero.inference.forest import GROUPED_ROWS
 
     rows = np.resize(np.arange(trained.ids.size), GROUPED_ROWS + 37)  # NaNs included
     forest = FlatForest(trained.guest)

@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from p2pboost import metrics as metrics_module
 from p2pboost.certs import TLSConfig
-from p2pboost.hetero.endpoint import probe_routes
+from p2pboost.hetero.inference.endpoint import probe_routes
 from p2pboost.metrics import MISSING, EndpointMetrics, NoMetrics, endpoint_metrics
 from p2pboost.testing import Fabric
 from tests.serving import test_endpoint

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from p2pboost.exceptions import InputError, ModelError, PeerDisconnected, UnknownIdError
-from p2pboost.hetero.feature_store import ArrayStore, FeatureStore
+from p2pboost.hetero.inference.feature_store import ArrayStore, FeatureStore
+from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.hetero.model import HostModel
-from p2pboost.hetero.serving import GuestPredictor, serve_host
 from p2pboost.net.node import Node
 from p2pboost.testing import FAST, Fabric, LocalFederation, local_federation, time_factor
 from tests.serving.conftest import HOST_COLS, Trained
@@ -295,7 +295,7 @@ async def test_concurrent_requests_may_repeat_ids_and_mix_kinds(
 async def test_batch_protocol_refuses_a_foreign_model_file(
     memory_fabric: Fabric, trained: Trained
 ) -> None:
-    from p2pboost.hetero.predict import guest_predict, host_predict
+    from p2pboost.hetero.inference.batch import guest_predict, host_predict
 
     other = dataclasses.replace(trained.host("b"), fingerprint="e" * 64)
     async with local_federation(memory_fabric, ["a", "b", "c"], CONFIG) as c:

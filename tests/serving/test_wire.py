@@ -12,7 +12,7 @@ import asyncio
 
 import numpy as np
 
-from p2pboost.hetero.serving import GuestPredictor, serve_host
+from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.testing import local_federation
 from tests.hetero.test_wire import _found, _singles, _TapFabric
 from tests.serving.conftest import HOST_COLS, Trained

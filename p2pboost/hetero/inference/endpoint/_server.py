@@ -34,8 +34,8 @@ from p2pboost.exceptions import (
     P2PBoostError,
     TransportError,
 )
-from p2pboost.hetero.serve import MAX_ID_CHARS
-from p2pboost.hetero.serving import GuestPredictor
+from p2pboost.hetero.inference.predictor import GuestPredictor
+from p2pboost.hetero.inference.session import MAX_ID_CHARS
 from p2pboost.metrics import CONTENT_TYPE, MISSING, Metrics, endpoint_metrics
 from p2pboost.transports.websocket import describe_tls_error
 

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import ConfigError, InputError
-from p2pboost.hetero.table_io import read_columns, read_header
+from p2pboost.tables import read_columns, read_header
 
 __all__ = ["ArrayStore", "CallbackStore", "FeatureStore", "normalise_ids"]
 

@@ -1,8 +1,8 @@
 """The guest's endpoint for external clients: scores over a WebSocket (``p2pboost serve``).
 
 A bank's or a hospital's own applications ask the guest for scores; the guest asks the hosts
-(one round trip per micro-batch, :mod:`p2pboost.hetero.serving`). This module is the door those
-applications knock on::
+(one round trip per micro-batch, :mod:`p2pboost.hetero.inference.predictor`). This module is the
+door those applications knock on::
 
     async with GuestPredictor(node, GuestModel.load("guest.json")) as predictor:
         await serve_endpoint(predictor, "0.0.0.0:8765", tls=TLSConfig.from_dir("certs/guest"))
@@ -50,8 +50,8 @@ Security, in the order the checks happen:
 
 from __future__ import annotations
 
-from p2pboost.hetero.endpoint._client import stream_scores
-from p2pboost.hetero.endpoint._server import (
+from p2pboost.hetero.inference.endpoint._client import stream_scores
+from p2pboost.hetero.inference.endpoint._server import (
     DEFAULT_LISTEN,
     HEALTH_PATH,
     METRICS_PATH,

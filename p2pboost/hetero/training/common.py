@@ -1,4 +1,9 @@
-"""Shared pieces of the hetero SecureBoost roles: phases, configuration, bitmaps, grids.
+"""Shared pieces of the vertical training roles: phases, progress, the stream's chunks, bitmaps,
+grids.
+
+The protocol's settings and version are in :mod:`p2pboost.hetero.config` (the estimators and the
+application read them too); nothing here is needed by inference, which imports nothing of
+training.
 
 Messages and their rules are in :mod:`p2pboost.hetero._messages`.
 """
@@ -13,16 +18,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto.keys import AnyPublicKey, check_scheme
+from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec
-from p2pboost.exceptions import InputError, RemoteProtocolError
+from p2pboost.exceptions import RemoteProtocolError
 from p2pboost.gbdt.fixedpoint import Grid
-from p2pboost.hetero.modes import check_modes
 
 __all__ = [
-    "VERSION",
     "GuestPhase",
-    "HeteroConfig",
     "HostPhase",
     "Progress",
     "chunk_bounds",
@@ -37,12 +39,6 @@ logger = logging.getLogger("p2pboost.hetero")
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 B8 = npt.NDArray[np.bool_]
-
-#: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
-#: and fingerprint chain of checkpoints; 5: a tree's start says how many outputs a row packs;
-#: 6: setup carries min_child_weight, so hosts leave out candidates no child could satisfy;
-#: 7: a split's larger child comes as a ``Derived`` package, its sums left to the guest).
-VERSION = 7
 
 
 class GuestPhase(Enum):
@@ -85,71 +81,6 @@ class Progress:
     def enter(self, phase: GuestPhase | HostPhase, depth: int = -1) -> None:
         self.phase, self.depth = phase, depth
         logger.debug("tree %d depth %d: %s", self.tree, depth, phase.value)
-
-
-@dataclass(frozen=True, slots=True)
-class HeteroConfig:
-    """Knobs of the protocol (not of the model: those are :class:`BoostParams`).
-
-    ``scheme``: the additive encryption of the gradients, ``"paillier"`` (default) or ``"ou"``
-    (Okamoto-Uchiyama: cheaper additions and encryption, see docs/explanation/ou.md); the
-    guest chooses, the hosts follow its key. ``key_bits`` below 2048 needs
-    ``allow_insecure_key`` (1024 is for tests and comparisons).
-    ``chunk_rows``: rows of the first streamed chunk of gradients (one pool task each); each
-    later chunk is twice the one before, up to ``max_chunk_rows`` ciphertexts (a multi-output
-    row packed in ``k`` ciphertexts counts ``k`` times; :func:`chunk_bounds`): the
-    hosts start summing as soon as a small first chunk arrives, and the rest of the stream
-    pays the per-task and per-message costs a few times rather than once per 2,048 rows.
-    ``workers``:
-    processes of the pool the protocol starts when no executor is given. ``precompute``:
-    while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
-    next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
-    are kept), so that tree's encryption costs one product per row for those.
-    ``hello_timeout``: seconds the guest waits for every host to start (its first message);
-    a host that is connected but runs something else (another task, other settings) is then
-    named instead of being waited for until the node gives up on the session.
-    ``complete_secure``: the first that many rounds use the guest's features only (the
-    SecureBoost paper's RL-SecureBoost, FATE's ``complete_secure``): the hosts receive no
-    gradients and no partitions for them, so the first tree's instance spaces, which the paper
-    shows reveal much of the labels, stay with the guest (docs/explanation/modes.md).
-    ``tree_num_per_party`` (mix mode) and ``host_depth``/``guest_depth`` (layered mode): the
-    SecureBoost+ modes of :mod:`p2pboost.hetero.modes`.
-    """
-
-    key_bits: int = 2048
-    allow_insecure_key: bool = False
-    scheme: str = "paillier"
-    chunk_rows: int = 2048
-    max_chunk_rows: int = 16384
-    workers: int | None = None
-    precompute: bool = True
-    stash_bytes: int = 64 * 1024 * 1024
-    hello_timeout: float = 120.0
-    complete_secure: int = 0
-    tree_num_per_party: int = 0
-    host_depth: int = 0
-    guest_depth: int = 0
-
-    def __post_init__(self) -> None:
-        if self.complete_secure < 0:
-            raise InputError("complete_secure counts rounds: it must be >= 0")
-        check_modes(
-            self.complete_secure, self.tree_num_per_party, self.host_depth, self.guest_depth
-        )
-        check_scheme(self.scheme)
-        if not self.hello_timeout > 0:
-            raise InputError("hello_timeout must be > 0")
-        if self.chunk_rows < 1:
-            raise InputError("chunk_rows must be at least 1")
-        if self.max_chunk_rows < self.chunk_rows:
-            raise InputError(
-                f"max_chunk_rows ({self.max_chunk_rows}) must be at least chunk_rows "
-                f"({self.chunk_rows})"
-            )
-        if self.workers is not None and self.workers < 1:
-            raise InputError("workers must be at least 1")
-        if self.stash_bytes < 0:
-            raise InputError("stash_bytes must be >= 0")
 
 
 def chunk_bounds(n: int, first: int, largest: int) -> list[tuple[int, int]]:

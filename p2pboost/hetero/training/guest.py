@@ -1,4 +1,6 @@
-"""Vertical (hetero) SecureBoost training: one guest (labels) and any number of hosts.
+"""Vertical (hetero) SecureBoost training: one guest (labels) and any number of hosts; this
+module is the guest's entry point, :func:`guest_train` (the host's is
+:func:`p2pboost.hetero.training.host.host_train`).
 
 One coroutine per role, over a node session; the guest and every host hold the same rows in
 the same order (align them first with :mod:`p2pboost.protocols.psi`). Per tree::
@@ -47,6 +49,11 @@ CPU-heavy work (encryption, decryption, ciphertext histograms, compression, pack
 worker processes, one task per fused step with arrays or ciphertext bytes in and out (see
 ``docs/explanation/hetero.md``, "Where the work runs"); numpy steps run in threads; the event
 loop only moves messages.
+
+Each role runs by phase, one coroutine each with its own docstring: setup (every argument
+checked, the rows binned), handshake (hellos), keys (the guest's), warm start or resume (where
+the run starts), the round loop, and finish (done and goodbye); the per-tree protocol is in
+:mod:`p2pboost.hetero.training.guest_tree` and :mod:`p2pboost.hetero.training.host_tree`.
 """
 
 from __future__ import annotations
@@ -54,20 +61,17 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
 
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
-from p2pboost.exceptions import (
-    CheckpointError,
-    DeadlineExceeded,
-    InputError,
-)
-from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix
+from p2pboost.exceptions import DeadlineExceeded, InputError
+from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
 from p2pboost.gbdt.booster import (
+    EvalData,
     bin_eval_sets,
     check_private_run,
     check_warm_start,
@@ -75,52 +79,32 @@ from p2pboost.gbdt.booster import (
     node_columns,
 )
 from p2pboost.gbdt.callbacks import Callback
-from p2pboost.gbdt.metrics import get_metric, leaf_purity
+from p2pboost.gbdt.metrics import Metric, get_metric, leaf_purity
 from p2pboost.gbdt.names import by_name, check_names, names_of
-from p2pboost.gbdt.objectives import get_objective
+from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import Margins, RoundLoop, check_weights, trees_per_round
-from p2pboost.hetero._common import (
-    VERSION,
-    GuestPhase,
-    HeteroConfig,
-    HostPhase,
-    Progress,
-    logger,
-)
-from p2pboost.hetero._guest import GuestTrainer, HostLink
-from p2pboost.hetero._host import Host, Shards
 from p2pboost.hetero._messages import PRIVATE_ORDERED, PRIVATE_SHUFFLED, Bye, Done, Hello, Setup
-from p2pboost.hetero._start import (
-    HostLedger,
-    guest_start,
-    host_warm,
-    round_loop,
-    warm_margins,
-)
-from p2pboost.hetero.checkpoint import (
+from p2pboost.hetero.config import VERSION, HeteroConfig, check_layered_depth
+from p2pboost.hetero.model import GuestModel
+from p2pboost.hetero.training.checkpoint import (
     GuestCheckpoint,
-    HostCheckpoint,
     RoundState,
     chain_next,
     data_digest,
     model_fingerprint,
 )
-from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
-from p2pboost.hetero.modes import FeatureSchedule
+from p2pboost.hetero.training.common import GuestPhase, Progress, logger
+from p2pboost.hetero.training.guest_layers import HostLink
+from p2pboost.hetero.training.guest_tree import GuestTrainer
+from p2pboost.hetero.training.modes import FeatureSchedule
+from p2pboost.hetero.training.start import GuestStart, guest_start, round_loop, warm_margins
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
-from p2pboost.workers import AnyExecutor, PinnedExecutor, owned_executor
+from p2pboost.workers import AnyExecutor, owned_executor
 
-__all__ = [
-    "GuestPhase",
-    "HeteroConfig",
-    "HostPhase",
-    "Progress",
-    "guest_train",
-    "host_train",
-]
+__all__ = ["guest_train"]
 
 
 async def guest_train(
@@ -154,16 +138,106 @@ async def guest_train(
     ``checkpoint``: a directory where the guest writes its checkpoint after every round;
     ``resume``: continue from it (and from the hosts' checkpoints) at the last round every
     party holds, to the model an uninterrupted run grows (see
-    :mod:`p2pboost.hetero.checkpoint`); without a checkpoint there a run starts afresh.
+    :mod:`p2pboost.hetero.training.checkpoint`); without a checkpoint there a run starts afresh.
     ``feature_names`` (default: a DataFrame's columns) go into the model, which then matches
     prediction input by name (:mod:`p2pboost.gbdt.names`). ``init_model`` (warm start)
     continues that model with ``params.n_estimators`` more rounds, as the core's ``train``
-    does; every host passes its part of it (:mod:`p2pboost.hetero._start`).
+    does; every host passes its part of it (:mod:`p2pboost.hetero.training.start`).
     ``sample_weight`` (one value >= 0 per row) stays with the guest: it multiplies the
     gradients and hessians before they are encrypted, so hosts never see it.
     """
-    config = config or HeteroConfig()
-    params = params.validate()
+    run = _GuestRun(
+        session,
+        list(hosts),
+        params.validate(),
+        config or HeteroConfig(),
+        progress or Progress(GuestPhase.SETUP),
+        checkpoint,
+        init_model,
+        callbacks,
+        list(eval_sets),
+    )
+    await _setup(run, X, y, eval_names, eval_metrics, feature_names, sample_weight, resume)
+    hellos = await _handshake(run)
+    public_key, private_key = await _keys(run.config, keys)
+    begin, warm = await _warm_start(run, hellos, public_key)
+    async with owned_executor(executor, run.config.workers) as (pool, n_workers):
+        engine = CryptoEngine(
+            public_key,
+            private_key,
+            executor=pool,
+            workers=n_workers,
+            stash_limit=run.config.stash_bytes // public_key.ciphertext_bytes,
+        )
+        loop = await _rounds(run, begin, warm, engine, n_workers)
+        fingerprint = await _finish(run, loop)
+    run.progress.enter(GuestPhase.DONE)
+    return run.model(fingerprint, loop)
+
+
+@dataclass(eq=False)
+class _GuestRun:
+    """What the guest's phases share: the call's arguments, then what each phase found (the
+    validated data, the bins, the links to the hosts, the run's identity and fingerprint
+    chain)."""
+
+    session: Session
+    hosts: list[str]
+    params: BoostParams
+    config: HeteroConfig
+    progress: Progress
+    checkpoint: str | os.PathLike[str] | None
+    init_model: GuestModel | None
+    callbacks: Sequence[Callback]
+    eval_X: list[tuple[Any, Any]]
+    # -- set by _setup
+    objective: Objective = field(init=False)
+    y: Any = field(init=False)
+    X: Any = field(init=False)
+    names: list[str] | None = field(init=False)
+    mapper: BinMapper = field(init=False)
+    data: BinnedData = field(init=False)
+    evals: list[EvalData] = field(init=False)
+    metrics: list[Metric] = field(init=False)
+    weight: Any = field(init=False)
+    digest: str = field(init=False)
+    saved: GuestCheckpoint | None = field(init=False)
+    # -- set by _handshake, _warm_start and _rounds
+    links: list[HostLink] = field(init=False)
+    begin: GuestStart = field(init=False)
+    base: Any = field(init=False)
+    diagnostics: dict[str, float] = field(init=False)
+    chain_end: str = field(init=False)
+
+    def model(self, fingerprint: str, loop: RoundLoop) -> GuestModel:
+        """The guest's model as the round loop holds it now."""
+        return _model(
+            fingerprint,
+            self.params,
+            self.hosts,
+            self.mapper,
+            self.base,
+            loop,
+            self.names,
+            self.diagnostics,
+        )
+
+
+async def _setup(
+    run: _GuestRun,
+    X: Any,
+    y: Any,
+    eval_names: Sequence[str] | None,
+    eval_metrics: Sequence[str] | None,
+    feature_names: Sequence[str] | None,
+    sample_weight: Any,
+    resume: bool,
+) -> None:
+    """Setup: check every argument before a host is contacted (hosts, labels, features and
+    their names, the modes against the guest's features and the tree depth, a private run's
+    limits), then bin the rows (or take a continued model's bins), digest the data and load
+    the checkpoint to resume from. Nothing is sent: a bad argument fails here, locally."""
+    params, config, init_model, hosts = run.params, run.config, run.init_model, run.hosts
     if not hosts or len(set(hosts)) != len(hosts):
         raise InputError("give at least one host, each once")
     objective = get_objective(params)
@@ -182,12 +256,9 @@ async def guest_train(
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     if X_arr.shape[1] == 0:
         _check_label_only(config)
-    if config.host_depth and config.host_depth + config.guest_depth != params.max_depth:
-        raise InputError(
-            f"layered mode grows host_depth + guest_depth = "
-            f"{config.host_depth + config.guest_depth} layers: set max_depth to that, not "
-            f"{params.max_depth}"
-        )
+    layered = check_layered_depth(config.host_depth, config.guest_depth, params.max_depth)
+    if layered is not None:
+        raise InputError(layered)
     if params.dp is not None:
         check_private_run(params, y_arr, init_model is not None, sample_weight is not None)
         if resume:
@@ -195,18 +266,17 @@ async def guest_train(
                 "a differentially private run cannot resume: the rows of the current "
                 "ensemble's trees would be drawn again (start it afresh)"
             )
-    progress = progress or Progress(GuestPhase.SETUP)
-    progress.enter(GuestPhase.SETUP)
+    run.progress.enter(GuestPhase.SETUP)
     if init_model is None:
         mapper = BinMapper(params.max_bin).fit(X_arr)
     else:  # the core's warm start: the model's bins carry on
         check_warm_start(init_model.params, params, init_model.n_features, X_arr.shape[1])
         mapper = init_model.mapper
     data = mapper.transform(X_arr)
-    evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
+    evals = bin_eval_sets(objective, mapper, run.eval_X, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
     weight = check_weights(sample_weight, y_arr.size)
-    if resume and checkpoint is None:
+    if resume and run.checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
     digest = data_digest(
         X_arr,
@@ -216,31 +286,48 @@ async def guest_train(
         params.to_dict(),
         *([] if weight is None else [weight]),
     )
-    saved = GuestCheckpoint.load(checkpoint) if resume and checkpoint is not None else None
+    saved = GuestCheckpoint.load(run.checkpoint) if resume and run.checkpoint is not None else None
     if saved is not None:
         saved.check_settings(digest, params.to_dict())
+    run.objective, run.y, run.X, run.names = objective, y_arr, X_arr, names
+    run.mapper, run.data, run.evals, run.metrics = mapper, data, evals, metrics
+    run.weight, run.digest, run.saved = weight, digest, saved
 
-    links = [
+
+async def _handshake(run: _GuestRun) -> list[Hello]:
+    """Handshake: open the three channels to every host and wait for each one's hello (within
+    ``hello_timeout``), checking that it speaks this protocol's version and holds the same
+    rows and evaluation sets; each link learns its host's feature count."""
+    run.links = [
         HostLink(
             h,
             k,
-            session.channel(h, "ctl"),
-            session.channel(h, "grad"),
-            session.channel(h, "info"),
+            run.session.channel(h, "ctl"),
+            run.session.channel(h, "grad"),
+            run.session.channel(h, "info"),
             0,
         )
-        for k, h in enumerate(hosts, start=1)
+        for k, h in enumerate(run.hosts, start=1)
     ]
-    hellos = await _hellos(links, config.hello_timeout)
-    for link, hello in zip(links, hellos, strict=True):
+    hellos = await _hellos(run.links, run.config.hello_timeout)
+    for link, hello in zip(run.links, hellos, strict=True):
         if hello.version != VERSION:
             raise reject(link.name, "unsupported protocol version")
-        if hello.n_rows != data.n_rows:
-            raise InputError(f"host {link.name!r} has {hello.n_rows} rows, the guest {data.n_rows}")
+        if hello.n_rows != run.data.n_rows:
+            raise InputError(
+                f"host {link.name!r} has {hello.n_rows} rows, the guest {run.data.n_rows}"
+            )
         link.n_features = hello.n_features
-        if hello.n_eval != [e.y.size for e in evals]:
+        if hello.n_eval != [e.y.size for e in run.evals]:
             raise InputError(f"host {link.name!r} has other evaluation set sizes")
+    return hellos
 
+
+async def _keys(
+    config: HeteroConfig, keys: tuple[AnyPublicKey, AnyPrivateKey] | None
+) -> tuple[AnyPublicKey, AnyPrivateKey]:
+    """Keys: the given pair (of ``config.scheme``), or a fresh one made in a thread (a 2048-bit
+    Paillier key takes a while; the event loop keeps serving the session meanwhile)."""
     if keys is None:
         keys = await asyncio.to_thread(
             make_keypair,
@@ -250,124 +337,144 @@ async def guest_train(
         )
     elif keys[0].scheme != config.scheme:
         raise InputError(f"keys are {keys[0].scheme} keys but config.scheme is {config.scheme!r}")
-    public_key, private_key = keys
-    named = [(link.name, hello) for link, hello in zip(links, hellos, strict=True)]
-    per_round = trees_per_round(params, objective.n_outputs)
-    begin = guest_start(saved, init_model, named, per_round)
+    return keys
+
+
+async def _warm_start(
+    run: _GuestRun, hellos: list[Hello], public_key: AnyPublicKey
+) -> tuple[GuestStart, tuple[Any, list[Any]] | None]:
+    """Warm start and resume: decide where the run starts from what every host brought
+    (:func:`~p2pboost.hetero.training.start.guest_start`: afresh, resumed at the last tree all
+    hold, or continuing ``init_model``), tell the hosts in the setup message, and for a
+    continued model compute its margins with the hosts (the prediction protocol)."""
+    named = [(link.name, hello) for link, hello in zip(run.links, hellos, strict=True)]
+    per_round = trees_per_round(run.params, run.objective.n_outputs)
+    begin = guest_start(run.saved, run.init_model, named, per_round)
     if begin.resumed is not None:
         logger.info(
             "resuming at tree %d of %d (every party holds it)",
             begin.start,
             len(begin.resumed.chain),
         )
-    elif saved is not None:
+    elif run.saved is not None:
         logger.info("starting afresh: a host holds no checkpoint of this run")
-    run, secret = begin.run, begin.secret
+    params = run.params
     setup = Setup(
         VERSION,
         public_key,
         params.max_bin,
         params.min_samples_leaf,
-        run,
+        begin.run,
         begin.start,
         "" if begin.warm is None else begin.warm.fingerprint,
         begin.prefix if begin.warm is not None else [],
         _private_mode(params),
         params.min_child_weight,
     )
-    await gather_or_cancel(*(send(link.ctl, setup) for link in links))
+    await gather_or_cancel(*(send(link.ctl, setup) for link in run.links))
     warm = None
     if begin.warm is not None:  # still setup: the continued model's margins
-        warm = await warm_margins(session, begin.warm, X_arr, [e[0] for e in eval_sets])
+        warm = await warm_margins(run.session, begin.warm, run.X, [e[0] for e in run.eval_X])
+    run.begin = begin
+    return begin, warm
 
-    base = (
+
+async def _rounds(
+    run: _GuestRun,
+    begin: GuestStart,
+    warm: tuple[Any, list[Any]] | None,
+    engine: CryptoEngine,
+    n_workers: int,
+) -> RoundLoop:
+    """The round loop: the core's loop (draws, margins, callbacks, early stop) in the mode's
+    feature schedule, each tree grown with the hosts by a
+    :class:`~p2pboost.hetero.training.guest_tree.GuestTrainer` and chained into the run's
+    fingerprints, a checkpoint written after every round. The trainer's background work
+    (randomisers made while the hosts compute) lives inside this call and stops with it."""
+    params, config, init_model, links = run.params, run.config, run.init_model, run.links
+    objective, y_arr = run.objective, run.y
+    run.base = (
         initial_margin(objective, params, y_arr) if init_model is None else init_model.base_margin
     )
-    n_total = data.n_features + sum(link.n_features for link in links)
+    n_total = run.data.n_features + sum(link.n_features for link in links)
     schedule = FeatureSchedule(
-        (data.n_features, *(link.n_features for link in links)),
+        (run.data.n_features, *(link.n_features for link in links)),
         config.complete_secure,
         config.tree_num_per_party,
         config.host_depth,
         config.guest_depth,
     )
-    margins = Margins(objective, y_arr, base, evals, metrics, params.learning_rate, weight)
+    margins = Margins(
+        objective, y_arr, run.base, run.evals, run.metrics, params.learning_rate, run.weight
+    )
     loop, chain, states = round_loop(
         params,
         n_total,
         objective.n_outputs,
-        callbacks,
+        run.callbacks,
         margins,
         begin,
         warm,
         schedule.by_round(),
         0 if init_model is None else init_model.n_rounds,
     )
-    n_trees = params.n_estimators * per_round
+    n_trees = params.n_estimators * trees_per_round(params, objective.n_outputs)
     kept = begin.resumed.model if begin.resumed is not None else begin.warm
-    diagnostics = dict(kept.diagnostics) if kept is not None else {}
+    run.diagnostics = dict(kept.diagnostics) if kept is not None else {}
     classification = objective.name in ("binary:logistic", "multi:softmax")
-    async with owned_executor(executor, config.workers) as (pool, n_workers):
-        engine = CryptoEngine(
-            public_key,
-            private_key,
-            executor=pool,
-            workers=n_workers,
-            stash_limit=config.stash_bytes // public_key.ciphertext_bytes,
-        )
-        trainer = GuestTrainer(
-            params=params,
-            config=config,
-            engine=engine,
-            workers=n_workers,
-            links=links,
-            mapper=mapper,
-            data=data,
-            evals=evals,
-            progress=progress,
-            features_by_depth=schedule.guest_by_depth(),
-            host_layers=schedule.host_layers,
-        )
-        try:
-            for it in loop:
-                for task in loop.tasks(margins):
-                    tree_id = len(loop.trees)
-                    more = tree_id + 1 < n_trees
-                    columns = node_columns(params, loop.rng, task.features)
-                    grown = await trainer.grow(tree_id, task, chain[-1], more=more, columns=columns)
-                    tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
-                    loop.add_tree(tree, task.out)
-                    if params.dp is None:  # a label statistic: not in a private model
-                        _diagnose(diagnostics, it, config, y_arr, grown.positions, classification)
-                    chain.append(chain_next(chain[-1], tree, secret))
-                progress.enter(GuestPhase.EVALUATE)
-                loop.end_round(margins.evaluation())
-                if checkpoint is not None:
-                    now = RoundState(
-                        it + 1,
-                        loop.rng_state,
-                        margins.margin.copy(),
-                        [ev.margin.copy() for ev in margins.evals],
-                    )
-                    states = [*states[-1:], now]
-                    ckpt = GuestCheckpoint(
-                        _model(run, params, hosts, mapper, base, loop, names, diagnostics),
-                        chain[1:],
-                        states,
-                        digest,
-                        secret,
-                    )
-                    await asyncio.to_thread(ckpt.save, checkpoint)
-        finally:
-            await trainer.aclose()
+    trainer = GuestTrainer(
+        params=params,
+        config=config,
+        engine=engine,
+        workers=n_workers,
+        links=links,
+        mapper=run.mapper,
+        data=run.data,
+        evals=run.evals,
+        progress=run.progress,
+        features_by_depth=schedule.guest_by_depth(),
+        host_layers=schedule.host_layers,
+    )
+    async with trainer:
+        for it in loop:
+            for task in loop.tasks(margins):
+                tree_id = len(loop.trees)
+                more = tree_id + 1 < n_trees
+                columns = node_columns(params, loop.rng, task.features)
+                grown = await trainer.grow(tree_id, task, chain[-1], more=more, columns=columns)
+                tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
+                loop.add_tree(tree, task.out)
+                if params.dp is None:  # a label statistic: not in a private model
+                    _diagnose(run.diagnostics, it, config, y_arr, grown.positions, classification)
+                chain.append(chain_next(chain[-1], tree, begin.secret))
+            run.progress.enter(GuestPhase.EVALUATE)
+            loop.end_round(margins.evaluation())
+            if run.checkpoint is not None:
+                now = RoundState(
+                    it + 1,
+                    loop.rng_state,
+                    margins.margin.copy(),
+                    [ev.margin.copy() for ev in margins.evals],
+                )
+                states = [*states[-1:], now]
+                ckpt = GuestCheckpoint(
+                    run.model(begin.run, loop), chain[1:], states, run.digest, begin.secret
+                )
+                await asyncio.to_thread(ckpt.save, run.checkpoint)
+    run.chain_end = chain[-1]
+    return loop
 
-        progress.enter(GuestPhase.FINISH)
-        fingerprint = model_fingerprint(loop.trees)
-        done = Done(fingerprint, len(loop.trees), chain[-1])
-        await gather_or_cancel(*(send(link.ctl, done) for link in links))
-        await gather_or_cancel(*(recv(link.ctl, Bye) for link in links))
-    progress.enter(GuestPhase.DONE)
-    return _model(fingerprint, params, hosts, mapper, base, loop, names, diagnostics)
+
+async def _finish(run: _GuestRun, loop: RoundLoop) -> str:
+    """Finish: the model's fingerprint and the chain's last link go to every host in the done
+    message, and every host's goodbye is awaited, so a host that lost a tree fails the run here
+    rather than keeping a model the guest does not have."""
+    run.progress.enter(GuestPhase.FINISH)
+    fingerprint = model_fingerprint(loop.trees)
+    done = Done(fingerprint, len(loop.trees), run.chain_end)
+    await gather_or_cancel(*(send(link.ctl, done) for link in run.links))
+    await gather_or_cancel(*(recv(link.ctl, Bye) for link in run.links))
+    return fingerprint
 
 
 def _model(
@@ -440,9 +547,6 @@ def _diagnose(
             diagnostics[key] = round(purity, 6)
 
 
-# -- host --------------------------------------------------------------------------------------
-
-
 async def _hellos(links: Sequence[HostLink], seconds: float) -> list[Hello]:
     """Every host's first message, within ``seconds``: a host that fails fails the wait at
     once; hosts that say nothing in time are named in a DeadlineExceeded (which is why this
@@ -465,135 +569,3 @@ async def _hellos(links: Sequence[HostLink], seconds: float) -> list[Hello]:
         for fut in waits:
             fut.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
-
-
-async def host_train(
-    session: Session,
-    guest: str,
-    X: Any,
-    *,
-    eval_sets: Sequence[Any] = (),
-    executor: AnyExecutor | None = None,
-    workers: int | None = None,
-    progress: Progress | None = None,
-    sparse: bool | str = "auto",
-    checkpoint: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    feature_names: Sequence[str] | None = None,
-    init_model: HostModel | None = None,
-    dp_replay: bool = False,
-    memory_budget_mb: float | None = None,
-) -> HostModel:
-    """Train as a host with features ``X`` (rows aligned with the guest's).
-
-    ``eval_sets`` are this host's features of the guest's evaluation sets (aligned rows).
-    ``sparse``: derive each feature's most frequent bin (the zeros of sparse data) from the
-    node total instead of summing its rows: ``"auto"`` where it saves additions, True for every
-    feature, False never; trees are the same either way. ``progress.additions`` counts the
-    ciphertext additions of the histogram builds.
-    Returns this host's model part: its own splits only. ``checkpoint``: a directory where
-    the host writes its checkpoint after every tree; ``resume``: offer it to the guest, which
-    decides where every party continues (:mod:`p2pboost.hetero.checkpoint`).
-    ``feature_names`` (default: a DataFrame's columns) stay in this host's model part.
-    ``init_model``: this host's part of the model the guest continues (warm start).
-    ``dp_replay``: take part in a differentially private run with a test noise seed, whose
-    candidates go to the guest in the core's order instead of shuffled (tests only).
-    ``memory_budget_mb`` bounds the encrypted histograms kept from one layer to the next
-    (over all shards): past it, a split's children are built from their rows instead of by
-    subtraction (more additions, the same trees; :mod:`p2pboost.hetero._kernels`). Only trees
-    with per-level or per-node column draws, and private trees, keep any: otherwise the guest
-    derives each split's larger child and the host keeps only counts.
-
-    A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
-    worker (:mod:`p2pboost.hetero._kernels`), which needs a
-    :class:`~p2pboost.workers.PinnedPool`. Pass one as ``executor`` (it may be shared with
-    other roles and runs) and it is used as it is; a ``distributed.Client`` (or a
-    :class:`~p2pboost.workers.ClusterPool`) keeps the shards on a Dask cluster's workers.
-    Any other executor cannot keep state in a chosen process: the host then starts its own
-    pinned pool of ``workers`` processes for the shards (shut down when training ends) and
-    uses your executor only for compressing split-infos. Without an executor it starts a
-    pinned pool and uses it for everything.
-    """
-    given = names_of(X) if feature_names is None else list(feature_names)
-    if init_model is not None:
-        if init_model.guest != guest:
-            raise InputError(f"init_model was trained with guest {init_model.guest!r}")
-        if init_model.feature_names is not None and given is not None:
-            X, given = by_name(X, init_model.feature_names), init_model.feature_names
-    X_arr = check_features(X)  # a scipy.sparse matrix stays sparse
-    names = check_names(given, X_arr.shape[1])
-    if sparse not in (True, False, "auto"):
-        raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
-    if memory_budget_mb is not None and not memory_budget_mb >= 0:
-        raise InputError(f"memory_budget_mb must be >= 0 (or None), not {memory_budget_mb!r}")
-    evals = [check_features(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
-    progress = progress or Progress(HostPhase.SETUP)
-    progress.enter(HostPhase.SETUP)
-    ctl, grad, info = (session.channel(guest, n) for n in ("ctl", "grad", "info"))
-    n_rows, n_features = X_arr.shape
-    if resume and checkpoint is None:
-        raise InputError("resume needs the checkpoint directory to resume from")
-    digest = data_digest(X_arr, *evals)
-    saved = HostCheckpoint.load(checkpoint, guest) if resume and checkpoint is not None else None
-    if saved is not None and saved.digest != digest:
-        raise CheckpointError(
-            "the host's checkpoint was written for other data (its rows, features or "
-            "evaluation sets differ): resume with the data it was trained on, or start afresh"
-        )
-    run, chain = (saved.run, saved.chain) if saved is not None else ("", [])
-    evals_rows = [int(e.shape[0]) for e in evals]
-    init = "" if init_model is None else init_model.fingerprint
-    await send(ctl, Hello(VERSION, n_rows, n_features, evals_rows, run, chain, init))
-    setup = await recv(ctl, Setup)
-    if setup.version != VERSION:
-        raise reject(guest, "unsupported protocol version")
-    if setup.private == PRIVATE_ORDERED and not dp_replay:
-        raise reject(
-            guest,
-            "asks for a private run with the candidates in order (a test noise seed), which "
-            "shows it their order; this host allows that only with dp_replay=True",
-        )
-    kept: list[HostSplit] = []
-    if setup.init:  # a warm start: the model's trees, and the chain over them
-        if init_model is None or setup.init != init_model.fingerprint:
-            raise reject(guest, "continues a model this host was not given")
-        if any(s.tree >= setup.start for s in init_model.splits):
-            raise reject(guest, "continues a model with fewer trees than this host's part")
-        kept, chain = list(init_model.splits), setup.chain
-        await host_warm(session, init_model, X_arr, evals)
-    elif setup.start:
-        if saved is None or setup.run != saved.run or len(saved.chain) < setup.start:
-            raise reject(guest, f"resumes at tree {setup.start} of a run this host does not hold")
-        kept = [s for s in saved.model.splits if s.tree < setup.start]
-        logger.info("resuming at tree %d of %d, as the guest asks", setup.start, len(saved.chain))
-    ledger = HostLedger(checkpoint, guest, setup.run, n_features, digest, chain[: setup.start])
-    mapper = BinMapper(setup.max_bin).fit(X_arr)
-    host = Host(
-        guest=guest,
-        ctl=ctl,
-        grad=grad,
-        info=info,
-        public_key=setup.key,
-        mapper=mapper,
-        data=mapper.transform(X_arr),
-        evals=[mapper.transform(e) for e in evals],
-        min_rows=0 if setup.private else setup.min_samples_leaf,
-        min_child_weight=setup.min_child_weight,
-        progress=progress,
-        private=setup.private,
-        sparse=sparse,
-        hist_budget=None if memory_budget_mb is None else int(memory_budget_mb * 2**20),
-        splits=kept,
-        start=setup.start,
-        on_tree=ledger.tree_done,
-    )
-    async with owned_executor(executor, workers, pinned=True) as (pinned, n_workers):
-        assert isinstance(pinned, PinnedExecutor)
-        host.shards = Shards(pinned)
-        # Compression needs no pinning: the caller's executor when there is one.
-        plain = executor if isinstance(executor, Executor) else pinned  # a Dask client: its pool
-        host.engine = CryptoEngine(setup.key, executor=plain, workers=n_workers)
-        fingerprint = await host.serve()
-    progress.enter(HostPhase.DONE)
-    splits = tuple(sorted(host.splits, key=lambda s: (s.tree, s.node)))
-    return HostModel(fingerprint, guest, host.data.n_features, splits, names)

@@ -26,7 +26,7 @@ from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import check_features, check_matrix
 from p2pboost.gbdt.names import by_name
 from p2pboost.hetero._messages import Predict, PredictBits
-from p2pboost.hetero.inference import (
+from p2pboost.hetero.inference.forest import (
     HostSplits,
     host_bits,
     pack_bits,

@@ -62,8 +62,8 @@ from p2pboost.hetero._messages import (
     ServeReady,
     ServeRefuse,
 )
-from p2pboost.hetero.feature_store import FeatureStore, normalise_ids
-from p2pboost.hetero.inference import (
+from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
+from p2pboost.hetero.inference.forest import (
     HostSplits,
     host_bits,
     pack_bits,

@@ -27,8 +27,8 @@ from p2pboost.crypto.compress import compressed_count
 from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.gbdt.fixedpoint import Grid, from_fixed
-from p2pboost.hetero._common import F64, I64, positions
 from p2pboost.hetero._messages import Derived, Package
+from p2pboost.hetero.training.common import F64, I64, positions
 
 __all__ = ["OpenPackage", "check_package", "derive", "open_package"]
 

@@ -1,9 +1,9 @@
 """Online and batch inference for a trained hetero model: requests in, scores out.
 
 The guest runs a :class:`GuestPredictor` on its node; every host runs :func:`serve_host`
-(or ``HeteroHost.aserve``) with a :class:`~p2pboost.hetero.feature_store.FeatureStore` of its
-features. A batch costs exactly one message to each host and one answer back, whatever the
-number of trees and their depth (:mod:`p2pboost.hetero.serve`).
+(or ``HeteroHost.aserve``) with a :class:`~p2pboost.hetero.inference.feature_store.FeatureStore` of
+its features. A batch costs exactly one message to each host and one answer back, whatever the
+number of trees and their depth (:mod:`p2pboost.hetero.inference.session`).
 
 Online requests arrive one at a time (``predict``, ``stream``). They are *micro-batched*: a
 dispatcher takes whatever requests are waiting (up to ``max_batch``), optionally waits up to
@@ -49,10 +49,9 @@ from p2pboost.exceptions import (
     SessionClosed,
     UnknownIdError,
 )
-from p2pboost.hetero.feature_store import FeatureStore, normalise_ids
-from p2pboost.hetero.inference import FlatForest
-from p2pboost.hetero.model import GuestModel
-from p2pboost.hetero.serve import (
+from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
+from p2pboost.hetero.inference.forest import FlatForest
+from p2pboost.hetero.inference.session import (
     DEFAULT_PREFIX,
     MAX_ID_CHARS,
     MAX_ROWS,
@@ -61,6 +60,7 @@ from p2pboost.hetero.serve import (
     check_ids,
     serve_host,
 )
+from p2pboost.hetero.model import GuestModel
 from p2pboost.net.node import Node
 from p2pboost.protocols._tasks import gather_or_cancel
 from p2pboost.workers import AnyExecutor

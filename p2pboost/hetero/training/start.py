@@ -1,7 +1,7 @@
 """Where a vertical run starts: afresh, from the parties' checkpoints, or continuing a model.
 
 Three ways, decided by the guest at session start from what each party brings in its hello
-(:mod:`p2pboost.hetero.checkpoint` for the files):
+(:mod:`p2pboost.hetero.training.checkpoint` for the files):
 
 * **afresh**: a new run id and chain secret, no tree kept;
 * **resumed**: every party holds a checkpoint of the same run; the run continues after the
@@ -32,7 +32,9 @@ from p2pboost.gbdt.callbacks import Callback
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import Margins, RoundLoop, RoundStart
 from p2pboost.hetero._messages import Hello
-from p2pboost.hetero.checkpoint import (
+from p2pboost.hetero.inference.batch import guest_predict, host_predict
+from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
+from p2pboost.hetero.training.checkpoint import (
     GuestCheckpoint,
     HostCheckpoint,
     RoundState,
@@ -42,8 +44,6 @@ from p2pboost.hetero.checkpoint import (
     new_run_id,
     resume_point,
 )
-from p2pboost.hetero.model import GuestModel, HostModel, HostSplit
-from p2pboost.hetero.predict import guest_predict, host_predict
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import reject
 

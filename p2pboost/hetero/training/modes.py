@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError
+from p2pboost.hetero.config import check_modes
 
 __all__ = ["FeatureSchedule", "guest_only_rounds"]
 
@@ -102,26 +102,6 @@ class FeatureSchedule:
     def host_layers(self) -> int | None:
         """How many layers of a tree the hosts take part in (None: all of them)."""
         return self.host_depth if self.host_depth > 0 else None
-
-
-def check_modes(
-    complete_secure: int, tree_num_per_party: int, host_depth: int, guest_depth: int
-) -> None:
-    """InputError naming the parameter for a combination the modes do not allow."""
-    for name, value in (
-        ("complete_secure", complete_secure),
-        ("tree_num_per_party", tree_num_per_party),
-        ("host_depth", host_depth),
-        ("guest_depth", guest_depth),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{name} must be an integer >= 0, got {value!r}")
-    if (host_depth > 0) != (guest_depth > 0):
-        raise InputError("layered mode needs both host_depth and guest_depth (or neither)")
-    if tree_num_per_party > 0 and host_depth > 0:
-        raise InputError(
-            "choose mix mode (tree_num_per_party) or layered mode (host_depth), not both"
-        )
 
 
 def guest_only_rounds(rounds: int, n_guest: int, n_features: int) -> Mask | None:

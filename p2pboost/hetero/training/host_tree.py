@@ -5,7 +5,7 @@ over its row shards as they arrive (each shard adds its rows to the root's parti
 then per layer has every shard build its part of the smaller child of each split and derive
 the sibling by subtraction, and streams each node's shuffled, compressed candidates as soon as
 they are ready. The shards live in pinned worker processes and keep the tree's ciphertexts
-and histograms there (:mod:`p2pboost.hetero._kernels`); only bytes and row numbers travel.
+and histograms there (:mod:`p2pboost.hetero.training.shards`); only bytes and row numbers travel.
 
 A node's package is made in two steps, both off the event loop:
 
@@ -42,16 +42,6 @@ from p2pboost.exceptions import CodecError, InputError
 from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.fixedpoint import Grid
 from p2pboost.gbdt.split import candidate_mask, min_child_rows
-from p2pboost.hetero import _kernels as k
-from p2pboost.hetero._common import (
-    B8,
-    I64,
-    HostPhase,
-    Progress,
-    packing_spec,
-    positions,
-    unpack_bitmap,
-)
 from p2pboost.hetero._messages import (
     PRIVATE_ORDERED,
     Bye,
@@ -65,6 +55,18 @@ from p2pboost.hetero._messages import (
     TreeStart,
 )
 from p2pboost.hetero.model import HostSplit
+from p2pboost.hetero.training import shards as k
+from p2pboost.hetero.training.candidates import NodeCandidates
+from p2pboost.hetero.training.common import (
+    B8,
+    I64,
+    HostPhase,
+    Progress,
+    packing_spec,
+    positions,
+    unpack_bitmap,
+)
+from p2pboost.hetero.training.layout import chunk_parts, shard_block
 from p2pboost.net.node import Channel
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
@@ -270,8 +272,9 @@ class _HostTree:
             if host.min_rows <= 0
             else min_child_rows(host.min_rows, host.min_child_weight, grids[1].magnitude_bits)
         )
-        #: Rows per block of the shards' layout of this tree's sample (:func:`k.shard_block`).
-        self.block = k.shard_block(m, host.shards.n)
+        #: Rows per block of the shards' layout of this tree's sample
+        #: (:func:`~p2pboost.hetero.training.layout.shard_block`).
+        self.block = shard_block(m, host.shards.n)
         self.positions = np.zeros(n, dtype=np.int64)
         self.n_nodes = 1
         self.frontier = [0]
@@ -282,7 +285,7 @@ class _HostTree:
         self.lookups: dict[int, _Lookup] = {}
         #: The previous layer's lookups: a derived child's parent is among them.
         self.parent_lookups: dict[int, _Lookup] = {}
-        #: Whether the guest derives each split's larger child (:mod:`._kernels`): not where
+        #: Whether the guest derives each split's larger child (:mod:`.shards`): not where
         #: nodes draw their own columns (a child may then offer what its parent did not) nor
         #: in a private run (every candidate, in one layout, at every node).
         self.derive = host.private == 0 and msg.root_features is None
@@ -349,7 +352,8 @@ class _HostTree:
     async def _root(self) -> None:
         """Hand each gradient chunk to the shards as it arrives: each shard whose blocks of
         slots it spans gets their ciphertext bytes, a row's planes together, cut out with
-        numpy (:func:`k.shard_block`: the blocks go to the shards in turn)."""
+        numpy (:func:`~p2pboost.hetero.training.layout.shard_block`: the blocks go to the shards in
+        turn)."""
         h, peer = self.h, self.h.guest
         m, n_shards = int(self.sample.size), h.shards.n
         planes = self.spec.plaintexts_per_row
@@ -371,7 +375,7 @@ class _HostTree:
                     or batch.width != width
                 ):
                     raise reject(peer, "bad gradient ciphertexts: not under the training key")
-                for shard, first, part in k.chunk_parts(
+                for shard, first, part in chunk_parts(
                     start, batch.data, width * planes, n_shards, self.block
                 ):
                     pending.append(h.shards.call(shard, k.shard_chunk, first, part))
@@ -391,7 +395,7 @@ class _HostTree:
         except CodecError as exc:
             raise reject(self.h.guest, f"bad gradient ciphertexts: {exc}") from None
 
-    async def _send_package(self, node: int, parts: list[k.NodeCandidates]) -> None:
+    async def _send_package(self, node: int, parts: list[NodeCandidates]) -> None:
         """The shards' candidates of ``node`` -> shuffled, ids, compressed -> the guest."""
         h = self.h
         width = h.public_key.ciphertext_bytes * self.spec.plaintexts_per_row  # one candidate's
@@ -421,7 +425,7 @@ class _HostTree:
         )
 
     async def _send_derived(
-        self, node: int, parent: int, sibling: int, head: k.NodeCandidates
+        self, node: int, parent: int, sibling: int, head: NodeCandidates
     ) -> None:
         """The big child's candidates, shuffled under new ids, each with the ids the same
         candidate has in its parent's and its sibling's packages (the guest subtracts)."""
