@@ -22,11 +22,12 @@ value, its value at the model's bin resolution.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
-from scipy.stats import spearmanr
+from scipy import sparse as sp  # type: ignore[import-untyped]
+from scipy.stats import spearmanr  # type: ignore[import-untyped]
 
 __all__ = [
     "auc",
@@ -60,11 +61,12 @@ def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     return float(spearmanr(x, y).statistic)
 
 
-def _incidence(groups: Sequence[I64], n: int) -> sp.csr_matrix:
-    rows = np.concatenate([g for g in groups if g.size]) if groups else np.empty(0, np.int64)
-    cols = np.concatenate([np.full(g.size, j) for j, g in enumerate(groups) if g.size] or [[]])
-    data = np.ones(rows.size)
-    return sp.csr_matrix((data, (rows, cols.astype(np.int64))), shape=(n, max(len(groups), 1)))
+def _incidence(groups: Sequence[I64], n: int) -> Any:
+    """The rows x sets 0/1 matrix (sparse): one column per row set."""
+    sizes = np.array([g.size for g in groups], dtype=np.int64)
+    rows = np.concatenate([*groups, np.empty(0, np.int64)])
+    cols = np.repeat(np.arange(sizes.size), sizes)
+    return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, max(sizes.size, 1)))
 
 
 def propagate_labels(
@@ -104,7 +106,7 @@ def nesting_groups(bits: B8, min_side: int) -> list[list[int]]:
     """Splits (rows of ``bits``: go-left per row) joined when their left sets nest; a split
     whose smaller side has fewer than ``min_side`` rows is left out (a tiny set nests in
     anything by chance). Largest group first."""
-    n_splits, n = bits.shape
+    n = bits.shape[1]
     left = bits.sum(axis=1)
     usable = np.flatnonzero(np.minimum(left, n - left) >= min_side)
     if usable.size == 0:

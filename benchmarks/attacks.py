@@ -267,14 +267,16 @@ def main(argv: list[str]) -> int:
     shares = sorted(float(s) for s in args.shares.split(","))
     if HEADLINE not in shares:
         shares = sorted([*shares, HEADLINE])
-    if not 0 < args.host_depth < args.depth:
-        ap.error("--host-depth must leave the guest at least one layer")
-    if args.trees < 4:
-        ap.error("--trees must be at least 4 (complete_secure_3 keeps a host tree)")
     modes = _modes(args)
     chosen = args.modes.split(",")
     if "standard" not in chosen or any(m not in modes for m in chosen):
         ap.error(f"--modes: a subset of {', '.join(MODES)} that holds standard")
+    if not 0 < args.host_depth < args.depth and "layered" in chosen:
+        ap.error("--host-depth must leave the guest at least one layer")
+    if args.trees < 4 and "complete_secure_3" in chosen:
+        ap.error("--trees must be at least 4 (complete_secure_3 keeps a host tree)")
+    if args.depth < 2 and "layered_1" in chosen:
+        ap.error("layered_1 needs --depth 2 or more")
     split = load_hetero_split(data_dir(args.data_dir), args.dataset)
     if split.task is not Task.BINARY:
         ap.error(f"{args.dataset} is not a binary task")
@@ -332,6 +334,7 @@ def main(argv: list[str]) -> int:
         name: attack(standard, feature) for name, attack in FEATURE_ATTACKS.items()
     }
     feature_order["host_feature"] = top
+    feature_order["test_auc"] = label["standard"]["test_auc"]
 
     base_excess = label["standard"]["excess"]
     rows: list[tuple[str, Any]] = [
