@@ -31,6 +31,7 @@ from scipy.stats import spearmanr  # type: ignore[import-untyped]
 
 __all__ = [
     "auc",
+    "cross_fitted",
     "nesting_groups",
     "order_by_bits",
     "propagate_labels",
@@ -89,6 +90,23 @@ def propagate_labels(
         f[alone] = prior
         f[known] = y_known
     return f
+
+
+def cross_fitted(
+    groups: Sequence[I64], n: int, known: I64, y_known: F64, folds: int = 5, seed: int = 0
+) -> F64:
+    """:func:`propagate_labels` scores where each known row's score comes from the other
+    folds' labels (its own would be clamped to its label): what a second-stage model may be
+    trained on without learning the clamp."""
+    score = propagate_labels(groups, n, known, y_known)
+    fold = np.random.default_rng(seed).permutation(known.size) % folds
+    for f in range(folds):
+        held = fold == f
+        if held.all():
+            continue
+        part = propagate_labels(groups, n, known[~held], y_known[~held])
+        score[known[held]] = part[known[held]]
+    return score
 
 
 def random_like(groups_by_tree: Sequence[Sequence[I64]], n: int, seed: int) -> list[I64]:

@@ -58,6 +58,7 @@ import numpy as np
 
 from benchmarks._attack_math import (
     auc,
+    cross_fitted,
     nesting_groups,
     order_by_bits,
     propagate_labels,
@@ -99,7 +100,7 @@ class Run:
 
 def _modes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Mode name -> ``{"config": HeteroConfig settings, "params": BoostParams updates}``."""
-    dp = {"trees_per_ensemble": args.trees, "noise_seed": args.seed}
+    dp = {"trees_per_ensemble": args.trees}  # fresh noise: a seeded run needs dp_replay hosts
     half = max(1, args.trees // 2)
     return {
         "standard": {},
@@ -208,11 +209,30 @@ def host_alone(X: np.ndarray, y: np.ndarray, known: np.ndarray, params: BoostPar
     )
 
 
-def label_attack(view_groups: list[np.ndarray], y: np.ndarray, known: np.ndarray) -> float:
-    """The host's attack AUC on the rows whose labels it did not know."""
+def label_attack(
+    groups: list[np.ndarray], y: np.ndarray, known: np.ndarray, X_host: np.ndarray | None
+) -> dict[str, float]:
+    """The host's attack AUCs on the rows whose labels it did not know: ``sets`` (the row
+    sets alone) and, given ``X_host``, ``with_features`` (a logistic regression on the known
+    rows over the host's own features and the sets' cross-fitted score: what the host makes of
+    both together)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     unknown = np.setdiff1d(np.arange(y.size), known)
-    score = propagate_labels(view_groups, y.size, known, y[known].astype(np.float64))
-    return auc(y[unknown], score[unknown])
+    yk = y[known].astype(np.float64)
+    score = propagate_labels(groups, y.size, known, yk)
+    out = {"sets": auc(y[unknown], score[unknown])}
+    if X_host is not None:
+        fitted = cross_fitted(groups, y.size, known, yk)
+        fitted[unknown] = score[unknown]
+        p = np.clip(fitted, 1e-4, 1 - 1e-4)
+        Z = np.column_stack([X_host, np.log(p / (1 - p))])
+        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        model.fit(Z[known], y[known])
+        out["with_features"] = auc(y[unknown], model.predict_proba(Z[unknown])[:, 1])
+    return out
 
 
 def _flat(view: HostView) -> list[np.ndarray]:
@@ -309,8 +329,13 @@ def main(argv: list[str]) -> int:
         groups = _flat(run.view)
         by_share = {}
         for s in shares:
-            a = label_attack(groups, y, known[s])
-            by_share[str(s)] = {"attack_auc": round(a, 4), "excess": round(a - alone[s], 4)}
+            found = label_attack(groups, y, known[s], split.host_train)
+            a = max(found.values())
+            by_share[str(s)] = {
+                "attack_auc": round(a, 4),
+                "excess": round(a - alone[s], 4),
+                **{f"{k}_auc": round(v, 4) for k, v in found.items()},
+            }
         label[name] = {
             "known_share": HEADLINE,
             "attack_auc": by_share[str(HEADLINE)]["attack_auc"],
@@ -324,7 +349,9 @@ def main(argv: list[str]) -> int:
 
     standard = runs["standard"]
     control = {
-        s: label_attack(random_like(standard.view.groups, y.size, args.seed + 1), y, known[s])
+        s: label_attack(
+            random_like(standard.view.groups, y.size, args.seed + 1), y, known[s], None
+        )["sets"]
         for s in shares
     }
     importance = standard.host.feature_importance()
