@@ -91,6 +91,9 @@ def test_benchmark_finds_planted_leaks(tmp_path: Path, capsys: pytest.CaptureFix
     assert standard["trees_seen"] == 4
     assert out["label_inference"]["mix"]["trees_seen"] == 2  # every other tree is the guest's
     assert 0.8 < standard["test_auc"] <= 1.0
+    hidden = out["label_inference"]["hidden_guest_splits"]
+    assert hidden["simulated"] is True
+    assert hidden["attack_auc"] < standard["attack_auc"] - 0.1  # the guest's splits leaked
     for share, fig in out["by_share"].items():
         assert abs(fig["control_auc"] - 0.5) < 0.15, share
         attack = standard["by_share"][share]["attack_auc"]
