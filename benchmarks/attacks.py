@@ -34,7 +34,9 @@ Modes: ``standard``; ``complete_secure_1``, ``complete_secure_3`` (first rounds 
 features); ``mix`` (``tree_num_per_party``); ``layered`` (``host_depth`` host layers on top);
 ``dp_1``, ``dp_4`` (DPBoost at epsilon 1 and 4, one ensemble of all the trees). Candidate
 defences measured from the settings that exist: ``layered_1`` (one host layer),
-``complete_secure_half`` (the first half of the rounds guest-only), and label differential
+``complete_secure_half`` (the first half of the rounds guest-only),
+``layered_1_complete_secure_3`` (both: three guest-only rounds, then one host layer per
+tree), and label differential
 privacy by randomised response, which needs no protocol change: ``label_rr_2``, ``label_rr_4``
 (the guest trains on labels each flipped with probability ``1 / (1 + e^epsilon)``, epsilon 2
 and 4: every row's label is epsilon-label-DP towards the hosts and the model; the attacks and
@@ -121,6 +123,9 @@ def _modes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         "dp_4": {"params": {"dp": {"epsilon": 4.0, **dp}}},
         "layered_1": {"config": {"host_depth": 1, "guest_depth": args.depth - 1}},
         "complete_secure_half": {"config": {"complete_secure": half}},
+        "layered_1_complete_secure_3": {
+            "config": {"host_depth": 1, "guest_depth": args.depth - 1, "complete_secure": 3}
+        },
         "label_rr_2": {"label_rr": 2.0},
         "label_rr_4": {"label_rr": 4.0},
     }
@@ -136,6 +141,7 @@ MODES = (
     "dp_4",
     "layered_1",
     "complete_secure_half",
+    "layered_1_complete_secure_3",
     "label_rr_2",
     "label_rr_4",
 )
@@ -315,9 +321,9 @@ def main(argv: list[str]) -> int:
         ap.error(f"--modes: a subset of {', '.join(MODES)} that holds standard")
     if not 0 < args.host_depth < args.depth and "layered" in chosen:
         ap.error("--host-depth must leave the guest at least one layer")
-    if args.trees < 4 and "complete_secure_3" in chosen:
+    if args.trees < 4 and any(m.endswith("complete_secure_3") for m in chosen):
         ap.error("--trees must be at least 4 (complete_secure_3 keeps a host tree)")
-    if args.depth < 2 and "layered_1" in chosen:
+    if args.depth < 2 and any(m.startswith("layered_1") for m in chosen):
         ap.error("layered_1 needs --depth 2 or more")
     split = load_hetero_split(data_dir(args.data_dir), args.dataset)
     if split.task is not Task.BINARY:
