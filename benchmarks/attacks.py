@@ -1,0 +1,459 @@
+"""What an honest-but-curious partner infers from what it legitimately receives.
+
+``python -m benchmarks attacks --dataset give_credit30k [--trees 10 --depth 4 --bins 32
+--lr 0.3 --key-bits 1024 --scheme ou --shares 0.005,0.01,0.05 --host-depth 2 --per-party 1
+--rows N --workers W --seed 0 --data-dir DIR]``
+
+Each training mode is a whole federation (a guest and one host, the data set's guest and host
+columns) in this process over the testing kit's in-memory fabric, with every party's received
+transport messages recorded and decoded as its node decodes them
+(:mod:`benchmarks._attack_views`). The attacks then use only what the attacking party holds:
+
+- **Label inference (the host).** From its received ``tree`` and ``layer`` messages the host
+  rebuilds every row set it was shown (sampled rows, every node's rows); it knows the labels
+  of a random ``share`` of the training rows and spreads them over those sets
+  (:func:`benchmarks._attack_math.propagate_labels`, the instance-clustering / ID2Graph
+  attack). ``attack_auc``: the AUC of its scores on the rows whose labels it did not know.
+  ``test_auc``: the federated model's AUC on the held-out rows (the trade-off). The host's
+  model file adds nothing here: its splits' row sets are among the sets it was sent.
+- ``host_alone_auc``: what the host infers without the federation, from its own features and
+  the same known labels: the better, on the unknown rows, of the core GBDT and a logistic
+  regression trained on the known rows (a reference generous to the host, so the excess
+  below is if anything understated).
+- ``control_auc``: the attack on random row sets of the same sizes (each tree's sets with its
+  rows renamed by a random permutation); about 0.5 when the attack reads only the sets.
+- **Feature order (the guest).** During one-round inference of the standard model on the
+  held-out rows the guest receives every host split's decision bit for every row. It groups
+  the splits by nesting of their left sets and ranks rows by the largest group
+  (:func:`benchmarks._attack_math.order_by_bits`); ``spearman`` is the rank correlation
+  with the host feature the model splits on most (from the host's file, the ground truth).
+  ``scores_only``: the best a guest that sees only each row's score can do (the absolute
+  Spearman of the score itself: every monotone map of it ranks the same).
+
+Modes: ``standard``; ``complete_secure_1``, ``complete_secure_3`` (first rounds on guest
+features); ``mix`` (``tree_num_per_party``); ``layered`` (``host_depth`` host layers on top);
+``dp_1``, ``dp_4`` (DPBoost at epsilon 1 and 4, one ensemble of all the trees). Candidate
+defences measured from the settings that exist: ``layered_1`` (one host layer),
+``complete_secure_half`` (the first half of the rounds guest-only),
+``layered_1_complete_secure_3`` (both: three guest-only rounds, then one host layer per
+tree), and label differential
+privacy by randomised response, which needs no protocol change: ``label_rr_2``, ``label_rr_4``
+(the guest trains on labels each flipped with probability ``1 / (1 + e^epsilon)``, epsilon 2
+and 4: every row's label is epsilon-label-DP towards the hosts and the model; the attacks and
+the test AUC still score against the true labels). Last, ``hidden_guest_splits`` (marked
+``"simulated": true``): the standard model attacked on the view a host would keep if the
+guest's splits' row sets were hidden from it, i.e. only its own splits' partitions of all
+rows, which its file and features give it (no mode does this yet: no cost is measured).
+
+Last line: ``{"benchmark": "attacks", "dataset", "label_inference": {MODE: {"known_share",
+"attack_auc", "test_auc", "excess", "trees_seen", "by_share": {SHARE: {"attack_auc",
+"excess"}}}}, "host_alone_auc", "control_auc", "by_share": {SHARE: {"host_alone_auc",
+"control_auc"}}, "feature_order": {"default": {"spearman", ...}, "scores_only":
+{"spearman"}}, ...}`` and the settings; the top-level figures are at a known share of 1 %.
+Every figure is indicative on a shared machine: one seed, one split of the known rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from benchmarks._attack_math import (
+    auc,
+    cross_fitted,
+    nesting_groups,
+    order_by_bits,
+    propagate_labels,
+    random_like,
+    spearman,
+)
+from benchmarks._attack_views import HostView, TapFabric, decoded, guest_bits, host_partitions
+from benchmarks._common import data_dir, emit_json, print_table
+from benchmarks.lossless import HeteroSplit, Task, load_hetero_split
+from p2pboost import (
+    BoostParams,
+    GuestModel,
+    HeteroConfig,
+    HeteroGuest,
+    HeteroHost,
+    HostModel,
+    train,
+)
+from p2pboost.testing import TRAINING, local_federation
+
+__all__ = ["MODES", "main", "run_mode"]
+
+GUEST, HOST = "guest", "host1"
+#: The share of known labels the headline figures use.
+HEADLINE = 0.01
+
+
+@dataclass
+class Run:
+    """One trained federation and what its parties received."""
+
+    guest: GuestModel
+    host: HostModel
+    view: HostView
+    proba: np.ndarray  # the model's test-row probabilities
+    bits: tuple[np.ndarray, np.ndarray, np.ndarray]  # the guest's received inference bits
+    seconds: float
+
+
+def _modes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Mode name -> ``{"config": HeteroConfig settings, "params": BoostParams updates}``."""
+    dp = {"trees_per_ensemble": args.trees}  # fresh noise: a seeded run needs dp_replay hosts
+    half = max(1, args.trees // 2)
+    return {
+        "standard": {},
+        "complete_secure_1": {"config": {"complete_secure": 1}},
+        "complete_secure_3": {"config": {"complete_secure": 3}},
+        "mix": {"config": {"tree_num_per_party": args.per_party}},
+        "layered": {
+            "config": {"host_depth": args.host_depth, "guest_depth": args.depth - args.host_depth}
+        },
+        "dp_1": {"params": {"dp": {"epsilon": 1.0, **dp}}},
+        "dp_4": {"params": {"dp": {"epsilon": 4.0, **dp}}},
+        "layered_1": {"config": {"host_depth": 1, "guest_depth": args.depth - 1}},
+        "complete_secure_half": {"config": {"complete_secure": half}},
+        "layered_1_complete_secure_3": {
+            "config": {"host_depth": 1, "guest_depth": args.depth - 1, "complete_secure": 3}
+        },
+        "label_rr_2": {"label_rr": 2.0},
+        "label_rr_4": {"label_rr": 4.0},
+    }
+
+
+MODES = (
+    "standard",
+    "complete_secure_1",
+    "complete_secure_3",
+    "mix",
+    "layered",
+    "dp_1",
+    "dp_4",
+    "layered_1",
+    "complete_secure_half",
+    "layered_1_complete_secure_3",
+    "label_rr_2",
+    "label_rr_4",
+)
+
+
+async def _federation(
+    split: HeteroSplit, params: BoostParams, config: HeteroConfig, workers: int
+) -> Run:
+    fabric = TapFabric()
+    async with local_federation(fabric, [GUEST, HOST], TRAINING) as fed:
+        guest = HeteroGuest(params, config=config)
+        host = HeteroHost(workers=workers)
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            guest.afit(fed[GUEST], [HOST], split.guest_train, split.y_train),
+            host.afit(fed[HOST], GUEST, split.host_train),
+        )
+        seconds = time.perf_counter() - t0
+        training = decoded(fabric, HOST)
+        mark = fabric.mark(GUEST)
+        proba, _ = await asyncio.gather(
+            guest.apredict(fed[GUEST], split.guest_test),
+            host.aserve_predict(fed[HOST], split.host_test),
+        )
+        received = decoded(fabric, GUEST, since=mark)
+    n_test = split.guest_test.shape[0]
+    return Run(
+        guest.model_,
+        host.model_,
+        host_partitions(training, split.guest_train.shape[0]),
+        np.asarray(proba).reshape(n_test, -1)[:, -1],
+        guest_bits(received, n_test),
+        seconds,
+    )
+
+
+def run_mode(
+    split: HeteroSplit, params: BoostParams, settings: dict[str, Any], args: argparse.Namespace
+) -> Run:
+    """Train one mode's federation (its settings from :func:`_modes`)."""
+    config = HeteroConfig(
+        key_bits=args.key_bits,
+        allow_insecure_key=args.key_bits < 2048,
+        scheme=args.scheme,
+        workers=args.workers,
+        **settings.get("config", {}),
+    )
+    mode_params = params.with_updates(**settings["params"]) if "params" in settings else params
+    if "label_rr" in settings:
+        split = _randomised_response(split, settings["label_rr"], args.seed)
+    return asyncio.run(_federation(split, mode_params, config, args.workers))
+
+
+def _randomised_response(split: HeteroSplit, epsilon: float, seed: int) -> HeteroSplit:
+    """``split`` with each training label flipped with probability ``1 / (1 + e^epsilon)``
+    (binary randomised response: epsilon-label-DP), the test labels kept."""
+    rng = np.random.default_rng([seed, 7])
+    flip = rng.random(split.y_train.size) < 1.0 / (1.0 + np.exp(epsilon))
+    y = np.where(flip, 1.0 - split.y_train, split.y_train)
+    return replace(split, y_train=y)
+
+
+def _known_rows(y: np.ndarray, shares: list[float], seed: int) -> dict[float, np.ndarray]:
+    """The attacker's labelled rows per share: prefixes of one random order of the rows, so a
+    larger share knows every label a smaller one does (the shares differ in nothing else);
+    each holds at least one row of each class."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(y.size)
+    out = {}
+    for share in shares:
+        k = max(2, round(share * y.size))
+        known = order[:k]
+        if not 0 < y[known].sum() < k:  # one class only: add the first row of the other
+            other = order[k:][y[order[k:]] != y[known[0]]][:1]
+            known = np.concatenate([known, other])
+        out[share] = np.sort(known)
+    return out
+
+
+def host_alone(X: np.ndarray, y: np.ndarray, known: np.ndarray, params: BoostParams) -> float:
+    """The host's own features and the known labels, no federation (module docstring)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    unknown = np.setdiff1d(np.arange(y.size), known)
+    gbdt = train(params.with_updates(dp=None), X[known], y[known])
+    logistic = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+    logistic.fit(X[known], y[known])
+    return max(
+        auc(y[unknown], gbdt.predict(X[unknown])),
+        auc(y[unknown], logistic.predict_proba(X[unknown])[:, 1]),
+    )
+
+
+def label_attack(
+    groups: list[np.ndarray], y: np.ndarray, known: np.ndarray, X_host: np.ndarray | None
+) -> dict[str, float]:
+    """The host's attack AUCs on the rows whose labels it did not know: ``sets`` (the row
+    sets alone) and, given ``X_host``, ``with_features`` (a logistic regression on the known
+    rows over the host's own features and the sets' cross-fitted score: what the host makes of
+    both together)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    unknown = np.setdiff1d(np.arange(y.size), known)
+    yk = y[known].astype(np.float64)
+    score = propagate_labels(groups, y.size, known, yk)
+    out = {"sets": auc(y[unknown], score[unknown])}
+    if X_host is not None:
+        fitted = cross_fitted(groups, y.size, known, yk)
+        fitted[unknown] = score[unknown]
+        p = np.clip(fitted, 1e-4, 1 - 1e-4)
+        Z = np.column_stack([X_host, np.log(p / (1 - p))])
+        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        model.fit(Z[known], y[known])
+        out["with_features"] = auc(y[unknown], model.predict_proba(Z[unknown])[:, 1])
+    return out
+
+
+def _flat(view: HostView) -> list[np.ndarray]:
+    return [g for groups in view.groups for g in groups]
+
+
+#: Feature-order attacks on what the guest receives at inference: name -> attack. Private
+#: inference adds its own entry here (the guest's view there holds the scores only).
+FeatureAttack = Callable[[Run, np.ndarray], dict[str, Any]]
+
+
+def _bits_attack(run: Run, feature: np.ndarray) -> dict[str, Any]:
+    _, _, bits = run.bits
+    groups = nesting_groups(bits, min_side=max(20, bits.shape[1] // 200))
+    order = order_by_bits(bits, groups[0] if groups else [])
+    return {
+        "spearman": round(spearman(order, feature), 4),
+        "host_splits": int(bits.shape[0]),
+        "largest_group": len(groups[0]) if groups else 0,
+        "groups": len(groups),
+    }
+
+
+def _scores_attack(run: Run, feature: np.ndarray) -> dict[str, Any]:
+    return {"spearman": round(abs(spearman(run.proba, feature)), 4)}
+
+
+FEATURE_ATTACKS: dict[str, FeatureAttack] = {
+    "default": _bits_attack,
+    "scores_only": _scores_attack,
+}
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks attacks", description=__doc__)
+    ap.add_argument("--dataset", default="give_credit30k")
+    ap.add_argument("--trees", type=int, default=10)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--bins", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.3)
+    ap.add_argument("--key-bits", type=int, default=1024, choices=[1024, 2048, 3072])
+    ap.add_argument("--scheme", default="ou", choices=["ou", "paillier"])
+    ap.add_argument("--shares", default="0.005,0.01,0.05", help="known-label shares")
+    ap.add_argument("--host-depth", type=int, default=2, help="layered mode's host layers")
+    ap.add_argument("--per-party", type=int, default=1, help="mix mode's tree_num_per_party")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
+    ap.add_argument("--rows", type=int, default=None, help="use the first N training rows")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data-dir", default=None)
+    args = ap.parse_args(argv)
+    shares = sorted(float(s) for s in args.shares.split(","))
+    if HEADLINE not in shares:
+        shares = sorted([*shares, HEADLINE])
+    modes = _modes(args)
+    chosen = args.modes.split(",")
+    if "standard" not in chosen or any(m not in modes for m in chosen):
+        ap.error(f"--modes: a subset of {', '.join(MODES)} that holds standard")
+    if not 0 < args.host_depth < args.depth and "layered" in chosen:
+        ap.error("--host-depth must leave the guest at least one layer")
+    if args.trees < 4 and any(m.endswith("complete_secure_3") for m in chosen):
+        ap.error("--trees must be at least 4 (complete_secure_3 keeps a host tree)")
+    if args.depth < 2 and any(m.startswith("layered_1") for m in chosen):
+        ap.error("layered_1 needs --depth 2 or more")
+    split = load_hetero_split(data_dir(args.data_dir), args.dataset)
+    if split.task is not Task.BINARY:
+        ap.error(f"{args.dataset} is not a binary task")
+    if args.rows is not None:
+        n = args.rows
+        split = replace(
+            split,
+            guest_train=split.guest_train[:n],
+            host_train=split.host_train[:n],
+            y_train=split.y_train[:n],
+        )
+    params = BoostParams(
+        n_estimators=args.trees,
+        max_depth=args.depth,
+        max_bin=args.bins,
+        learning_rate=args.lr,
+        seed=args.seed,
+    ).validate()
+    y = split.y_train.astype(np.int64)
+    known = _known_rows(y, shares, args.seed)
+    alone = {s: host_alone(split.host_train, y, known[s], params) for s in shares}
+
+    runs: dict[str, Run] = {}
+    label: dict[str, Any] = {}
+
+    def figures(groups: list[np.ndarray]) -> dict[str, Any]:
+        by_share = {}
+        for s in shares:
+            found = label_attack(groups, y, known[s], split.host_train)
+            a = max(found.values())
+            by_share[str(s)] = {
+                "attack_auc": round(a, 4),
+                "excess": round(a - alone[s], 4),
+                **{f"{k}_auc": round(v, 4) for k, v in found.items()},
+            }
+        return {
+            "known_share": HEADLINE,
+            "attack_auc": by_share[str(HEADLINE)]["attack_auc"],
+            "excess": by_share[str(HEADLINE)]["excess"],
+            "by_share": by_share,
+        }
+
+    for name in (m for m in MODES if m in chosen):
+        run = runs[name] = run_mode(split, params, modes[name], args)
+        label[name] = {
+            **figures(_flat(run.view)),
+            "test_auc": round(auc(split.y_test, run.proba), 4),
+            "trees_seen": run.view.informed,
+            "seconds": round(run.seconds, 2),
+        }
+        print(f"  {name}: {label[name]}", flush=True)
+    # A defence no mode offers yet, measured on the view it would leave the host: the guest's
+    # splits' row sets hidden (the hosts would build histograms over encrypted gradients
+    # zeroed outside each node), so the host holds only its own splits' partitions of all
+    # rows, which its file and features give it.
+    own = runs["standard"].host.decisions(split.host_train).go_left
+    label["hidden_guest_splits"] = {
+        **figures([g for row in own for g in (np.flatnonzero(row), np.flatnonzero(~row))]),
+        "test_auc": label["standard"]["test_auc"],
+        "simulated": True,
+    }
+
+    standard = runs["standard"]
+    control = {
+        s: label_attack(
+            random_like(standard.view.groups, y.size, args.seed + 1), y, known[s], None
+        )["sets"]
+        for s in shares
+    }
+    importance = standard.host.feature_importance()
+    top = int(np.argmax(importance))
+    feature = split.host_test[:, top]
+    feature_order: dict[str, Any] = {
+        name: attack(standard, feature) for name, attack in FEATURE_ATTACKS.items()
+    }
+    feature_order["host_feature"] = top
+    feature_order["test_auc"] = label["standard"]["test_auc"]
+
+    base_excess = label["standard"]["excess"]
+    rows: list[tuple[str, Any]] = [
+        ("rows (train / test)", f"{y.size} / {split.y_test.size}"),
+        ("host_alone_auc @1%", round(alone[HEADLINE], 4)),
+        ("control_auc @1%", round(control[HEADLINE], 4)),
+    ]
+    for name, r in label.items():
+        ratio = r["excess"] / base_excess if base_excess > 0 else float("nan")
+        seen = f"trees seen {r['trees_seen']}" if "trees_seen" in r else "(simulated view)"
+        rows.append(
+            (
+                name,
+                f"attack {r['attack_auc']:.4f}  excess {r['excess']:+.4f} "
+                f"({ratio:.2f} x standard)  test AUC {r['test_auc']:.4f}  {seen}",
+            )
+        )
+    for name, r in feature_order.items():
+        if isinstance(r, dict):
+            rows.append((f"feature order: {name}", r))
+    print_table(
+        rows,
+        f"attacks on {args.dataset} (known labels {HEADLINE:.0%}; excess = attack_auc - "
+        "host_alone_auc)",
+    )
+    emit_json(
+        {
+            "benchmark": "attacks",
+            "dataset": args.dataset,
+            "label_inference": label,
+            "host_alone_auc": round(alone[HEADLINE], 4),
+            "control_auc": round(control[HEADLINE], 4),
+            "by_share": {
+                str(s): {
+                    "host_alone_auc": round(alone[s], 4),
+                    "control_auc": round(control[s], 4),
+                }
+                for s in shares
+            },
+            "feature_order": feature_order,
+            "rows": int(y.size),
+            "trees": args.trees,
+            "depth": args.depth,
+            "bins": args.bins,
+            "learning_rate": args.lr,
+            "key_bits": args.key_bits,
+            "scheme": args.scheme,
+            "seed": args.seed,
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
