@@ -31,7 +31,7 @@ import numpy.typing as npt
 from p2pboost import codec
 from p2pboost.net._frames import FLAG_END, FLAG_EOS, FLAG_RAW, Data, parse_message
 from p2pboost.testing import MemoryFabric
-from transports.base import Connection, ConnectionHandler, Listener, Transport
+from p2pboost.transports.base import Connection, ConnectionHandler, Listener, Transport
 
 __all__ = [
     "HostView",
