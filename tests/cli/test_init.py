@@ -54,8 +54,13 @@ def test_a_horizontal_federation_trains_as_written(tmp_path: Path) -> None:
     assert main([*args, "--port", str(free_port())]) == 0
     results = _run_readme(fed)
     assert results["hub"]["trees"] == 2
-    models = {p: (fed / f"out-{p}" / "model.json").read_text() for p in results}
-    assert len(set(models.values())) == 1  # every party holds the same model
+    models = {p: json.loads((fed / f"out-{p}" / "model.json").read_text()) for p in results}
+    clients = {json.dumps(m, sort_keys=True) for p, m in models.items() if p != "hub"}
+    assert len(clients) == 1  # every client holds the same model
+    for model in models.values():  # the server's too, but for the covers and gains it keeps
+        for tree in model["trees"]:
+            assert any(tree.pop("cover")) == any(tree.pop("gain")) == (model is models["hub"])
+    assert len({json.dumps(m, sort_keys=True) for m in models.values()}) == 1
 
 
 def test_init_refuses_what_cannot_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
