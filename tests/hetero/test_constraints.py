@@ -242,8 +242,8 @@ def test_the_guest_checks_what_hosts_declare() -> None:
     assert ok.features.groups.tolist() == [[True, False, True]]
     with pytest.raises(InputError, match="names 2 features but the parties hold 1"):
         guest_constraints(params, ["a"], 1, ["b"], [_hello(2)])
+    two = [np.array([0, 1], np.uint8)] * 2
     with pytest.raises(InputError, match="declares 2 interaction groups"):
-        two = [np.array([0, 1], np.uint8)] * 2
         guest_constraints(params, ["a"], 1, ["b"], [_hello(2, groups=two)])
     with pytest.raises(InputError, match="the guest's params have none"):
         guest_constraints(
