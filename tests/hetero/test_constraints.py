@@ -272,3 +272,36 @@ def test_a_hello_with_bad_declarations_is_refused() -> None:
     assert _hello(2, groups=[np.array([0, 1, 1], np.uint8)]).check() is not None
     assert _hello(2, groups=[np.array([0, 3], np.uint8)]).check() is not None
     assert _hello(2, directions=np.array([-1, 1], np.int8)).check() is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"monotone_constraints": {"f13": 1}}, "unknown feature"),
+        ({"monotone_constraints": (1, 0)}, "has 2 directions"),
+        ({"interaction_constraints": ((0, 1),)}, "gives a position"),
+        (
+            {
+                "interaction_constraints": (("f0", "f13"),),
+                "dp": DPParams(epsilon=1.0),
+                "n_estimators": 2,
+            },
+            "with dp does not apply",
+        ),
+    ],
+)
+async def test_the_guest_refuses_bad_settings_before_contacting_a_host(
+    breast: tuple[np.ndarray, np.ndarray], settings: dict[str, Any], match: str
+) -> None:
+    X, y = breast
+    params = BoostParams(**settings)
+    with pytest.raises(InputError, match=match):
+        await guest_train(
+            cast(Any, object()),
+            ["b"],
+            np.nan_to_num(X[:, BLOCKS[0]]),
+            y,
+            params,
+            config=CONFIG,
+            feature_names=NAMES[BLOCKS[0]],
+        )

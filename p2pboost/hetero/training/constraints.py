@@ -40,6 +40,7 @@ from p2pboost.exceptions import InputError
 from p2pboost.gbdt.constraints import (
     FeatureConstraints,
     MonotoneNodes,
+    has_constraints,
     monotone_split_gains,
     parse_interactions,
     parse_monotone,
@@ -54,6 +55,7 @@ __all__ = [
     "GuestConstraints",
     "HostDeclaration",
     "NodeRules",
+    "check_guest_constraints",
     "guest_constraints",
     "host_declaration",
     "score_host_candidates",
@@ -128,6 +130,29 @@ class GuestConstraints:
     tokens: list[bool]
 
 
+def check_guest_constraints(params: BoostParams, names: Sequence[str] | None, n_guest: int) -> None:
+    """What the guest can check of the constraints before any host is contacted: its own
+    directions against its own features, groups by name, and no ``dp``. Raises
+    :class:`InputError` naming the setting."""
+    resolve_constraints(params.monotone_constraints, None, n_guest, names)
+    for s, group in enumerate(params.interaction_constraints or ()):
+        if any(not isinstance(m, str) for m in group):
+            raise InputError(
+                f"interaction_constraints[{s}] gives a position: in vertical training "
+                "groups name features, since positions mean nothing across parties"
+            )
+    if params.dp is not None and has_constraints(
+        params.monotone_constraints, params.interaction_constraints
+    ):
+        raise InputError(_NO_DP)
+
+
+_NO_DP = (
+    "vertical training with dp does not apply monotone_constraints or "
+    "interaction_constraints: train without dp, or without the constraints"
+)
+
+
 def guest_constraints(
     params: BoostParams,
     names: Sequence[str] | None,
@@ -152,10 +177,7 @@ def guest_constraints(
         return None
     tokens = [groups is not None or bool(m.any()) for m in host_mono]
     if params.dp is not None:
-        raise InputError(
-            "vertical training with dp does not apply monotone_constraints or "
-            "interaction_constraints: train without dp, or without the constraints"
-        )
+        raise InputError(_NO_DP)
     return GuestConstraints(
         FeatureConstraints(monotone if monotone.any() else None, groups), tokens
     )

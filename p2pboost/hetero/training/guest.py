@@ -95,7 +95,11 @@ from p2pboost.hetero.training.checkpoint import (
     model_fingerprint,
 )
 from p2pboost.hetero.training.common import GuestPhase, Progress, logger
-from p2pboost.hetero.training.constraints import GuestConstraints, guest_constraints
+from p2pboost.hetero.training.constraints import (
+    GuestConstraints,
+    check_guest_constraints,
+    guest_constraints,
+)
 from p2pboost.hetero.training.guest_layers import HostLink
 from p2pboost.hetero.training.guest_tree import GuestTrainer
 from p2pboost.hetero.training.modes import FeatureSchedule
@@ -261,6 +265,7 @@ async def _setup(
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     if X_arr.shape[1] == 0:
         _check_label_only(config)
+    check_guest_constraints(params, names, X_arr.shape[1])
     layered = check_layered_depth(config.host_depth, config.guest_depth, params.max_depth)
     if layered is not None:
         raise InputError(layered)
