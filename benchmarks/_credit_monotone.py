@@ -59,12 +59,19 @@ LEARNING_RATE = 0.3
 
 def _directions(X: np.ndarray, y: np.ndarray, names: list[str], k: int = 2) -> dict[str, int]:
     """The ``k`` features most correlated (Spearman) with the label, by the sign of it."""
-    from scipy.stats import spearmanr
-
-    corr = np.array([spearmanr(X[:, j], y).statistic for j in range(X.shape[1])])
-    corr = np.nan_to_num(corr)
+    ry = _ranks(y)
+    corr = np.nan_to_num(
+        np.array([np.corrcoef(_ranks(X[:, j]), ry)[0, 1] for j in range(X.shape[1])])
+    )
     top = np.argsort(-np.abs(corr), kind="stable")[:k]
     return {names[j]: 1 if corr[j] > 0 else -1 for j in sorted(top.tolist())}
+
+
+def _ranks(v: np.ndarray) -> np.ndarray:
+    """Ranks from 1, ties given their average rank (Spearman's)."""
+    _, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
+    upper = np.cumsum(counts)
+    return np.asarray((upper - (counts - 1) / 2.0)[inverse], dtype=np.float64)
 
 
 def _same_trees(ours: list[Tree], core: list[Tree]) -> bool:
