@@ -261,6 +261,11 @@ def test_the_guest_checks_what_hosts_declare() -> None:
     assert mono.features.monotone is not None
     assert mono.features.monotone.tolist() == [0, 0, 1, 0]
     assert guest_constraints(BoostParams(), ["a"], 1, ["b"], [_hello(2)]) is None
+    vector = BoostParams(objective="multi:softmax", num_class=3, multi_strategy="multi_output_tree")
+    with pytest.raises(InputError, match="host\\(s\\) 'b' declare monotone_constraints"):
+        guest_constraints(
+            vector, ["a"], 1, ["b"], [_hello(2, directions=np.array([1, 0], np.int8))]
+        )
     dp = BoostParams(interaction_constraints=(("a",),), dp=DPParams(epsilon=1.0))
     with pytest.raises(InputError, match="with dp does not apply"):
         guest_constraints(dp, ["a"], 1, ["b"], [_hello(2)])
@@ -305,3 +310,27 @@ async def test_the_guest_refuses_bad_settings_before_contacting_a_host(
             config=CONFIG,
             feature_names=NAMES[BLOCKS[0]],
         )
+
+
+@pytest.mark.slow
+async def test_interactions_with_multi_output_trees_equal_the_core(
+    breast: tuple[np.ndarray, np.ndarray], pool: Executor, keys: Keys
+) -> None:
+    X, y = breast
+    params = BoostParams(
+        objective="multi:softmax",
+        num_class=2,
+        multi_strategy="multi_output_tree",
+        n_estimators=2,
+        max_depth=3,
+        max_bin=8,
+        interaction_constraints=GROUPS,
+    )
+    async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as c:
+        guest, hosts = await _federate(
+            c, X, y, params, pool, keys, [{"interaction_constraints": GROUPS}] * 2
+        )
+    trees = joined_trees(guest, hosts)
+    assert trees[0].value.shape[1] == 2
+    assert_same_trees(trees, train(params, X, y, feature_names=NAMES))
+    assert _paths_mix(trees, GROUPS) == 0

@@ -46,7 +46,7 @@ from p2pboost.gbdt.constraints import (
     parse_monotone,
     resolve_constraints,
 )
-from p2pboost.gbdt.params import BoostParams
+from p2pboost.gbdt.params import BoostParams, MultiStrategy
 from p2pboost.gbdt.split import split_gains
 from p2pboost.hetero._messages import Hello
 from p2pboost.hetero.training.common import B8, F64, I64
@@ -178,6 +178,13 @@ def guest_constraints(
     tokens = [groups is not None or bool(m.any()) for m in host_mono]
     if params.dp is not None:
         raise InputError(_NO_DP)
+    if monotone.any() and params.multi_strategy == MultiStrategy.MULTI_OUTPUT_TREE:
+        declared = [h for h, m in zip(hosts, host_mono, strict=True) if m.any()]
+        raise InputError(
+            f"host(s) {', '.join(map(repr, declared))} declare monotone_constraints, which "
+            "need one weight per leaf: a vector leaf (multi_strategy='multi_output_tree') "
+            "has no single direction; use multi_strategy='one_output_per_tree'"
+        )
     return GuestConstraints(
         FeatureConstraints(monotone if monotone.any() else None, groups), tokens
     )
