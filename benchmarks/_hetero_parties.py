@@ -180,6 +180,7 @@ async def _host(
     compute: dict[str, Any] | None = None,
     trace: str | None = None,
     cut: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from p2pboost.hetero.inference.batch import host_predict
     from p2pboost.hetero.training.host import host_train
@@ -204,7 +205,13 @@ async def _host(
             async with node.session("bench", peers=[GUEST]) as session:
                 with _trace_block(trace, name):
                     model = await host_train(
-                        session, GUEST, X, executor=pool, workers=cut or workers, progress=clock
+                        session,
+                        GUEST,
+                        X,
+                        executor=pool,
+                        workers=cut or workers,
+                        progress=clock,
+                        **(options or {}),
                     )
             seconds = time.perf_counter() - t0
             async with node.session("bench-predict", peers=[GUEST]) as session:
@@ -238,6 +245,7 @@ async def _guest(
     compute: dict[str, Any] | None = None,
     trace: str | None = None,
     cut: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from p2pboost.crypto.engine import CryptoEngine
     from p2pboost.crypto.keys import make_keypair
@@ -277,6 +285,7 @@ async def _guest(
                         executor=pool,
                         keys=keys,
                         progress=clock,
+                        **(options or {}),
                     )
                     seconds, wall_stop = time.perf_counter() - t0, time.time()
                 after = node.stats().peers
@@ -332,6 +341,8 @@ def run_federation(
     trace: str | None = None,
     kernel: str | None = None,
     cut: int | None = None,
+    guest_options: dict[str, Any] | None = None,
+    host_options: list[dict[str, Any]] | None = None,
 ) -> FederationResult:
     """Train and predict once, guest and every host in its own spawned process (``modes``:
     :class:`~p2pboost.hetero.config.HeteroConfig`'s mode settings, e.g. ``host_depth``;
@@ -339,14 +350,17 @@ def run_federation(
     directory where every party records its pool tasks while it trains; ``kernel``: the
     crypto kernel the parties select, through :data:`KERNEL_ENV`, when they start; ``cut``:
     the workers the parties cut their work for, on ``workers`` processes each: a host's
-    shards, the engine's pieces and chunks in flight; None: as many as they have)."""
+    shards, the engine's pieces and chunks in flight; None: as many as they have;
+    ``guest_options``/``host_options``: more keyword arguments of ``guest_train`` and of each
+    host's ``host_train``, e.g. feature names and constraints)."""
     compute = compute or {}
     names = [f"host{k}" for k in range(1, len(host_blocks) + 1)]
     with (
         environment(**{KERNEL_ENV: kernel}),
         LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties,
     ):
-        for name, block in zip(names, host_blocks, strict=True):
+        per_host = host_options or [{} for _ in names]
+        for name, block, options in zip(names, host_blocks, per_host, strict=True):
             parties.start(
                 name,
                 _host,
@@ -358,6 +372,7 @@ def run_federation(
                 compute=compute.get(name),
                 trace=trace,
                 cut=cut,
+                options=options,
             )
         addresses = {name: parties.expect(name, "address") for name in names}
         parties.start(
@@ -376,6 +391,7 @@ def run_federation(
             compute=compute.get(GUEST),
             trace=trace,
             cut=cut,
+            options=guest_options,
         )
         results = parties.wait()
     guest, hosts = results[GUEST], [results[name] for name in names]

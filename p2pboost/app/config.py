@@ -310,9 +310,19 @@ _TRAIN_EXTRA = (
     "allow_two_clients",
     "share_statistics",
 )
-#: [train] keys a vertical host may set: its own files and bounds, and the two settings
-#: the parties compare before a run (psi, eval_train). The rest are the guest's.
-_HOST_TRAIN = ("psi", "eval_train", "model", "checkpoint_dir", "init_model", "memory_budget_mb")
+#: [train] keys a vertical host may set: its own files and bounds, the two settings the
+#: parties compare before a run (psi, eval_train), and the constraints on its own features
+#: (monotone directions by name; the run's interaction groups). The rest are the guest's.
+_HOST_TRAIN = (
+    "psi",
+    "eval_train",
+    "model",
+    "checkpoint_dir",
+    "init_model",
+    "memory_budget_mb",
+    "monotone_constraints",
+    "interaction_constraints",
+)
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
 _PREDICT = ("path", "output", "align")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))

@@ -382,6 +382,8 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
         checkpoint_dir=run.config.checkpoint_path,
         memory_budget_mb=run.config.train.memory_budget_mb,
         executor=run.executor,
+        monotone_constraints=run.config.train.params.monotone_constraints,
+        interaction_constraints=run.config.train.params.interaction_constraints,
     ).afit(
         node,
         run.peer,

@@ -67,6 +67,8 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
 U8 = npt.NDArray[np.uint8]
+I8 = npt.NDArray[np.int8]
+U32 = npt.NDArray[np.uint32]
 
 #: Largest row count a host may announce (bounds what a peer can make us allocate).
 MAX_ROWS = 100_000_000
@@ -86,6 +88,8 @@ MAX_ID_CHARS = 256
 _VERSION = Int(0, 1 << 16)
 #: Trees one training may grow (bounds a resuming host's chain).
 MAX_TREES = 1_000_000
+#: Interaction groups one run may declare.
+MAX_GROUPS = 4096
 #: Outputs of one multi-output tree (a host keeps about outputs / 9 ciphertexts per row).
 MAX_OUTPUTS = 1024
 _RUN = Str(0, 64)
@@ -113,7 +117,13 @@ class TrainMessage(Message):
 class Hello(TrainMessage, tag="hello"):
     """Host -> guest: what the host holds; a resuming host also its checkpoint's run id and
     fingerprint chain (empty otherwise: see :mod:`p2pboost.hetero.training.checkpoint`); a host
-    continuing a model (warm start) that model's fingerprint."""
+    continuing a model (warm start) that model's fingerprint.
+
+    Constraints the host declares on its own features (protocol version 8,
+    :mod:`p2pboost.hetero.training.constraints`), indexed by opaque feature tokens (a secret
+    permutation of the host's features), never by name: ``directions`` the monotone direction
+    (-1/0/1) of each token (nil: none), ``groups`` per interaction group the 0/1 membership
+    of each token (empty: none declared)."""
 
     version: Annotated[int, _VERSION]
     n_rows: Annotated[int, Int(1, MAX_ROWS)]
@@ -122,6 +132,18 @@ class Hello(TrainMessage, tag="hello"):
     run: Annotated[str, _RUN] = ""
     chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
     init: Annotated[str, Str(0, 128)] = ""
+    directions: Annotated[I8 | None, Optional(Array("int8", max_len=MAX_FEATURES))] = None
+    groups: Annotated[list[U8], ListOf(Array("uint8", max_len=MAX_FEATURES), MAX_GROUPS)] = field(
+        default_factory=list
+    )
+
+    def check(self) -> str | None:
+        d = self.directions
+        if d is not None and (d.size != self.n_features or (d.size and np.abs(d).max() > 1)):
+            return "directions must hold one -1/0/1 per feature"
+        if any(g.size != self.n_features or (g.size and g.max() > 1) for g in self.groups):
+            return "each interaction group must hold one 0/1 per feature"
+        return None
 
 
 #: ``Setup.private``: every candidate, shuffled under opaque ids as always (a private run).
@@ -142,7 +164,9 @@ class Setup(TrainMessage, tag="setup"):
     whose hosts offer every candidate of the fixed grid; 0 otherwise. ``min_child_weight``
     (protocol version 6): with each tree's hessian grid, the fewest rows a child needs
     (:func:`~p2pboost.gbdt.split.min_child_rows`), so hosts leave out candidates the guest
-    would reject."""
+    would reject. ``tokens`` (protocol version 8): the host's packages carry each candidate's
+    feature token (:mod:`p2pboost.hetero.training.constraints`), which the guest needs to
+    apply constraints on the host's features."""
 
     version: Annotated[int, _VERSION]
     key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
@@ -154,6 +178,7 @@ class Setup(TrainMessage, tag="setup"):
     chain: Annotated[list[str], ListOf(_DIGEST, MAX_TREES)] = field(default_factory=list)
     private: Annotated[int, Int(0, 2)] = 0
     min_child_weight: Annotated[float, Float(0.0, 1e300)] = 0.0
+    tokens: Annotated[bool, Bool()] = False
 
     def check(self) -> str | None:
         if self.chain and (not self.init or len(self.chain) != self.start):
@@ -190,17 +215,21 @@ class Chunk(TrainMessage, tag="chunk"):
 @dataclass(frozen=True)
 class Package(TrainMessage, tag="pkg"):
     """Host -> guest: one node's split candidates, shuffled, under opaque ids, their left
-    sums compressed into few ciphertexts, and each candidate's left row count."""
+    sums compressed into few ciphertexts, and each candidate's left row count. ``tokens``:
+    each candidate's feature token, when the guest asked for them (``Setup.tokens``)."""
 
     tree: Annotated[int, Int(0, MAX_NODE)]
     node: Annotated[int, Int(0, MAX_NODE)]
     ids: Annotated[U64, Array("uint64", max_len=MAX_CANDIDATES)]
     counts: Annotated[I64, Array("int64", max_len=MAX_CANDIDATES)]
     ciphertexts: Annotated[CiphertextBatch, Instance(CiphertextBatch)]
+    tokens: Annotated[U32 | None, Optional(Array("uint32", max_len=MAX_CANDIDATES))] = None
 
     def check(self) -> str | None:
         if self.ids.shape != self.counts.shape:
             return "ids and counts differ in length"
+        if self.tokens is not None and self.tokens.shape != self.ids.shape:
+            return "ids and tokens differ in length"
         if self.counts.size and self.counts.min() < 0:
             return "a count is negative"
         if np.unique(self.ids).size != self.ids.size:

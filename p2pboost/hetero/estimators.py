@@ -246,7 +246,10 @@ class HeteroHost:
     ``checkpoint_dir``: write a checkpoint there after every tree, offered to the guest by
     ``afit(..., resume=True)``. ``memory_budget_mb``: the most the encrypted histograms kept
     between layers may take (None: no bound; see ``host_train``); it changes the host's work,
-    never the trees.
+    never the trees. ``monotone_constraints``: the directions (-1/0/1) of this host's own
+    features by name; ``interaction_constraints``: the run's groups of feature names, the same
+    as the guest's (see ``host_train``; the guest learns directions and memberships of
+    anonymous feature tokens, never names).
     """
 
     def __init__(
@@ -258,6 +261,8 @@ class HeteroHost:
         sparse: bool | str = "auto",
         checkpoint_dir: str | os.PathLike[str] | None = None,
         memory_budget_mb: float | None = None,
+        monotone_constraints: Any = None,
+        interaction_constraints: Any = None,
     ) -> None:
         self.session_id = session_id
         self.executor = executor
@@ -265,6 +270,8 @@ class HeteroHost:
         self.sparse = sparse
         self.checkpoint_dir = checkpoint_dir
         self.memory_budget_mb = memory_budget_mb
+        self.monotone_constraints = monotone_constraints
+        self.interaction_constraints = interaction_constraints
 
     @property
     def model_(self) -> HostModel:
@@ -324,6 +331,8 @@ class HeteroHost:
                 feature_names=names,
                 init_model=init_model,
                 memory_budget_mb=self.memory_budget_mb,
+                monotone_constraints=self.monotone_constraints,
+                interaction_constraints=self.interaction_constraints,
                 progress=progress,
             )
         return self

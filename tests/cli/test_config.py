@@ -374,3 +374,23 @@ def test_a_hosts_train_values_are_refused_naming_the_guest(tmp_path: Path) -> No
     assert message.startswith(f"{path}: [train] n_estimators, key_bits: the guest owns these")
     assert "remove them from this host's file and set them in the guest's" in message
     assert "may set only psi, eval_train, model" in message
+
+
+def test_a_host_declares_constraints_on_its_own_features(tmp_path: Path) -> None:
+    """A host's [train] may give its own features' directions by name (an inline table) and
+    the run's interaction groups; they reach its training as BoostParams keep them."""
+    host = {"id": "host", "role": "host", "certs": "c", "listen": "127.0.0.1:1"}
+    groups = {"interaction_constraints": [["debt", "age"], ["income"]]}
+
+    def write(directions: str) -> Path:
+        path = write_config(
+            tmp_path / "h.toml", host, peers={"guest": ""}, data={"path": "h"}, train=groups
+        )
+        path.write_text(path.read_text() + f"monotone_constraints = {directions}\n")
+        return path
+
+    config = load_config(write("{debt = 1, income = -1}"))
+    assert config.train.params.monotone_constraints == {"debt": 1, "income": -1}
+    assert config.train.params.interaction_constraints == (("debt", "age"), ("income",))
+    with pytest.raises(ConfigError, match="monotone_constraints"):
+        load_config(write("{debt = 2}"))

@@ -48,6 +48,8 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
                         "run": "",
                         "chain": [],
                         "init": "",
+                        "directions": None,
+                        "groups": [],
                     }
                 )
                 await ctl.recv()  # setup
@@ -61,6 +63,7 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
                         "ids": np.zeros(0, np.uint64),
                         "counts": np.zeros(0, np.int64),
                         "ciphertexts": CiphertextBatch(keys[0].fingerprint, 256, b""),
+                        "tokens": None,
                     }
                 )
                 await asyncio.sleep(5)
@@ -177,6 +180,7 @@ async def test_host_refuses_a_malformed_layer(
                         "chain": [],
                         "private": 0,
                         "min_child_weight": 1.0,
+                        "tokens": False,
                     }
                 )
                 await ctl.send(

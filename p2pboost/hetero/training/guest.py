@@ -61,7 +61,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -95,6 +95,11 @@ from p2pboost.hetero.training.checkpoint import (
     model_fingerprint,
 )
 from p2pboost.hetero.training.common import GuestPhase, Progress, logger
+from p2pboost.hetero.training.constraints import (
+    GuestConstraints,
+    check_guest_constraints,
+    guest_constraints,
+)
 from p2pboost.hetero.training.guest_layers import HostLink
 from p2pboost.hetero.training.guest_tree import GuestTrainer
 from p2pboost.hetero.training.modes import FeatureSchedule
@@ -159,6 +164,9 @@ async def guest_train(
     )
     await _setup(run, X, y, eval_names, eval_metrics, feature_names, sample_weight, resume)
     hellos = await _handshake(run)
+    run.constraints = guest_constraints(
+        run.params, run.names, run.data.n_features, run.hosts, hellos
+    )
     public_key, private_key = await _keys(run.config, keys)
     begin, warm = await _warm_start(run, hellos, public_key)
     async with owned_executor(executor, run.config.workers) as (pool, n_workers):
@@ -208,6 +216,7 @@ class _GuestRun:
     base: Any = field(init=False)
     diagnostics: dict[str, float] = field(init=False)
     chain_end: str = field(init=False)
+    constraints: GuestConstraints | None = field(init=False)
 
     def model(self, fingerprint: str, loop: RoundLoop) -> GuestModel:
         """The guest's model as the round loop holds it now."""
@@ -256,6 +265,7 @@ async def _setup(
         raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
     if X_arr.shape[1] == 0:
         _check_label_only(config)
+    check_guest_constraints(params, names, X_arr.shape[1])
     layered = check_layered_depth(config.host_depth, config.guest_depth, params.max_depth)
     if layered is not None:
         raise InputError(layered)
@@ -371,7 +381,13 @@ async def _warm_start(
         _private_mode(params),
         params.min_child_weight,
     )
-    await gather_or_cancel(*(send(link.ctl, setup) for link in run.links))
+    asked = [False] * len(run.links) if run.constraints is None else run.constraints.tokens
+    await gather_or_cancel(
+        *(
+            send(link.ctl, replace(setup, tokens=ask))
+            for link, ask in zip(run.links, asked, strict=True)
+        )
+    )
     warm = None
     if begin.warm is not None:  # still setup: the continued model's margins
         warm = await warm_margins(run.session, begin.warm, run.X, [e[0] for e in run.eval_X])
@@ -434,6 +450,7 @@ async def _rounds(
         progress=run.progress,
         features_by_depth=schedule.guest_by_depth(),
         host_layers=schedule.host_layers,
+        constraints=run.constraints,
     )
     async with trainer:
         for it in loop:

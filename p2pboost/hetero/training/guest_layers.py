@@ -44,10 +44,11 @@ from p2pboost.gbdt.grower import (
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree
 from p2pboost.gbdt.rounds import EvalData
-from p2pboost.gbdt.split import LayerSplits, accepted, split_gains
+from p2pboost.gbdt.split import LayerSplits, accepted
 from p2pboost.hetero._messages import Decide, Decided, Derived, Layer, Package
 from p2pboost.hetero.model import GUEST
 from p2pboost.hetero.training.common import B8, GuestPhase, Progress, unpack_bitmap
+from p2pboost.hetero.training.constraints import GuestConstraints, NodeRules, score_host_candidates
 from p2pboost.hetero.training.packages import OpenPackage, check_package, derive, open_package
 from p2pboost.hetero.training.private import HostCandidates, choose_private
 from p2pboost.net.node import Channel
@@ -89,6 +90,7 @@ class Trainer(Protocol):
     progress: Progress
     host_layers: int | None
     host_slices: list[slice]
+    constraints: GuestConstraints | None
 
 
 class TreeLayers:
@@ -159,12 +161,17 @@ class TreeLayers:
         owner = np.array([w.owner for w in winners], dtype=np.int64)
         host = owner != GUEST
         left_grad, left_hess = own.left_grad.copy(), own.left_hess.copy()
+        # Each split's feature in the joined order of the constraints (a host's: its token).
+        global_feature = np.where(host, -1, own.feature)
         for i in accept:
             if host[i]:
                 node = int(frontier.nodes[i])
                 pkg = packages[(winners[i].owner, node)]
                 pos = int(np.flatnonzero(pkg.ids == np.uint64(self.chosen[node][0]))[0])
                 left_grad[i], left_hess[i] = pkg.grad[pos], pkg.hess[pos]
+                if pkg.tokens is not None:
+                    start = self.t.host_slices[winners[i].owner - 1].start
+                    global_feature[i] = start + int(pkg.tokens[pos])
         return LayerSplits(
             gain=gain,
             feature=np.where(host, -1, own.feature),
@@ -174,6 +181,7 @@ class TreeLayers:
             left_hess=left_hess,
             left_count=np.full(gain.size, -1, dtype=np.int64),
             owner=owner,
+            global_feature=global_feature,
         )
 
     async def _choose_private(
@@ -240,6 +248,9 @@ class TreeLayers:
                 if isinstance(msg, Derived):
                     derived[node] = msg
                     continue
+                problem = self._check_tokens(link, msg)
+                if problem is not None:
+                    raise reject(link.name, problem)
                 problem = check_package(msg, self.spec, self.t.engine.public_key)
                 if problem is not None:
                     raise reject(link.name, f"bad split-info package: {problem}")
@@ -253,6 +264,18 @@ class TreeLayers:
         for node, msg in derived.items():
             opened[node] = self._derive(link, msg, opened)
         return {(link.index, n): r for n, r in opened.items()}
+
+    def _check_tokens(self, link: HostLink, msg: Package) -> str | None:
+        """What is wrong with a package's feature tokens (asked for or not), or None."""
+        c = self.t.constraints
+        asked = c is not None and c.tokens[link.index - 1]
+        if msg.tokens is None:
+            return "package without the feature tokens asked for" if asked else None
+        if not asked:
+            return "package with feature tokens that were not asked for"
+        if msg.tokens.size and int(msg.tokens.max()) >= link.n_features:
+            return "a feature token beyond the host's features"
+        return None
 
     def _derive(self, link: HostLink, msg: Derived, opened: dict[int, OpenPackage]) -> OpenPackage:
         """A larger child's package from its parent's (last layer) and its sibling's (this
@@ -280,13 +303,17 @@ class TreeLayers:
             raise reject(peer, f"bad split-info package: {exc}") from None
         except CryptoError as exc:
             raise reject(peer, f"split-info sums do not decode: {exc}") from None
-        return open_package(msg.ids, msg.counts, g_int, h_int, self.grids)
+        tokens = None if msg.tokens is None else msg.tokens.astype(np.int64)
+        return open_package(msg.ids, msg.counts, g_int, h_int, self.grids, tokens)
 
     def _choose(
         self, frontier: Frontier, own: LayerSplits, packages: dict[tuple[int, int], OpenPackage]
     ) -> list[_Winner]:
         """Per node, the core's choice between the guest's best and each host's candidates."""
         p = self.t.params
+        state = self.grower.state  # the nodes' bounds and path features under constraints
+        monotone = None if state is None else state.nodes(frontier.nodes)
+        allowed = None if state is None else state.features(frontier.nodes)
         winners = []
         for i, node in enumerate(frontier.nodes.tolist()):
             best = _Winner(GUEST, float(own.gain[i]))
@@ -295,18 +322,33 @@ class TreeLayers:
                 pkg = packages[(link.index, node)]
                 if len(pkg.ids) == 0:
                     continue
-                gains = split_gains(pkg.grad, pkg.hess, G, H, p.reg_lambda)
-                # The core's validity rules (min_child_weight for every output; min_samples_leaf
-                # on counts).
-                valid = np.all(pkg.hess >= p.min_child_weight, axis=1) & np.all(
-                    H - pkg.hess >= p.min_child_weight, axis=1
-                )
-                if p.min_samples_leaf > 1:
-                    n = int(frontier.count[i])
-                    valid &= (pkg.counts >= p.min_samples_leaf) & (
-                        n - pkg.counts >= p.min_samples_leaf
+                rules = None
+                if state is not None:
+                    rules = NodeRules(
+                        None
+                        if monotone is None
+                        else replace(
+                            monotone,
+                            weight=monotone.weight[i],
+                            lower=monotone.lower[i],
+                            upper=monotone.upper[i],
+                        ),
+                        None if allowed is None else allowed[i],
+                        self.t.host_slices[link.index - 1].start,
                     )
-                gains = np.where(valid, gains, -np.inf)
+                # The core's gains and validity rules (min_child_weight for every output,
+                # min_samples_leaf on counts, the constraints).
+                gains = score_host_candidates(
+                    pkg.grad,
+                    pkg.hess,
+                    pkg.counts,
+                    pkg.tokens,
+                    G,
+                    H,
+                    int(frontier.count[i]),
+                    p,
+                    rules,
+                )
                 top = float(gains.max())
                 # Strictly greater: on equal gains the earlier party (lower feature index) wins.
                 if top > best.gain or (np.isnan(best.gain) and not np.isnan(top)):

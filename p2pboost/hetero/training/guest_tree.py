@@ -52,6 +52,7 @@ from p2pboost.hetero.training.common import (
     grid_wire,
     packing_spec,
 )
+from p2pboost.hetero.training.constraints import GuestConstraints
 from p2pboost.hetero.training.guest_layers import HostLink, TreeLayers
 from p2pboost.protocols._messages import send
 from p2pboost.protocols._tasks import gather_or_cancel
@@ -95,6 +96,9 @@ class GuestTrainer:
     #: take part in (None: all; :mod:`p2pboost.hetero.training.modes`).
     features_by_depth: DepthMask | None = None
     host_layers: int | None = None
+    #: Monotone and interaction constraints over the guest's and the hosts' features
+    #: (:mod:`p2pboost.hetero.training.constraints`; None: none).
+    constraints: GuestConstraints | None = None
 
     def __post_init__(self) -> None:
         p = self.params
@@ -197,6 +201,7 @@ class GuestTrainer:
             task.privacy,
             self.features_by_depth,
             columns,
+            None if self.constraints is None else self.constraints.features,
         )
         self.progress.enter(GuestPhase.ENCRYPT, 0)
         stream = asyncio.ensure_future(

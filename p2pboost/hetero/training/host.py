@@ -26,6 +26,7 @@ from p2pboost.hetero.config import VERSION
 from p2pboost.hetero.model import HostModel, HostSplit
 from p2pboost.hetero.training.checkpoint import HostCheckpoint, data_digest
 from p2pboost.hetero.training.common import HostPhase, Progress, logger
+from p2pboost.hetero.training.constraints import HostDeclaration, host_declaration
 from p2pboost.hetero.training.host_tree import Host, Shards
 from p2pboost.hetero.training.start import HostLedger, host_warm
 from p2pboost.net.node import Channel, Session
@@ -51,6 +52,8 @@ async def host_train(
     init_model: HostModel | None = None,
     dp_replay: bool = False,
     memory_budget_mb: float | None = None,
+    monotone_constraints: Any = None,
+    interaction_constraints: Any = None,
 ) -> HostModel:
     """Train as a host with features ``X`` (rows aligned with the guest's).
 
@@ -71,6 +74,11 @@ async def host_train(
     subtraction (more additions, the same trees; :mod:`p2pboost.hetero.training.shards`). Only trees
     with per-level or per-node column draws, and private trees, keep any: otherwise the guest
     derives each split's larger child and the host keeps only counts.
+    ``monotone_constraints``: the directions (-1/0/1) of this host's own features, a mapping by
+    name (or one per feature); ``interaction_constraints``: the run's groups of feature names,
+    the same as every party's (names of other parties' features are ignored here). The guest
+    learns the directions and group memberships of anonymous feature tokens, never a name
+    (:mod:`p2pboost.hetero.training.constraints`).
 
     A host keeps each tree's ciphertexts and histograms in worker processes, one row shard per
     worker (:mod:`p2pboost.hetero.training.shards`), which needs a
@@ -84,6 +92,9 @@ async def host_train(
     """
     run = _HostRun(session, guest, progress or Progress(HostPhase.SETUP), checkpoint, init_model)
     await _setup(run, X, eval_sets, sparse, resume, feature_names, memory_budget_mb)
+    run.declared = host_declaration(
+        monotone_constraints, interaction_constraints, run.names, run.n_features
+    )
     setup = await _handshake(run, dp_replay)
     kept, chain = await _warm_start(run, setup)
     ledger = HostLedger(
@@ -112,6 +123,7 @@ class _HostRun:
     n_features: int = field(init=False)
     digest: str = field(init=False)
     saved: HostCheckpoint | None = field(init=False)
+    declared: HostDeclaration = field(init=False)
 
 
 async def _setup(
@@ -171,10 +183,24 @@ async def _handshake(run: _HostRun, dp_replay: bool) -> Setup:
     evals_rows = [int(e.shape[0]) for e in run.evals]
     init = "" if run.init_model is None else run.init_model.fingerprint
     n_rows = run.X.shape[0]
-    await send(ctl, Hello(VERSION, n_rows, run.n_features, evals_rows, run_id, chain, init))
+    declared = run.declared
+    hello = Hello(
+        VERSION,
+        n_rows,
+        run.n_features,
+        evals_rows,
+        run_id,
+        chain,
+        init,
+        declared.directions,
+        declared.groups,
+    )
+    await send(ctl, hello)
     setup = await recv(ctl, Setup)
     if setup.version != VERSION:
         raise reject(guest, "unsupported protocol version")
+    if setup.tokens and setup.private:
+        raise reject(guest, "asks for feature tokens in a private run")
     if setup.private == PRIVATE_ORDERED and not dp_replay:
         raise reject(
             guest,
@@ -232,6 +258,7 @@ def _host(
         min_child_weight=setup.min_child_weight,
         progress=run.progress,
         private=setup.private,
+        tokens=run.declared.token if setup.tokens else None,
         sparse=sparse,
         hist_budget=None if memory_budget_mb is None else int(memory_budget_mb * 2**20),
         splits=kept,

@@ -178,6 +178,9 @@ class Host:
     hist_budget: int | None = None
     #: A private run (``Setup.private``): 0 none, else every candidate, shuffled or ordered.
     private: int = 0
+    #: Each feature's token, sent with every candidate when the guest asks (``Setup.tokens``;
+    #: :mod:`p2pboost.hetero.training.constraints`); None: not asked.
+    tokens: I64 | None = None
     shards: Shards = field(init=False)
     engine: CryptoEngine = field(init=False)
     splits: list[HostSplit] = field(default_factory=list)
@@ -421,6 +424,7 @@ class _HostTree:
                 ids,
                 head.counts[order],
                 CiphertextBatch.of(h.public_key, compressed),
+                None if h.tokens is None else h.tokens[head.feature[order]].astype(np.uint32),
             ),
         )
 

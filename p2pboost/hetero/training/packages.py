@@ -36,7 +36,9 @@ __all__ = ["OpenPackage", "check_package", "derive", "open_package"]
 @dataclass(frozen=True, eq=False)
 class OpenPackage:
     """One node's host candidates: opaque ids, left row counts, and exact left sums, both as
-    integers on the tree's grids (``(m, outputs)``) and as the floats the core scores."""
+    integers on the tree's grids (``(m, outputs)``) and as the floats the core scores;
+    ``tokens`` each candidate's feature token, when the run asks for them
+    (:mod:`p2pboost.hetero.training.constraints`)."""
 
     ids: npt.NDArray[np.uint64]
     counts: I64
@@ -44,6 +46,7 @@ class OpenPackage:
     hess_int: I64
     grad: F64
     hess: F64
+    tokens: I64 | None = None
 
 
 def open_package(
@@ -52,11 +55,12 @@ def open_package(
     grad_int: npt.ArrayLike,
     hess_int: npt.ArrayLike,
     grids: tuple[Grid, Grid],
+    tokens: I64 | None = None,
 ) -> OpenPackage:
     """A package from its decrypted integer sums."""
     g = np.asarray(grad_int, dtype=np.int64)
     h = np.asarray(hess_int, dtype=np.int64)
-    return OpenPackage(ids, counts, g, h, from_fixed(g, grids[0]), from_fixed(h, grids[1]))
+    return OpenPackage(ids, counts, g, h, from_fixed(g, grids[0]), from_fixed(h, grids[1]), tokens)
 
 
 def check_package(msg: Package, spec: PackingSpec, public_key: AnyPublicKey) -> str | None:
@@ -77,7 +81,8 @@ def derive(
 ) -> OpenPackage:
     """The larger child's package: each candidate's sums over the parent minus its sums over
     the sibling. Raises :class:`ValueError` (saying what is wrong) when the host names a
-    candidate either package lacks or gives a count the two packages contradict."""
+    candidate either package lacks or gives a count the two packages contradict (or a
+    feature token: the candidates keep their parent's tokens)."""
     at_parent = positions(parent.ids, msg.parent_ids)
     at_sibling = positions(sibling.ids, msg.sibling_ids)
     if at_parent is None:
@@ -86,6 +91,11 @@ def derive(
         raise ValueError("names a candidate its sibling's package does not hold")
     if not np.array_equal(parent.counts[at_parent] - sibling.counts[at_sibling], msg.counts):
         raise ValueError("left counts are not the parent's minus the sibling's")
+    tokens = None
+    if parent.tokens is not None and sibling.tokens is not None:
+        tokens = parent.tokens[at_parent]
+        if not np.array_equal(tokens, sibling.tokens[at_sibling]):
+            raise ValueError("names candidates of different features in its parent and sibling")
     g = parent.grad_int[at_parent] - sibling.grad_int[at_sibling]
     h = parent.hess_int[at_parent] - sibling.hess_int[at_sibling]
-    return open_package(msg.ids, msg.counts, g, h, grids)
+    return open_package(msg.ids, msg.counts, g, h, grids, tokens)
