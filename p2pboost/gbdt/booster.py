@@ -55,6 +55,7 @@ __all__ = [
     "Booster",
     "EvalData",
     "bin_eval_sets",
+    "check_eval_sets",
     "check_warm_start",
     "initial_margin",
     "node_columns",
@@ -555,8 +556,27 @@ def bin_eval_sets(
     order: Sequence[str] | None = None,
 ) -> list[EvalData]:
     """Check and bin the evaluation sets once (their margins are set by
-    :class:`~p2pboost.gbdt.rounds.Margins`): each set's features become a :class:`Features`
-    here, with the training columns' ``categories`` and ``order``."""
+    :class:`~p2pboost.gbdt.rounds.Margins`)."""
+    checked = check_eval_sets(
+        objective, mapper.n_features, eval_sets, eval_names, categories, order
+    )
+    return [
+        EvalData(name, mapper.transform(features), y, np.empty((0, 0)))
+        for name, features, y in checked
+    ]
+
+
+def check_eval_sets(
+    objective: Objective,
+    n_features: int,
+    eval_sets: Sequence[EvalSet],
+    eval_names: Sequence[str] | None,
+    categories: Categories | None = None,
+    order: Sequence[str] | None = None,
+) -> list[tuple[str, Features, F64]]:
+    """The evaluation sets checked once: each one's name, its features as a
+    :class:`Features` (with the training columns' ``categories`` and ``order``) and its
+    labels."""
     names = list(eval_names) if eval_names is not None else []
     if eval_names is None:
         names = [f"valid_{i}" for i in range(len(eval_sets))]
@@ -570,10 +590,10 @@ def bin_eval_sets(
             name=f"eval set {name!r}",
             categories=categories,
             order=order,
-            n_features=mapper.n_features,
-            allow_no_features=mapper.n_features == 0,  # a vertical guest with labels only
+            n_features=n_features,
+            allow_no_features=n_features == 0,  # a vertical guest with labels only
         )
         if features.n_rows != yv_arr.size:
             raise InputError(f"eval set {name!r}: rows and labels differ in number")
-        out.append(EvalData(name, mapper.transform(features), yv_arr, np.empty((0, 0))))
+        out.append((name, features, yv_arr))
     return out
