@@ -36,6 +36,7 @@ import numpy.typing as npt
 from p2pboost import certs
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import Booster
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.inference.batch import guest_predict, host_predict
@@ -68,6 +69,10 @@ class VerticalFederation:
     async def _predict(self, X_guest: Any, X_hosts: Sequence[Any]) -> F64:
         if len(X_hosts) != len(self.hosts):
             raise InputError(f"give the rows of each of the {len(self.hosts)} hosts")
+        rows = [  # each host's rows checked once, here (a scipy.sparse matrix stays sparse)
+            Features.from_user(X, order=m.feature_names, n_features=m.n_features, sparse=True)
+            for X, m in zip(X_hosts, self.hosts, strict=True)
+        ]
         names = list(self.guest.hosts)
         async with local_federation(MemoryFabric(), [GUEST, *names]) as fed:
 
@@ -75,13 +80,13 @@ class VerticalFederation:
                 async with fed[GUEST].session("predict", peers=names) as s:
                     return await guest_predict(s, self.guest, X_guest)
 
-            async def host(name: str, model: HostModel, X: Any) -> None:
+            async def host(name: str, model: HostModel, X: Features) -> None:
                 async with fed[name].session("predict", peers=[GUEST]) as s:
                     await host_predict(s, model, X)
 
             margin, *_ = await asyncio.gather(
                 guest(),
-                *(host(n, m, X) for n, m, X in zip(names, self.hosts, X_hosts, strict=True)),
+                *(host(n, m, X) for n, m, X in zip(names, self.hosts, rows, strict=True)),
             )
         return self.guest.transform(np.asarray(margin))
 
@@ -106,6 +111,8 @@ def vertical(
         key_bits=key_bits, allow_insecure_key=allow_insecure_key, scheme=scheme, workers=workers
     )
     names = [f"host{k}" for k in range(1, len(hosts) + 1)]
+    # Each host's features checked once, here (a scipy.sparse matrix stays sparse).
+    features = [Features.from_user(X, sparse=True) for X in hosts]
 
     async def run() -> VerticalFederation:
         async with local_federation(MemoryFabric(), [GUEST, *names]) as fed:
@@ -122,13 +129,13 @@ def vertical(
                         config=config,
                     )
 
-            async def train_host(k: int, X: Any) -> HostModel:
+            async def train_host(k: int, X: Features) -> HostModel:
                 async with fed[names[k]].session("train", peers=[GUEST]) as s:
                     evals = [eval_set[1][k]] if eval_set else ()
                     return await host_train(s, GUEST, X, eval_sets=evals, workers=workers)
 
             g, *h = await asyncio.gather(
-                train_guest(), *(train_host(k, X) for k, X in enumerate(hosts))
+                train_guest(), *(train_host(k, X) for k, X in enumerate(features))
             )
         assert isinstance(g, GuestModel)
         return VerticalFederation(g, [m for m in h if isinstance(m, HostModel)])

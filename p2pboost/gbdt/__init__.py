@@ -5,6 +5,8 @@ parameters, same trees), so every step is deterministic and every histogram sum 
 (gradients on a :mod:`~p2pboost.gbdt.fixedpoint` grid). One job per module:
 
 * :mod:`~p2pboost.gbdt.params` - :class:`BoostParams`, validated in one place;
+* :mod:`~p2pboost.gbdt.features` - a party's features as one value (:class:`Features`),
+  checked once where they enter the library;
 * :mod:`~p2pboost.gbdt.binning` - quantile bins per feature, a missing bin, raw thresholds;
 * :mod:`~p2pboost.gbdt.objectives`, :mod:`~p2pboost.gbdt.metrics` - registries by name;
 * :mod:`~p2pboost.gbdt.histogram` - vectorised (and sparse-aware) gradient histograms;

@@ -24,108 +24,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.exceptions import InputError, InputTypeError, ModelError
+from p2pboost.exceptions import InputError, ModelError
+from p2pboost.gbdt.features import CscMatrix, Features, check_features, check_matrix, is_sparse
 from p2pboost.gbdt.params import MAX_BIN_LIMIT
 
-__all__ = [
-    "BinMapper",
-    "BinnedData",
-    "check_features",
-    "check_matrix",
-    "feature_values",
-    "is_sparse",
-]
+# check_matrix, check_features and is_sparse moved to p2pboost.gbdt.features; importable here.
+__all__ = ["BinMapper", "BinnedData", "check_features", "check_matrix", "is_sparse"]
 
 #: Up to this many cut points, bins are found by comparisons rather than binary search.
 _COMPARE_EDGES = 64
-
-
-def check_matrix(
-    X: Any, name: str = "X", n_features: int | None = None, *, allow_no_features: bool = False
-) -> npt.NDArray[np.float64]:
-    """``X`` as a 2-D float64 array; NaN allowed (missing), anything else non-numeric is not.
-
-    A scipy.sparse matrix is made dense here (its implicit entries are zeros, not missing
-    values); complex numbers are refused rather than silently cut to their real part.
-    ``allow_no_features``: rows without columns are valid (a vertical guest that holds only
-    the labels).
-    """
-    if hasattr(X, "toarray") and hasattr(X, "nnz"):  # scipy.sparse, without importing scipy
-        X = X.toarray()
-    raw = X if isinstance(X, np.ndarray) else None
-    if raw is not None and raw.dtype.kind == "c":
-        raise InputTypeError(f"Complex data not supported: {name} holds complex numbers")
-    try:
-        arr = np.asarray(X, dtype=np.float64)
-    except TypeError as exc:
-        raise InputTypeError(f"{name} must be a numeric 2-D array: {exc}") from None
-    except ValueError as exc:
-        raise InputError(f"{name} must be a numeric 2-D array: {exc}") from None
-    if arr.ndim == 1:
-        raise InputError(
-            f"{name} must be 2-D (rows, features), got a 1-D array of shape {arr.shape}. "
-            "Reshape your data with X.reshape(-1, 1) for one feature, or X.reshape(1, -1) for "
-            "one row"
-        )
-    if arr.ndim != 2:
-        raise InputError(f"{name} must be 2-D (rows, features), got shape {arr.shape}")
-    for axis, what in ((1, "feature"), (0, "sample")):
-        if arr.shape[axis] == 0 and not (axis == 1 and allow_no_features):
-            raise InputError(
-                f"{name} has 0 {what}(s) (shape={arr.shape}) while a minimum of 1 is required."
-            )
-    if n_features is not None and arr.shape[1] != n_features:
-        raise InputError(f"{name} has {arr.shape[1]} features, the model expects {n_features}")
-    return arr
-
-
-def is_sparse(X: Any) -> bool:
-    """Whether ``X`` is a scipy.sparse matrix or array (without importing scipy)."""
-    return hasattr(X, "tocsc") and hasattr(X, "nnz")
-
-
-def check_features(
-    X: Any, name: str = "X", n_features: int | None = None, *, allow_no_features: bool = False
-) -> Any:
-    """``X`` checked as :func:`check_matrix` does, but a scipy.sparse matrix stays sparse: a
-    float64 CSC matrix (its implicit entries are zeros; an explicit NaN is a missing value),
-    which :class:`BinMapper` bins and :func:`feature_values` reads column by column, so wide
-    sparse data is never made dense."""
-    if not is_sparse(X):
-        return check_matrix(X, name, n_features, allow_no_features=allow_no_features)
-    if X.dtype.kind == "c":
-        raise InputTypeError(f"Complex data not supported: {name} holds complex numbers")
-    if X.dtype.kind not in "biuf":
-        raise InputTypeError(f"{name} must hold numbers, not {X.dtype}")
-    csc = X.tocsc().astype(np.float64)
-    csc.sum_duplicates()
-    shape = csc.shape
-    if len(shape) != 2 or shape[0] == 0 or (shape[1] == 0 and not allow_no_features):
-        raise InputError(f"{name} must be 2-D with rows and features, got shape {shape}")
-    if n_features is not None and shape[1] != n_features:
-        raise InputError(f"{name} has {shape[1]} features, the model expects {n_features}")
-    return csc
-
-
-def _column(csc: Any, f: int) -> npt.NDArray[np.float64]:
-    """Column ``f`` of a CSC matrix, as a dense float64 vector."""
-    col = np.zeros(csc.shape[0], dtype=np.float64)
-    lo, hi = csc.indptr[f], csc.indptr[f + 1]
-    col[csc.indices[lo:hi]] = csc.data[lo:hi]
-    return col
-
-
-def feature_values(X: Any, features: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    """``X``'s values of ``features`` (repeats allowed), shape ``(len(features), rows)``:
-    for a sparse ``X`` only those columns are made dense."""
-    if not is_sparse(X):
-        return np.asarray(X[:, features].T, dtype=np.float64)
-    if getattr(X, "format", None) != "csc":
-        X = check_features(X)
-    out = np.empty((len(features), X.shape[0]), dtype=np.float64)
-    for i, f in enumerate(np.asarray(features).tolist()):
-        out[i] = _column(X, f)
-    return out
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -169,16 +76,15 @@ class BinMapper:
 
     # -- learning ----------------------------------------------------------------------------
 
-    def fit(self, X: Any) -> BinMapper:
-        """Learn cut points for every column of ``X`` (NaN ignored; a scipy.sparse ``X`` one
-        column at a time, the same cuts as its dense form)."""
-        if is_sparse(X):
-            csc = check_features(X, allow_no_features=True)
-            self.edges = [_cuts(_column(csc, f), self.max_bin) for f in range(csc.shape[1])]
-            self._table = None
-            self._fitted = True
-            return self
-        cols = np.ascontiguousarray(check_matrix(X, allow_no_features=True).T)
+    def fit(self, X: Features | npt.NDArray[Any]) -> BinMapper:
+        """Learn cut points for every column of ``X`` (NaN ignored; sparse features one
+        column at a time, the same cuts as their dense form). A bare array is checked first
+        (:meth:`Features.from_user`)."""
+        features = _features(X)
+        if features.is_sparse:
+            cols: Any = (features.column(f) for f in range(features.n_features))
+        else:
+            cols = np.ascontiguousarray(features.dense().T)
         self.edges = [_cuts(col, self.max_bin) for col in cols]
         self._table = None
         self._fitted = True
@@ -208,13 +114,15 @@ class BinMapper:
 
     # -- mapping -----------------------------------------------------------------------------
 
-    def transform(self, X: Any) -> BinnedData:
+    def transform(self, X: Features | npt.NDArray[Any]) -> BinnedData:
         """Bin codes of ``X`` (feature-major), with NaN mapped to the missing bin."""
         self._require_fitted()
-        if is_sparse(X):
-            return self._transform_sparse(check_features(X, n_features=self.n_features))
-        arr = check_matrix(X, n_features=self.n_features, allow_no_features=True)
-        cols = np.ascontiguousarray(arr.T)  # feature-major: each search reads contiguous data
+        features = _features(X, self.n_features)
+        if not isinstance(features.matrix, np.ndarray):
+            return self._transform_sparse(features.matrix)
+        cols = np.ascontiguousarray(
+            features.matrix.T
+        )  # feature-major: each search reads contiguous data
         codes = np.empty(cols.shape, dtype=self.dtype)
         has_missing = False
         for f, edges in enumerate(self.edges):
@@ -225,7 +133,7 @@ class BinMapper:
                 has_missing = True
         return BinnedData(codes=codes, n_slots=self.n_slots, has_missing=has_missing)
 
-    def _transform_sparse(self, csc: Any) -> BinnedData:
+    def _transform_sparse(self, csc: CscMatrix) -> BinnedData:
         """Codes of a CSC matrix: each column filled with the code of 0, then its stored
         entries binned (no dense float matrix)."""
         n_rows, n_feat = csc.shape
@@ -244,8 +152,9 @@ class BinMapper:
             codes[f, rows] = stored
         return BinnedData(codes=codes, n_slots=self.n_slots, has_missing=has_missing)
 
-    def fit_transform(self, X: Any) -> BinnedData:
-        return self.fit(X).transform(X)
+    def fit_transform(self, X: Features | npt.NDArray[Any]) -> BinnedData:
+        features = _features(X)
+        return self.fit(features).transform(features)
 
     def threshold(self, feature: int, bin_: int) -> float:
         """Raw threshold of split "bin <= ``bin_``": rows with ``x <= threshold`` go left."""
@@ -287,6 +196,11 @@ class BinMapper:
     def _require_fitted(self) -> None:
         if not self._fitted:
             raise InputError("BinMapper is not fitted")
+
+
+def _features(X: Features | npt.NDArray[Any], n_features: int | None = None) -> Features:
+    """``X`` as :class:`Features` (sparse kept sparse; a guest's zero columns allowed)."""
+    return Features.from_user(X, n_features=n_features, sparse=True, allow_no_features=True)
 
 
 def _bin_codes(

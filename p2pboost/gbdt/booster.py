@@ -21,15 +21,16 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
-from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
+from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.callbacks import Callback
-from p2pboost.gbdt.categories import apply_categories, fit_categories, model_categories
+from p2pboost.gbdt.categories import Categories, fit_categories, model_categories
 from p2pboost.gbdt.constraints import resolve_constraints
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.grower import DepthMask, NodeColumns, TreeGrower
 from p2pboost.gbdt.histogram import make_builder
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
 from p2pboost.gbdt.metrics import get_metric
-from p2pboost.gbdt.names import by_name, check_names, model_names, names_of
+from p2pboost.gbdt.names import check_names, model_names
 from p2pboost.gbdt.objectives import Objective, canonical_objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import RowKeys, check_private_labels
@@ -54,6 +55,7 @@ __all__ = [
     "Booster",
     "EvalData",
     "bin_eval_sets",
+    "check_eval_sets",
     "check_warm_start",
     "initial_margin",
     "node_columns",
@@ -163,8 +165,9 @@ class Booster:
     def predict_margin(self, X: Any, n_rounds: int | None = None) -> F64:
         """Raw scores ``(n, K)`` of the first ``n_rounds`` rounds (default: best or all); a
         DataFrame's columns are matched to the model's by name."""
-        coded = apply_categories(X, self.categories)
-        arr = check_matrix(by_name(coded, self.feature_names), n_features=self.n_features)
+        arr = Features.from_user(
+            X, categories=self.categories, order=self.feature_names, n_features=self.n_features
+        ).dense()
         margin = np.tile(self.base_margin, (arr.shape[0], 1))
         for tree, out in self._used_trees(n_rounds):
             add_tree(margin, tree.predict_raw(arr), out)
@@ -355,31 +358,37 @@ def train(
     y_arr = objective.check_labels(y)
     if params.dp is not None:
         check_private_run(params, y_arr, init_model is not None, sample_weight is not None)
-    categories = init_model.categories if init_model is not None else fit_categories(X)
-    X = apply_categories(X, categories)  # categorical columns as their codes
-    names = names_of(X) if feature_names is None else list(feature_names)
-    if init_model is not None and names is not None and init_model.feature_names is not None:
-        X = by_name(X, init_model.feature_names)  # a warm start on the model's columns
-        names = init_model.feature_names
-    X_arr = check_matrix(X)
-    if X_arr.shape[0] != y_arr.size:
-        raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
+    categories = (
+        init_model.categories
+        if init_model is not None
+        else X.categories
+        if isinstance(X, Features)
+        else fit_categories(X)
+    )
+    features = Features.from_user(  # categorical columns as their codes; a warm start on
+        X,  # the model's columns, in its order
+        feature_names=feature_names,
+        categories=categories,
+        order=None if init_model is None else init_model.feature_names,
+    )
+    names = None if features.names is None else list(features.names)
+    if features.n_rows != y_arr.size:
+        raise InputError(f"X has {features.n_rows} rows but y has {y_arr.size} labels")
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
 
     start = None
     if init_model is None:
-        mapper = BinMapper(params.max_bin).fit(X_arr)
+        mapper = BinMapper(params.max_bin).fit(features)
         base = initial_margin(objective, params, y_arr)
     else:
-        check_warm_start(init_model.params, params, init_model.n_features, X_arr.shape[1])
+        check_warm_start(init_model.params, params, init_model.n_features, features.n_features)
         mapper, base = init_model.mapper, init_model.base_margin
         start = RoundStart(
             init_model.trees, init_model.tree_output, init_model.history, init_model.rng_state
         )
-    data = mapper.transform(X_arr)
+    data = mapper.transform(features)
     # Evaluation frames get the training columns' encoding and order.
-    eval_sets = [(by_name(apply_categories(Xe, categories), names), ye) for Xe, ye in eval_sets]
-    evals = bin_eval_sets(objective, mapper, eval_sets, eval_names)
+    evals = bin_eval_sets(objective, mapper, eval_sets, eval_names, categories, names)
     loop = RoundLoop(
         params,
         data.n_features,
@@ -402,7 +411,7 @@ def train(
     constraints = resolve_constraints(
         params.monotone_constraints,
         params.interaction_constraints,
-        X_arr.shape[1],
+        features.n_features,
         names,
         list(categories or ()),
     )
@@ -436,7 +445,7 @@ def train(
         loop.best_iteration,
         loop.history,
         loop.rng_state,
-        check_names(names, X_arr.shape[1]),
+        check_names(names, features.n_features),
         categories,
         None if loop.privacy is None else loop.privacy.record(),
         filtered_rows=None if loop.privacy is None else loop.privacy.filtered_rows,
@@ -543,9 +552,31 @@ def bin_eval_sets(
     mapper: BinMapper,
     eval_sets: Sequence[EvalSet],
     eval_names: Sequence[str] | None,
+    categories: Categories | None = None,
+    order: Sequence[str] | None = None,
 ) -> list[EvalData]:
     """Check and bin the evaluation sets once (their margins are set by
     :class:`~p2pboost.gbdt.rounds.Margins`)."""
+    checked = check_eval_sets(
+        objective, mapper.n_features, eval_sets, eval_names, categories, order
+    )
+    return [
+        EvalData(name, mapper.transform(features), y, np.empty((0, 0)))
+        for name, features, y in checked
+    ]
+
+
+def check_eval_sets(
+    objective: Objective,
+    n_features: int,
+    eval_sets: Sequence[EvalSet],
+    eval_names: Sequence[str] | None,
+    categories: Categories | None = None,
+    order: Sequence[str] | None = None,
+) -> list[tuple[str, Features, F64]]:
+    """The evaluation sets checked once: each one's name, its features as a
+    :class:`Features` (with the training columns' ``categories`` and ``order``) and its
+    labels."""
     names = list(eval_names) if eval_names is not None else []
     if eval_names is None:
         names = [f"valid_{i}" for i in range(len(eval_sets))]
@@ -554,13 +585,15 @@ def bin_eval_sets(
     out = []
     for name, (Xv, yv) in zip(names, eval_sets, strict=True):
         yv_arr = objective.check_labels(yv)
-        arr = check_matrix(
+        features = Features.from_user(
             Xv,
             name=f"eval set {name!r}",
-            n_features=mapper.n_features,
-            allow_no_features=mapper.n_features == 0,  # a vertical guest with labels only
+            categories=categories,
+            order=order,
+            n_features=n_features,
+            allow_no_features=n_features == 0,  # a vertical guest with labels only
         )
-        if arr.shape[0] != yv_arr.size:
+        if features.n_rows != yv_arr.size:
             raise InputError(f"eval set {name!r}: rows and labels differ in number")
-        out.append(EvalData(name, mapper.transform(arr), yv_arr, np.empty((0, 0))))
+        out.append((name, features, yv_arr))
     return out

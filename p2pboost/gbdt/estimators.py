@@ -33,10 +33,9 @@ from p2pboost.gbdt._sklearn import (
     EstimatorNotFittedError,
     RegressorMixin,
 )
-from p2pboost.gbdt.binning import check_matrix
 from p2pboost.gbdt.booster import ESTIMATOR_FORMAT, Booster, train
 from p2pboost.gbdt.callbacks import Callback, CallbackEnv, EarlyStopping
-from p2pboost.gbdt.names import by_name
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.objectives import canonical_objective
 from p2pboost.gbdt.params import BoostParams, DPParams
 from p2pboost.gbdt.shap import booster_contributions
@@ -148,17 +147,17 @@ class _GBDTBase(BaseEstimator):
             raise InputError(f"y must be a non-empty 1-D array, got shape {arr.shape}")
         return arr
 
-    def _X(self, X: Any) -> F64:
-        """``X`` for prediction: columns matched by name when both X and the model have names
-        (:mod:`p2pboost.gbdt.names`), then the model's number of features."""
+    def _X(self, X: Any) -> Features:
+        """``X`` for prediction, checked once: columns matched by name when both X and the
+        model have names (:mod:`p2pboost.gbdt.names`), then the model's number of features."""
         booster = self._booster()
-        arr = check_matrix(by_name(X, booster.feature_names))
-        if arr.shape[1] != self.n_features_in_:
+        features = Features.from_user(X, order=booster.feature_names)
+        if features.n_features != self.n_features_in_:
             raise InputError(
-                f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
+                f"X has {features.n_features} features, but {type(self).__name__} is expecting "
                 f"{self.n_features_in_} features as input"
             )
-        return arr
+        return features
 
     # -- shared fitting ----------------------------------------------------------------------------
 

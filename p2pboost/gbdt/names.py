@@ -16,7 +16,7 @@ from typing import Any
 
 from p2pboost.exceptions import InputError, ModelError
 
-__all__ = ["by_name", "check_names", "model_names", "names_of"]
+__all__ = ["by_name", "check_names", "column_order", "model_names", "names_of"]
 
 #: Shown when names do not match (scikit-learn's wording, which its users search for).
 MISMATCH = "The feature names should match those that were passed during fit."
@@ -64,8 +64,16 @@ def by_name(X: Any, names: Sequence[str] | None) -> Any:
     """``X`` with its columns in the order of ``names``, when both it and the model have
     names (otherwise ``X`` as it is, taken by position)."""
     given = names_of(X)
-    if names is None or given is None or given == list(names):
+    if names is None or given is None or column_order(given, names) is None:
         return X
+    return X[list(names)]  # the same columns, in the model's order
+
+
+def column_order(given: Sequence[str], names: Sequence[str]) -> list[int] | None:
+    """Where each of the model's ``names`` sits among the ``given`` columns (None: already in
+    order); InputError naming the unseen, missing or repeated ones if they do not match."""
+    if list(given) == list(names):
+        return None
     expected = set(names)
     unseen = [c for c in given if c not in expected]
     missing = [c for c in names if c not in set(given)]
@@ -80,4 +88,5 @@ def by_name(X: Any, names: Sequence[str] | None) -> Any:
         if not problems:
             problems.append("Some feature names appear more than once.")
         raise InputError(" ".join([MISMATCH, *problems]))
-    return X[list(names)]  # the same columns, in the model's order
+    where = {c: i for i, c in enumerate(given)}
+    return [where[c] for c in names]

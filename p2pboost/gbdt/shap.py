@@ -45,10 +45,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
-from p2pboost.gbdt.binning import check_matrix
 from p2pboost.gbdt.booster import Booster
-from p2pboost.gbdt.categories import apply_categories
-from p2pboost.gbdt.names import by_name
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.tree import Tree
 
 __all__ = [
@@ -192,8 +190,9 @@ def booster_contributions(
     :func:`ensemble_contributions`'; ``n_rounds`` as in
     :meth:`~p2pboost.gbdt.booster.Booster.predict_margin`.
     """
-    coded = apply_categories(X, booster.categories)
-    arr = check_matrix(by_name(coded, booster.feature_names), n_features=booster.n_features)
+    arr = Features.from_user(
+        X, categories=booster.categories, order=booster.feature_names, n_features=booster.n_features
+    ).dense()
     if n_rounds is None:
         used = booster.n_rounds if booster.best_iteration is None else booster.best_iteration + 1
     else:

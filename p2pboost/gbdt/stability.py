@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.binning import BinMapper
+from p2pboost.gbdt.features import Features
 
 __all__ = [
     "EPSILON",
@@ -81,7 +82,7 @@ def band(value: float) -> Literal["stable", "watch", "shift"]:
     return "watch" if value <= SHIFT else "shift"
 
 
-def feature_counts(mapper: BinMapper, X: Any) -> I64:
+def feature_counts(mapper: BinMapper, X: Features | npt.NDArray[Any]) -> I64:
     """Rows per bin ``(features, mapper.n_slots)`` of raw rows ``X`` in the model's bins
     (NaN in the missing bin, the last slot): what a party keeps of its training rows and
     computes for each new batch."""

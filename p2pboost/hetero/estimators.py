@@ -35,9 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, NotFittedError
-from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import Callback, EarlyStopping
-from p2pboost.gbdt.names import names_of
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import check_weights
 from p2pboost.hetero.config import HeteroConfig
@@ -153,22 +152,23 @@ class HeteroGuest:
         ``feature_names`` (default: a DataFrame's columns) go into the model; ``init_model``
         (a model or its file) is continued with more rounds (every host passes its part);
         ``sample_weight`` (per row of ``X``) stays with the guest."""
-        names = names_of(X) if feature_names is None else list(feature_names)
         if init_model is not None and not isinstance(init_model, GuestModel):
             init_model = GuestModel.load(init_model)
-        X_arr = np.asarray(X, dtype=np.float64)
+        # Checked once, here; guest_train takes the value as it is.
+        X_arr = Features.from_user(X, feature_names=feature_names, allow_no_features=True)
+        names = None if X_arr.names is None else list(X_arr.names)
         y_arr = np.asarray(y)
-        _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
+        _check_ids(ids, X_arr.n_rows)
         if ids is not None:
-            if y_arr.shape[:1] != X_arr.shape[:1]:
-                raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.shape[0]}")
+            if y_arr.shape[:1] != (X_arr.n_rows,):
+                raise InputError(f"X has {X_arr.n_rows} rows but y has {y_arr.shape[0]}")
             keep = await _aligned_positions(
                 node, self.session_id, "guest", hosts, ids, self.executor
             )
-            weight = check_weights(sample_weight, X_arr.shape[0])  # one per row given
+            weight = check_weights(sample_weight, X_arr.n_rows)  # one per row given
             if weight is not None:
                 sample_weight = weight[keep]  # the rows kept
-            X_arr, y_arr = X_arr[keep], y_arr[keep]
+            X_arr, y_arr = X_arr.rows(keep), y_arr[keep]
             self.aligned_ids_ = np.asarray(ids)[keep]
         cbs = list(callbacks)
         if self.early_stopping_rounds is not None:
@@ -305,17 +305,18 @@ class HeteroHost:
         ``feature_names`` (default: a DataFrame's columns) stay in this host's model part;
         ``init_model``: this host's part (or file) of the model the guest continues;
         ``progress``: where the host keeps its phase and tree (read it to monitor)."""
-        names = names_of(X) if feature_names is None else list(feature_names)
         if init_model is not None and not isinstance(init_model, HostModel):
             init_model = HostModel.load(init_model)
-        # A scipy.sparse matrix stays sparse (host_train bins it column by column).
-        X_arr = X.tocsr() if is_sparse(X) else np.asarray(X, dtype=np.float64)
-        _check_ids(ids, X_arr.shape[0] if X_arr.ndim == 2 else -1)
+        # Checked once, here; a scipy.sparse matrix stays sparse (host_train bins it column
+        # by column) and host_train takes the value as it is.
+        X_arr = Features.from_user(X, feature_names=feature_names, sparse=True)
+        names = None if X_arr.names is None else list(X_arr.names)
+        _check_ids(ids, X_arr.n_rows)
         if ids is not None:
             keep = await _aligned_positions(
                 node, self.session_id, "host", [guest], ids, self.executor
             )
-            X_arr = X_arr[keep]
+            X_arr = X_arr.rows(keep)
             self.aligned_ids_ = np.asarray(ids)[keep]
         async with node.session(self.session_id, peers=[guest]) as session:
             self._model = await host_train(

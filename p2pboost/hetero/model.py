@@ -30,10 +30,11 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.files import atomic_write
-from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix, feature_values
+from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, privacy_from, rng_state_from
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.history import History, history_from_json, history_to_json
-from p2pboost.gbdt.names import by_name, model_names
+from p2pboost.gbdt.names import model_names
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import add_tree
@@ -138,11 +139,12 @@ class GuestModel:
         self, X: Any, decisions: Sequence[HostDecisions], n_rounds: int | None = None
     ) -> F64:
         """Raw scores ``(n, K)`` from the guest's features and every host's decisions."""
-        arr = check_matrix(
-            by_name(X, self.feature_names),
+        arr = Features.from_user(
+            X,
+            order=self.feature_names,
             n_features=self.n_features,
             allow_no_features=self.n_features == 0,  # a guest with labels only
-        )
+        ).dense()
         if len(decisions) != len(self.hosts):
             raise InputError(f"need decisions from {len(self.hosts)} hosts")
         used = self.used_trees(n_rounds)
@@ -292,10 +294,12 @@ class HostModel:
     def decisions(self, X: Any) -> HostDecisions:
         """``go_left`` of every split this host owns for every row of its features ``X`` (a
         DataFrame's columns matched by name)."""
-        arr = check_features(by_name(X, self.feature_names), n_features=self.n_features)
+        given = Features.from_user(
+            X, order=self.feature_names, n_features=self.n_features, sparse=True
+        )
         features = np.array([s.feature for s in self.splits], dtype=np.int64)
-        values = feature_values(arr, features)  # sparse: only the split features made dense
-        go_left = np.zeros((len(self.splits), arr.shape[0]), dtype=np.bool_)
+        values = given.columns(features)  # sparse: only the split features made dense
+        go_left = np.zeros((len(self.splits), given.n_rows), dtype=np.bool_)
         for i, s in enumerate(self.splits):
             x = values[i]
             go_left[i] = np.where(np.isnan(x), s.default_left, x <= s.threshold)

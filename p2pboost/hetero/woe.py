@@ -51,8 +51,9 @@ from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.histogram import EncryptedHistogram, build_histogram
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import CodecError, InputError, KeyMismatchError
-from p2pboost.gbdt.binning import BinMapper, check_features, check_matrix
-from p2pboost.gbdt.names import check_names, names_of
+from p2pboost.gbdt.binning import BinMapper
+from p2pboost.gbdt.features import Features
+from p2pboost.gbdt.names import check_names
 from p2pboost.gbdt.woe import SMOOTHING, Monotone, WoeBins, bin_counts, select_by_iv, woe_bins
 from p2pboost.hetero._woe_messages import (
     VERSION,
@@ -185,15 +186,17 @@ async def guest_woe(
         raise InputError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     _check_selection(threshold, top_k)
     labels = np.asarray(y).reshape(-1)
-    given = names_of(X) if feature_names is None else list(feature_names)
-    if X is None:
-        X = np.empty((labels.size, 0))
-    X_arr = check_matrix(X, allow_no_features=True)
-    names = check_names(given, X_arr.shape[1]) or [f"x{j}" for j in range(X_arr.shape[1])]
-    if X_arr.shape[0] != labels.size:
-        raise InputError(f"X has {X_arr.shape[0]} rows but y has {labels.size} labels")
-    mapper = BinMapper(max_bin).fit(X_arr)
-    data = mapper.transform(X_arr)
+    mine = Features.from_user(
+        np.empty((labels.size, 0)) if X is None else X,
+        feature_names=feature_names,
+        allow_no_features=True,
+    )
+    m = mine.n_features
+    names = check_names(mine.names, m) or [f"x{j}" for j in range(m)]
+    if mine.n_rows != labels.size:
+        raise InputError(f"X has {mine.n_rows} rows but y has {labels.size} labels")
+    mapper = BinMapper(max_bin).fit(mine)
+    data = mapper.transform(mine)
     events, non_events = bin_counts(data.codes, labels, data.n_slots)  # checks 0/1 labels
     y01 = labels.astype(np.int64)
     n_rows, n_events = int(y01.size), int(y01.sum())
@@ -322,10 +325,9 @@ async def host_woe(
     guest's). Bins its features with the guest's ``max_bin`` (training's quantile bins), sums
     the encrypted labels per bin, and returns the names of its own features the guest's
     selection keeps; nothing else of the result reaches a host."""
-    given = names_of(X) if feature_names is None else list(feature_names)
-    X_arr = check_features(X)
-    names = check_names(given, X_arr.shape[1]) or [f"x{j}" for j in range(X_arr.shape[1])]
-    n_rows, n_features = X_arr.shape
+    features = Features.from_user(X, feature_names=feature_names, sparse=True)
+    n_rows, n_features = features.n_rows, features.n_features
+    names = check_names(features.names, n_features) or [f"x{j}" for j in range(n_features)]
     if n_features == 0:
         raise InputError("a host needs at least one feature")
     ch = session.channel(guest, CHANNEL)
@@ -334,8 +336,8 @@ async def host_woe(
     if setup.version != VERSION:
         raise reject(guest, "unsupported protocol version")
     key = setup.key
-    mapper = await asyncio.to_thread(BinMapper(setup.max_bin).fit, X_arr)
-    data = await asyncio.to_thread(mapper.transform, X_arr)
+    mapper = await asyncio.to_thread(BinMapper(setup.max_bin).fit, features)
+    data = await asyncio.to_thread(mapper.transform, features)
     bins = np.ascontiguousarray(data.codes.T)
     # Each chunk's histogram is built as it arrives (while the guest encrypts the next) and
     # merged into the total: cells of disjoint row sets multiply.

@@ -34,9 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError, P2PBoostError, RemoteProtocolError
-from p2pboost.gbdt.binning import BinMapper, check_matrix
+from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import Booster, check_private_run, privacy_from, rng_state_from
 from p2pboost.gbdt.constraints import resolve_constraints
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import MultiStrategy
 from p2pboost.gbdt.rounds import check_weights
@@ -349,7 +350,7 @@ async def client_train(
     or a misbehaving client).
     """
     config = config.validate()
-    X_arr = check_matrix(X)
+    X_arr = Features.from_user(X).dense()  # checked once, here; below it a float64 matrix
     objective = get_objective(config.params)
     y_arr = objective.check_labels(y)
     if X_arr.shape[0] != y_arr.size:
@@ -360,7 +361,7 @@ async def client_train(
     resolve_constraints(p.monotone_constraints, p.interaction_constraints, X_arr.shape[1])
     ev: tuple[F64, F64] | None = None
     if eval_set is not None:
-        Xv = check_matrix(eval_set[0], "eval X", n_features=X_arr.shape[1])
+        Xv = Features.from_user(eval_set[0], name="eval X", n_features=X_arr.shape[1]).dense()
         yv = objective.check_labels(eval_set[1])
         if Xv.shape[0] != yv.size:
             raise InputError("eval set: rows and labels differ in number")

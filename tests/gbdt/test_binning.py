@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -62,7 +64,7 @@ def test_bad_max_bin_raises(max_bin: object) -> None:
 
 
 @pytest.mark.parametrize("X", [np.zeros((0, 3)), np.zeros(3), [["a", "b"]]], ids=str)
-def test_bad_matrices_raise(X: object) -> None:
+def test_bad_matrices_raise(X: Any) -> None:
     with pytest.raises(InputError):
         BinMapper(8).fit(X)
 

@@ -12,8 +12,9 @@ import pytest
 import scipy.sparse as sp  # type: ignore[import-untyped]
 
 from p2pboost.exceptions import InputError, InputTypeError
-from p2pboost.gbdt.binning import BinMapper, check_features, feature_values
+from p2pboost.gbdt.binning import BinMapper, check_features
 from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.inference.batch import guest_predict, host_predict
 from p2pboost.hetero.model import GuestModel, HostModel, joined_trees
@@ -46,7 +47,9 @@ def test_sparse_binning_equals_the_dense_binning() -> None:
     assert sparse_codes.has_missing
     assert dense_codes.has_missing
     cols = np.array([3, 0, 3])
-    np.testing.assert_array_equal(feature_values(X, cols), dense[:, cols].T)
+    np.testing.assert_array_equal(
+        Features.from_user(X, sparse=True).columns(cols), dense[:, cols].T
+    )
 
 
 def test_sparse_input_is_never_made_dense() -> None:

@@ -23,8 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
-from p2pboost.gbdt.binning import check_features, check_matrix
-from p2pboost.gbdt.names import by_name
+from p2pboost.gbdt.features import Features
 from p2pboost.hetero._messages import Predict, PredictBits
 from p2pboost.hetero.inference.forest import (
     HostSplits,
@@ -55,12 +54,13 @@ async def guest_predict(
 
     ``channel``: the session's channel for it (a warm start asks inside its training
     session, beside the training's own channels)."""
-    arr = check_matrix(
-        by_name(X, model.feature_names),
+    features = Features.from_user(
+        X,
+        order=model.feature_names,
         n_features=model.n_features,
         allow_no_features=model.n_features == 0,  # a guest with labels only
     )
-    n = arr.shape[0]
+    n = features.n_rows
     request = Predict(model.fingerprint, n)
 
     async def ask(k: int, host: str) -> HostDecisions:
@@ -69,7 +69,7 @@ async def guest_predict(
         return _check_bits(await recv(ctl, PredictBits), host, model, k, n)
 
     decisions = await gather_or_cancel(*(ask(k, h) for k, h in enumerate(model.hosts, start=1)))
-    return model.predict_margin(arr, decisions, n_rounds)
+    return model.predict_margin(features, decisions, n_rounds)
 
 
 def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int) -> HostDecisions:
@@ -87,13 +87,15 @@ def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int
 async def host_predict(session: Session, model: HostModel, X: Any, *, channel: str = "ctl") -> None:
     """Answer one prediction request of the guest for this host's rows ``X`` (on
     ``channel``, as the guest asks)."""
-    arr = check_features(by_name(X, model.feature_names), n_features=model.n_features)
+    features = Features.from_user(
+        X, order=model.feature_names, n_features=model.n_features, sparse=True
+    )
     ctl = session.channel(model.guest, channel)
     msg = await recv(ctl, Predict)
     if msg.fingerprint != model.fingerprint:
         raise ModelError("the guest's model is from another training (fingerprints differ)")
-    if msg.n != arr.shape[0]:
-        raise InputError(f"the guest predicts {msg.n!r} rows, this host has {arr.shape[0]}")
+    if msg.n != features.n_rows:
+        raise InputError(f"the guest predicts {msg.n!r} rows, this host has {features.n_rows}")
     splits = HostSplits.of(model)
-    bits = host_bits(splits, arr)
+    bits = host_bits(splits, features)
     await send(ctl, PredictBits(splits.tree, splits.node, pack_bits(bits)))

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from p2pboost.exceptions import InputError
-from p2pboost.gbdt.binning import feature_values
+from p2pboost.gbdt.features import Features
 from p2pboost.hetero.model import GUEST, GuestModel, HostModel
 
 __all__ = ["FlatForest", "HostSplits", "host_bits", "pack_bits", "unpack_bits"]
@@ -68,10 +68,14 @@ class HostSplits:
         )
 
 
-def host_bits(splits: HostSplits, X: Any) -> B8:
-    """``go_left[split, row]`` for every split of the host and every row of ``X`` (dense, or
-    a CSC matrix of which only the split features are read)."""
-    values = feature_values(X, splits.feature)
+def host_bits(splits: HostSplits, X: Features | F64) -> B8:
+    """``go_left[split, row]`` for every split of the host and every row of ``X`` (checked
+    features, dense or sparse, of which only the split features are read; or a feature
+    store's rows)."""
+    if isinstance(X, Features):
+        values = X.columns(splits.feature)
+    else:
+        values = np.asarray(X[:, splits.feature].T, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         below = values <= splits.threshold[:, None]
     return np.where(np.isnan(values), splits.default_left[:, None], below)

@@ -69,18 +69,19 @@ import numpy as np
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import DeadlineExceeded, InputError
-from p2pboost.gbdt.binning import BinMapper, BinnedData, check_matrix
+from p2pboost.gbdt.binning import BinMapper, BinnedData
 from p2pboost.gbdt.booster import (
     EvalData,
-    bin_eval_sets,
+    check_eval_sets,
     check_private_run,
     check_warm_start,
     initial_margin,
     node_columns,
 )
 from p2pboost.gbdt.callbacks import Callback
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.metrics import Metric, get_metric, leaf_purity
-from p2pboost.gbdt.names import by_name, check_names, names_of
+from p2pboost.gbdt.names import check_names
 from p2pboost.gbdt.objectives import Objective, get_objective
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import Margins, RoundLoop, check_weights, trees_per_round
@@ -160,9 +161,10 @@ async def guest_train(
         checkpoint,
         init_model,
         callbacks,
-        list(eval_sets),
     )
-    await _setup(run, X, y, eval_names, eval_metrics, feature_names, sample_weight, resume)
+    await _setup(
+        run, X, y, eval_sets, eval_names, eval_metrics, feature_names, sample_weight, resume
+    )
     hellos = await _handshake(run)
     run.constraints = guest_constraints(
         run.params, run.names, run.data.n_features, run.hosts, hellos
@@ -197,11 +199,11 @@ class _GuestRun:
     checkpoint: str | os.PathLike[str] | None
     init_model: GuestModel | None
     callbacks: Sequence[Callback]
-    eval_X: list[tuple[Any, Any]]
     # -- set by _setup
     objective: Objective = field(init=False)
     y: Any = field(init=False)
-    X: Any = field(init=False)
+    X: Features = field(init=False)
+    eval_X: list[Features] = field(init=False)
     names: list[str] | None = field(init=False)
     mapper: BinMapper = field(init=False)
     data: BinnedData = field(init=False)
@@ -236,6 +238,7 @@ async def _setup(
     run: _GuestRun,
     X: Any,
     y: Any,
+    eval_sets: Sequence[tuple[Any, Any]],
     eval_names: Sequence[str] | None,
     eval_metrics: Sequence[str] | None,
     feature_names: Sequence[str] | None,
@@ -245,27 +248,29 @@ async def _setup(
     """Setup: check every argument before a host is contacted (hosts, labels, features and
     their names, the modes against the guest's features and the tree depth, a private run's
     limits), then bin the rows (or take a continued model's bins), digest the data and load
-    the checkpoint to resume from. Nothing is sent: a bad argument fails here, locally."""
+    the checkpoint to resume from. Nothing is sent: a bad argument fails here, locally.
+
+    The call's features (``X`` and the evaluation sets') are checked here, once, and become
+    :class:`~p2pboost.gbdt.features.Features`; every later phase takes those."""
     params, config, init_model, hosts = run.params, run.config, run.init_model, run.hosts
     if not hosts or len(set(hosts)) != len(hosts):
         raise InputError("give at least one host, each once")
     objective = get_objective(params)
     y_arr = objective.check_labels(y)
-    given = names_of(X) if feature_names is None else list(feature_names)
-    if init_model is not None:
-        if list(init_model.hosts) != list(hosts):
-            raise InputError(f"init_model was trained with hosts {list(init_model.hosts)}")
-        if init_model.feature_names is not None and given is not None:
-            X, given = by_name(X, init_model.feature_names), init_model.feature_names
-    if X is None:  # a guest that holds only the labels
-        X = np.empty((y_arr.size, 0))
-    X_arr = check_matrix(X, allow_no_features=True)
-    names = check_names(given, X_arr.shape[1])
-    if X_arr.shape[0] != y_arr.size:
-        raise InputError(f"X has {X_arr.shape[0]} rows but y has {y_arr.size} labels")
-    if X_arr.shape[1] == 0:
+    if init_model is not None and list(init_model.hosts) != list(hosts):
+        raise InputError(f"init_model was trained with hosts {list(init_model.hosts)}")
+    features = Features.from_user(
+        np.empty((y_arr.size, 0)) if X is None else X,  # None: a guest with only the labels
+        feature_names=feature_names,
+        order=None if init_model is None else init_model.feature_names,  # a warm start
+        allow_no_features=True,
+    )
+    names = check_names(features.names, features.n_features)
+    if features.n_rows != y_arr.size:
+        raise InputError(f"X has {features.n_rows} rows but y has {y_arr.size} labels")
+    if features.n_features == 0:
         _check_label_only(config)
-    check_guest_constraints(params, names, X_arr.shape[1])
+    check_guest_constraints(params, names, features.n_features)
     layered = check_layered_depth(config.host_depth, config.guest_depth, params.max_depth)
     if layered is not None:
         raise InputError(layered)
@@ -278,18 +283,19 @@ async def _setup(
             )
     run.progress.enter(GuestPhase.SETUP)
     if init_model is None:
-        mapper = BinMapper(params.max_bin).fit(X_arr)
+        mapper = BinMapper(params.max_bin).fit(features)
     else:  # the core's warm start: the model's bins carry on
-        check_warm_start(init_model.params, params, init_model.n_features, X_arr.shape[1])
+        check_warm_start(init_model.params, params, init_model.n_features, features.n_features)
         mapper = init_model.mapper
-    data = mapper.transform(X_arr)
-    evals = bin_eval_sets(objective, mapper, run.eval_X, eval_names)
+    data = mapper.transform(features)
+    checked = check_eval_sets(objective, mapper.n_features, eval_sets, eval_names)
+    evals = [EvalData(n, mapper.transform(f), y, np.empty((0, 0))) for n, f, y in checked]
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
     weight = check_weights(sample_weight, y_arr.size)
     if resume and run.checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
     digest = data_digest(
-        X_arr,
+        features.dense(),
         y_arr,
         *[a for e in evals for a in (e.data.codes, e.y)],
         list(hosts),
@@ -299,7 +305,8 @@ async def _setup(
     saved = GuestCheckpoint.load(run.checkpoint) if resume and run.checkpoint is not None else None
     if saved is not None:
         saved.check_settings(digest, params.to_dict())
-    run.objective, run.y, run.X, run.names = objective, y_arr, X_arr, names
+    run.objective, run.y, run.X, run.names = objective, y_arr, features, names
+    run.eval_X = [f for _, f, _ in checked]
     run.mapper, run.data, run.evals, run.metrics = mapper, data, evals, metrics
     run.weight, run.digest, run.saved = weight, digest, saved
 
@@ -390,7 +397,7 @@ async def _warm_start(
     )
     warm = None
     if begin.warm is not None:  # still setup: the continued model's margins
-        warm = await warm_margins(run.session, begin.warm, run.X, [e[0] for e in run.eval_X])
+        warm = await warm_margins(run.session, begin.warm, run.X, run.eval_X)
     run.begin = begin
     return begin, warm
 

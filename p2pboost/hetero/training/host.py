@@ -19,8 +19,9 @@ from typing import Any
 
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.exceptions import CheckpointError, InputError
-from p2pboost.gbdt.binning import BinMapper, check_features
-from p2pboost.gbdt.names import by_name, check_names, names_of
+from p2pboost.gbdt.binning import BinMapper
+from p2pboost.gbdt.features import Features
+from p2pboost.gbdt.names import check_names
 from p2pboost.hetero._messages import PRIVATE_ORDERED, Hello, Setup
 from p2pboost.hetero.config import VERSION
 from p2pboost.hetero.model import HostModel, HostSplit
@@ -116,9 +117,9 @@ class _HostRun:
     checkpoint: str | os.PathLike[str] | None
     init_model: HostModel | None
     # -- set by _setup
-    X: Any = field(init=False)
+    X: Features = field(init=False)
     names: list[str] | None = field(init=False)
-    evals: list[Any] = field(init=False)
+    evals: list[Features] = field(init=False)
     channels: tuple[Channel, Channel, Channel] = field(init=False)
     n_features: int = field(init=False)
     digest: str = field(init=False)
@@ -138,28 +139,34 @@ async def _setup(
     """Setup: check every argument before the guest is answered (features and their names, a
     continued model's guest, the sparse and memory settings, the evaluation sets), open the
     three channels to the guest, digest the data and load the checkpoint to resume from,
-    refusing one written for other data."""
+    refusing one written for other data. The features (``X`` and the evaluation sets') are
+    checked here, once, and become :class:`~p2pboost.gbdt.features.Features` (a
+    scipy.sparse matrix stays sparse); every later phase takes those."""
     guest, init_model = run.guest, run.init_model
-    given = names_of(X) if feature_names is None else list(feature_names)
-    if init_model is not None:
-        if init_model.guest != guest:
-            raise InputError(f"init_model was trained with guest {init_model.guest!r}")
-        if init_model.feature_names is not None and given is not None:
-            X, given = by_name(X, init_model.feature_names), init_model.feature_names
-    X_arr = check_features(X)  # a scipy.sparse matrix stays sparse
-    run.names = check_names(given, X_arr.shape[1])
+    if init_model is not None and init_model.guest != guest:
+        raise InputError(f"init_model was trained with guest {init_model.guest!r}")
+    features = Features.from_user(
+        X,
+        feature_names=feature_names,
+        order=None if init_model is None else init_model.feature_names,  # a warm start
+        sparse=True,
+    )
+    run.names = check_names(features.names, features.n_features)
     if sparse not in (True, False, "auto"):
         raise InputError(f"sparse must be True, False or 'auto', not {sparse!r}")
     if memory_budget_mb is not None and not memory_budget_mb >= 0:
         raise InputError(f"memory_budget_mb must be >= 0 (or None), not {memory_budget_mb!r}")
-    evals = [check_features(e, name="eval set", n_features=X_arr.shape[1]) for e in eval_sets]
+    evals = [
+        Features.from_user(e, name="eval set", n_features=features.n_features, sparse=True)
+        for e in eval_sets
+    ]
     run.progress.enter(HostPhase.SETUP)
     ctl, grad, info = (run.session.channel(guest, n) for n in ("ctl", "grad", "info"))
     run.channels = (ctl, grad, info)
-    run.n_features = X_arr.shape[1]
+    run.n_features = features.n_features
     if resume and run.checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
-    digest = data_digest(X_arr, *evals)
+    digest = data_digest(features.matrix, *(e.matrix for e in evals))
     saved = (
         HostCheckpoint.load(run.checkpoint, guest)
         if resume and run.checkpoint is not None
@@ -170,7 +177,7 @@ async def _setup(
             "the host's checkpoint was written for other data (its rows, features or "
             "evaluation sets differ): resume with the data it was trained on, or start afresh"
         )
-    run.X, run.evals, run.digest, run.saved = X_arr, evals, digest, saved
+    run.X, run.evals, run.digest, run.saved = features, evals, digest, saved
 
 
 async def _handshake(run: _HostRun, dp_replay: bool) -> Setup:
@@ -180,9 +187,9 @@ async def _handshake(run: _HostRun, dp_replay: bool) -> Setup:
     version or a private mode this host did not agree to."""
     ctl, guest, saved = run.channels[0], run.guest, run.saved
     run_id, chain = (saved.run, saved.chain) if saved is not None else ("", [])
-    evals_rows = [int(e.shape[0]) for e in run.evals]
+    evals_rows = [e.n_rows for e in run.evals]
     init = "" if run.init_model is None else run.init_model.fingerprint
-    n_rows = run.X.shape[0]
+    n_rows = run.X.n_rows
     declared = run.declared
     hello = Hello(
         VERSION,

@@ -29,6 +29,7 @@ from typing import Any
 
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.callbacks import Callback
+from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import Margins, RoundLoop, RoundStart
 from p2pboost.hetero._messages import Hello
@@ -106,7 +107,7 @@ def guest_start(
 
 
 async def warm_margins(
-    session: Session, model: GuestModel, X: Any, eval_X: Sequence[Any]
+    session: Session, model: GuestModel, X: Features, eval_X: Sequence[Features]
 ) -> tuple[Any, list[Any]]:
     """The continued model's margins on the training rows and every evaluation set, each
     through the one-round prediction protocol with the hosts (which answer in the same
@@ -116,7 +117,9 @@ async def warm_margins(
     return margin, evals
 
 
-async def host_warm(session: Session, model: HostModel, X: Any, eval_X: Sequence[Any]) -> None:
+async def host_warm(
+    session: Session, model: HostModel, X: Features, eval_X: Sequence[Features]
+) -> None:
     """A host's side of :func:`warm_margins`: its decisions for the training rows, then for
     every evaluation set."""
     for rows in (X, *eval_X):
