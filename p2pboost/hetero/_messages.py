@@ -24,6 +24,7 @@ from p2pboost.gbdt.params import MAX_BIN_LIMIT
 from p2pboost.protocols._messages import (
     Array,
     Bool,
+    Bytes,
     Float,
     Instance,
     Int,
@@ -52,6 +53,11 @@ __all__ = [
     "Package",
     "Predict",
     "PredictBits",
+    "PrivatePredict",
+    "PrivateReady",
+    "PrivateRelay",
+    "PrivateScores",
+    "PrivateSlots",
     "Query",
     "QueryBits",
     "ServeBye",
@@ -330,6 +336,89 @@ class PredictBits(PredictMessage, tag="bits"):
 
     def check(self) -> str | None:
         return _same_length(tree=self.tree, node=self.node)
+
+
+#: Slots of one padded tree in private inference (a tree of depth 20).
+MAX_SLOTS = 1 << 20
+#: Sealed bytes one private-inference relay may carry (the codec's message bound).
+MAX_SEALED = 256 * 1024 * 1024
+_KEY25519 = Bytes(32, 32)
+
+
+@dataclass(frozen=True)
+class PrivatePredict(PredictMessage, tag="private"):
+    """Guest -> host: predict ``n`` aligned rows privately (see
+    :mod:`p2pboost.hetero.inference.private_batch`) under the guest's public ``key``: the
+    padded trees' ``slots``, each tree's output ``widths`` and the output column of each of
+    their columns (``outputs``, ``n_outputs`` in all), and the slot ranges of this host's
+    splits (``tree``, ``node``, ``lo``, ``mid``, ``hi``, in the host's wire order). ``first``:
+    this host receives the guest's ciphertexts; ``last``: it returns the totals."""
+
+    fingerprint: Annotated[str, Str(0, 128)]
+    n: Annotated[int, Int(0, MAX_ROWS)]
+    key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
+    slots: Annotated[int, Int(1, MAX_SLOTS)]
+    n_outputs: Annotated[int, Int(1, MAX_OUTPUTS)]
+    widths: Annotated[I64, Array("int64", max_len=MAX_TREES)]
+    outputs: Annotated[I64, Array("int64", max_len=MAX_TREES * MAX_OUTPUTS)]
+    tree: Annotated[I64, _NODES]
+    node: Annotated[I64, _NODES]
+    lo: Annotated[I64, _NODES]
+    mid: Annotated[I64, _NODES]
+    hi: Annotated[I64, _NODES]
+    first: Annotated[bool, Bool()]
+    last: Annotated[bool, Bool()]
+
+    def check(self) -> str | None:
+        if self.widths.size and (self.widths.min() < 1 or self.widths.max() > self.n_outputs):
+            return "a tree width outside [1, n_outputs]"
+        if self.outputs.size != int(self.widths.sum()):
+            return "one output column per tree column"
+        if self.outputs.size and (self.outputs.min() < 0 or self.outputs.max() >= self.n_outputs):
+            return "an output column outside [0, n_outputs)"
+        return _same_length(tree=self.tree, node=self.node, lo=self.lo, mid=self.mid, hi=self.hi)
+
+
+@dataclass(frozen=True)
+class PrivateReady(PredictMessage, tag="private_ready"):
+    """Host -> guest: the X25519 key the previous host seals its selection to."""
+
+    seal: Annotated[bytes, _KEY25519]
+
+
+@dataclass(frozen=True)
+class PrivateSlots(PredictMessage, tag="slots"):
+    """Guest -> host: rows ``start .. start + rows`` of a private prediction: the guest's
+    slot ciphertexts (``ct``, to the first host) or the previous host's sealed selection
+    (``sealed``, relayed), and the next host's seal key (``next``; empty for the last)."""
+
+    start: Annotated[int, Int(0, MAX_ROWS)]
+    rows: Annotated[int, Int(1, MAX_ROWS)]
+    ct: Annotated[CiphertextBatch | None, Optional(Instance(CiphertextBatch))]
+    sealed: Annotated[bytes, Bytes(0, MAX_SEALED)]
+    next: Annotated[bytes, Bytes(0, 32)]
+
+    def check(self) -> str | None:
+        if (self.ct is None) == (not self.sealed):
+            return "either ciphertexts or sealed bytes"
+        if len(self.next) not in (0, 32):
+            return "a seal key is 32 bytes"
+        return None
+
+
+@dataclass(frozen=True)
+class PrivateRelay(PredictMessage, tag="relay"):
+    """Host -> guest: this host's selection, sealed to the next host (the guest relays it)."""
+
+    sealed: Annotated[bytes, Bytes(1, MAX_SEALED)]
+
+
+@dataclass(frozen=True)
+class PrivateScores(PredictMessage, tag="scores"):
+    """Host -> guest (the last host): one ciphertext per row and output column, each row's
+    total over all trees, re-randomised."""
+
+    ct: Annotated[CiphertextBatch, Instance(CiphertextBatch)]
 
 
 # -- online serving ------------------------------------------------------------------------------
