@@ -40,11 +40,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.crypto import kernels
 from p2pboost.crypto.additive import CiphertextBatch
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
-from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import CodecError, InputError, KeyMismatchError, ModelError
 from p2pboost.gbdt.names import by_name
 from p2pboost.hetero._messages import (
@@ -54,14 +52,11 @@ from p2pboost.hetero._messages import (
     PrivateScores,
     PrivateSlots,
 )
-from p2pboost.hetero.inference.forest import HostSplits, host_bits
 from p2pboost.hetero.inference.private import (
     PrivateForest,
-    SealKey,
     SlotRanges,
-    host_selection,
-    seal,
 )
+from p2pboost.hetero.inference.private_host import PrivateHost, context
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import Message, recv, reject, send
@@ -73,11 +68,6 @@ F64 = npt.NDArray[np.float64]
 CHUNK_CIPHERTEXTS = 1 << 16
 
 Keys = tuple[AnyPublicKey, AnyPrivateKey]
-
-
-def _context(fingerprint: str, start: int, rows: int) -> bytes:
-    """What a sealed relay is bound to: the model and the rows it covers."""
-    return f"{fingerprint}|{start}|{rows}".encode()
 
 
 async def guest_predict_private(
@@ -182,97 +172,33 @@ async def host_predict_private(
         raise ModelError("the guest's model is from another training (fingerprints differ)")
     if msg.n != arr.shape[0]:
         raise InputError(f"the guest predicts {msg.n!r} rows, this host has {arr.shape[0]}")
-    n_trees = msg.widths.size
-    splits = HostSplits.of(model).first_trees(n_trees)
-    ranges = SlotRanges(msg.tree, msg.node, msg.lo, msg.mid, msg.hi)
-    if not (np.array_equal(msg.tree, splits.tree) and np.array_equal(msg.node, splits.node)):
-        raise reject(guest, "its split list does not match this host's model")
-    if msg.slots & (msg.slots - 1):
-        raise reject(guest, "slots must be a power of two")
-    problem = ranges.check(n_trees, msg.slots)
-    if problem:
-        raise reject(guest, problem)
-    key = msg.key
-    width = key.ciphertext_bytes
-    positions = msg.slots * int(msg.widths.sum())
-    mine = SealKey()
-    await send(ctl, PrivateReady(mine.public))
-    bits = host_bits(splits, arr)
-    keep = host_selection(ranges, bits, msg.slots, msg.widths)
-    # The output column of every position (tree by tree, slot by slot, column by column).
-    column = np.concatenate(
-        [np.zeros(0, dtype=np.int64)]
-        + [np.tile(msg.outputs[o : o + w], msg.slots) for o, w in _offsets(msg.widths)]
-    ).astype(np.int64)
-    done = 0
-    with CryptoEngine(key, executor=executor) as engine:
+    host = PrivateHost(
+        model,
+        key=msg.key,
+        slots=msg.slots,
+        n_outputs=msg.n_outputs,
+        widths=msg.widths,
+        outputs=msg.outputs,
+        ranges=SlotRanges(msg.tree, msg.node, msg.lo, msg.mid, msg.hi),
+        first=msg.first,
+        last=msg.last,
+        executor=executor,
+    )
+    try:
+        await send(ctl, PrivateReady(host.seal_key.public))
+        keep = host.selection(arr)
+        done = 0
         while done < msg.n:
             part = await recv(ctl, PrivateSlots)
             if part.start != done or part.rows > msg.n - done:
                 raise reject(guest, "rows out of order")
-            if (part.ct is not None) != msg.first or bool(part.next) == msg.last:
-                raise reject(guest, "a relay that does not fit this host's place in the chain")
-            context = _context(msg.fingerprint, part.start, part.rows)
-            try:
-                if part.ct is not None:
-                    cts = part.ct.residues(key)
-                else:
-                    data = mine.open(part.sealed, context)
-                    cts = CiphertextBatch.of(key, data).residues(key)
-            except (CodecError, KeyMismatchError, InputError) as exc:
-                raise reject(guest, f"bad slot ciphertexts: {exc}") from exc
-            if cts.count != part.rows * positions:
-                raise reject(guest, "a ciphertext per row and slot is expected")
+            ctx = context(msg.fingerprint, 0, part.start, part.rows)
+            cts = host.incoming(part.ct, part.sealed, part.next, part.rows, ctx)
             sel = keep[done : done + part.rows]
             if msg.last:
-                out = await _totals(engine, cts, sel, column, msg.n_outputs, width)
-                await send(ctl, PrivateScores(CiphertextBatch.of(key, out.data)))
+                await send(ctl, PrivateScores(await host.totals(cts, sel)))
             else:
-                out = await _kept(engine, cts, sel, width)
-                await send(ctl, PrivateRelay(seal(part.next, out.data, context)))
+                await send(ctl, PrivateRelay(await host.relay(cts, sel, part.next, ctx)))
             done += part.rows
-
-
-def _offsets(widths: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
-    """``(offset, width)`` of each tree's columns in ``outputs``."""
-    ends = np.cumsum(widths)
-    return [(int(e - w), int(w)) for e, w in zip(ends, widths, strict=True)]
-
-
-async def _zeros(engine: CryptoEngine, count: int, width: int) -> Residues:
-    """``count`` fresh encryptions of zero: the re-randomisers."""
-    return Residues.of_values(await engine.encrypt_batch([0] * count), width)
-
-
-async def _kept(
-    engine: CryptoEngine, cts: Residues, keep: npt.NDArray[np.bool_], width: int
-) -> Residues:
-    """Every slot, the ones this host rules out replaced by 1 (an encryption of 0), all
-    re-randomised so the next host cannot tell which."""
-    drop = np.flatnonzero(~keep.reshape(-1))
-    if drop.size:
-        ones = Residues.of_values([1] * drop.size, width)
-        cts = cts.replace(drop, ones)
-    mod = engine.public_key.modulus
-    return kernels.multiply(mod, cts, await _zeros(engine, cts.count, width))
-
-
-async def _totals(
-    engine: CryptoEngine,
-    cts: Residues,
-    keep: npt.NDArray[np.bool_],
-    column: npt.NDArray[np.int64],
-    n_outputs: int,
-    width: int,
-) -> Residues:
-    """Per row and output column, the product of the kept slots (the sum of their weights),
-    re-randomised so the guest cannot tell which of its ciphertexts went in."""
-    rows, positions = keep.shape
-    row, pos = np.nonzero(keep)
-    segment = row * n_outputs + column[pos]
-    order = np.argsort(segment, kind="stable")
-    index = (row * positions + pos)[order]
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(segment, minlength=rows * n_outputs))])
-    mod = engine.public_key.modulus
-    sums = kernels.segment_products(mod, cts, index, offsets)
-    return kernels.multiply(mod, sums, await _zeros(engine, sums.count, width))
+    finally:
+        host.close()
