@@ -22,7 +22,6 @@ the other mode is refused.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -48,6 +47,7 @@ from p2pboost.hetero.model import GuestModel, HostDecisions, HostModel
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import Message, recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.workers import AnyExecutor
 
 __all__ = ["guest_predict", "host_predict"]
 
@@ -63,7 +63,7 @@ async def guest_predict(
     channel: str = "ctl",
     private: bool = False,
     keys: Keys | None = None,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     received: list[Message] | None = None,
 ) -> F64:
     """Raw margins ``(n, K)`` for the guest's rows ``X`` (aligned with the hosts' rows).
@@ -123,7 +123,7 @@ async def host_predict(
     *,
     channel: str = "ctl",
     private: bool | None = None,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
 ) -> None:
     """Answer one prediction request of the guest for this host's rows ``X`` (on
     ``channel``, as the guest asks). ``private``: None answers either mode; True refuses

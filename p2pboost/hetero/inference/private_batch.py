@@ -34,7 +34,6 @@ product per kept slot at the last host and one decryption per row and output at 
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -56,10 +55,11 @@ from p2pboost.hetero.inference.private import (
     PrivateForest,
     SlotRanges,
 )
-from p2pboost.hetero.inference.private_host import PrivateHost, context
+from p2pboost.hetero.inference.private_host import PrivateHost, context, plain_executor
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.net.node import Session
 from p2pboost.protocols._messages import Message, recv, reject, send
+from p2pboost.workers import AnyExecutor
 
 __all__ = ["CHUNK_CIPHERTEXTS", "guest_predict_private", "host_predict_private"]
 
@@ -78,7 +78,7 @@ async def guest_predict_private(
     *,
     channel: str = "ctl",
     keys: Keys | None = None,
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
     received: list[Message] | None = None,
 ) -> F64:
     """Raw margins ``(n, K)`` for the guest's rows ``X``, by private inference.
@@ -123,7 +123,7 @@ async def guest_predict_private(
     per_row = max(forest.positions, 1)
     step = max(1, CHUNK_CIPHERTEXTS // per_row)
     totals: list[int] = []
-    with CryptoEngine(public, private, executor=executor) as engine:
+    with CryptoEngine(public, private, executor=plain_executor(executor)) as engine:
         for start in range(0, n, step):
             rows = min(step, n - start)
             values = plain[start : start + rows].reshape(-1).tolist()
@@ -163,7 +163,7 @@ async def host_predict_private(
     msg: PrivatePredict,
     *,
     channel: str = "ctl",
-    executor: Executor | None = None,
+    executor: AnyExecutor | None = None,
 ) -> None:
     """Answer one private prediction (``msg``, already received) for this host's rows."""
     guest = model.guest

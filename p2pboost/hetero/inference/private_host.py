@@ -26,11 +26,18 @@ from p2pboost.hetero.inference.forest import HostSplits, host_bits
 from p2pboost.hetero.inference.private import SealKey, SlotRanges, host_selection, seal
 from p2pboost.hetero.model import HostModel
 from p2pboost.protocols._messages import reject
+from p2pboost.workers import AnyExecutor
 
-__all__ = ["PrivateHost", "context"]
+__all__ = ["PrivateHost", "context", "plain_executor"]
 
 B8 = npt.NDArray[np.bool_]
 I64 = npt.NDArray[np.int64]
+
+
+def plain_executor(executor: Any) -> Executor | None:
+    """The executor the encryption engine can use: an ordinary pool, or None (the engine's
+    own processes) for a Dask client."""
+    return executor if isinstance(executor, Executor) else None
 
 
 def context(fingerprint: str, batch: int | str, start: int, rows: int) -> bytes:
@@ -58,7 +65,7 @@ class PrivateHost:
         ranges: SlotRanges,
         first: bool,
         last: bool,
-        executor: Executor | None = None,
+        executor: AnyExecutor | None = None,
     ) -> None:
         guest = model.guest
         n_trees = widths.size
@@ -92,7 +99,7 @@ class PrivateHost:
             ]
         ).astype(np.int64)
         self.seal_key = SealKey()
-        self.engine = CryptoEngine(key, executor=executor)
+        self.engine = CryptoEngine(key, executor=plain_executor(executor))
 
     def close(self) -> None:
         self.engine.close()
