@@ -71,7 +71,7 @@ async def test_private_sessions_score_as_the_default_protocol(
     memory_fabric: Fabric, trained: Trained, pool: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[object] = []
-    original = session_module.recv
+    original = session_module.recv  # type: ignore[attr-defined]
 
     async def recording(channel: Any, expected: Any) -> Any:
         msg = await original(channel, expected)
