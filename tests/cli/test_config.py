@@ -374,3 +374,11 @@ def test_a_hosts_train_values_are_refused_naming_the_guest(tmp_path: Path) -> No
     assert message.startswith(f"{path}: [train] n_estimators, key_bits: the guest owns these")
     assert "remove them from this host's file and set them in the guest's" in message
     assert "may set only psi, eval_train, model" in message
+
+
+def test_private_inference_is_unset_unless_given(tmp_path: Path) -> None:
+    """Unset: a guest scores with bits, a host follows the guest; set: the party's choice."""
+    assert load_config(_guest(tmp_path)).predict.private is None
+    config = load_config(_guest(tmp_path, predict={"private": True}, serve={"private": False}))
+    assert config.predict.private is True
+    assert config.serve.private is False
