@@ -130,6 +130,8 @@ class PrivateForest:
                     first[lo[nd]] = True
                     leaf_of[lo[nd] : hi[nd]] = nd
                     continue
+                if tree.left[nd] <= nd or tree.right[nd] <= nd:
+                    raise InputError("private inference needs every child after its parent")
                 mid = (lo[nd] + hi[nd]) // 2
                 lo[tree.left[nd]], hi[tree.left[nd]] = lo[nd], mid
                 lo[tree.right[nd]], hi[tree.right[nd]] = mid, hi[nd]
