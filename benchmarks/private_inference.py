@@ -17,6 +17,9 @@ Measured, each for the default protocol (decision bits) and for private inferenc
 * ``p50_ms``, ``p99_ms``: sequential single-row batch requests in one session
   (``--requests`` / ``--private-requests``), the cost of one online request without
   micro-batching;
+* ``online_p50_ms``, ``online_p99_ms``: sequential single-row ``GuestPredictor.predict``
+  calls over long-lived sessions (hosts find rows by id; private sessions set the key and
+  the padded layout up once), the same request counts;
 * ``max_abs_diff``: the largest difference between the private and the default margins.
 
 The JSON line: ``{"benchmark": "private_inference", "dataset", "trees", "depth", "hosts",
@@ -41,6 +44,8 @@ from p2pboost.crypto.keys import make_keypair
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.inference.batch import guest_predict, host_predict
+from p2pboost.hetero.inference.feature_store import ArrayStore
+from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.hetero.inference.private import PrivateForest
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.hetero.training.guest import guest_train
@@ -120,6 +125,44 @@ async def _run(
     return times, margin[-1]
 
 
+async def _online(
+    c: LocalFederation,
+    guest: GuestModel,
+    hosts: Sequence[HostModel],
+    ids: npt.NDArray[np.int64],
+    Xg: F64,
+    Xh: Sequence[F64],
+    requests: int,
+    pool: Any,
+    **kwargs: Any,
+) -> list[float]:
+    """Latency of ``requests`` sequential single-row ``GuestPredictor.predict`` calls over
+    long-lived sessions (hosts look rows up by id), after one warm-up request."""
+    names = list(guest.hosts)
+    tasks = [
+        asyncio.create_task(
+            serve_host(c[n], m, ArrayStore(ids, X), executor=pool, private=kwargs.get("private"))
+        )
+        for n, m, X in zip(names, hosts, Xh, strict=True)
+    ]
+    times: list[float] = []
+    try:
+        async with GuestPredictor(
+            c["g"], guest, output="margin", executor=pool, host_timeout=120.0, **kwargs
+        ) as p:
+            await p.predict(ids[0], Xg[0])
+            for i in range(requests):
+                row = (i + 1) % ids.size
+                t0 = time.perf_counter()
+                await p.predict(ids[row], Xg[row])
+                times.append(time.perf_counter() - t0)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return times
+
+
 def _ms(times: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(times) * 1e3, q))
 
@@ -175,6 +218,13 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 keys=keys,
                 executor=pool,
             )
+            ids = data.ids[: args.rows]
+            sub_g = data.guest[: args.rows]
+            o_default = await _online(c, guest, hosts, ids, sub_g, sub, args.requests, pool)
+            o_private = await _online(
+                c, guest, hosts, ids, sub_g, sub, args.private_requests, pool,
+                private=True, keys=keys,
+            )  # fmt: skip
     diff = float(np.max(np.abs(m_private - m_default[prow])))
     forest = PrivateForest(guest)
     return {
@@ -189,11 +239,15 @@ async def _measure(args: argparse.Namespace) -> dict[str, Any]:
             "rows_per_s": args.rows / min(t_default),
             "p50_ms": _ms(s_default, 50),
             "p99_ms": _ms(s_default, 99),
+            "online_p50_ms": _ms(o_default, 50),
+            "online_p99_ms": _ms(o_default, 99),
         },
         "private": {
             "rows_per_s": args.private_rows / t_private[0],
             "p50_ms": _ms(s_private, 50),
             "p99_ms": _ms(s_private, 99),
+            "online_p50_ms": _ms(o_private, 50),
+            "online_p99_ms": _ms(o_private, 99),
         },
         "max_abs_diff": diff,
     }
@@ -211,6 +265,8 @@ def main(argv: list[str]) -> int:
         r = result[mode]
         rows.append((f"{mode}: rows/s", f"{r['rows_per_s']:.1f}"))
         rows.append((f"{mode}: single row p50 / p99 ms", f"{r['p50_ms']:.1f} / {r['p99_ms']:.1f}"))
+        online = f"{r['online_p50_ms']:.1f} / {r['online_p99_ms']:.1f}"
+        rows.append((f"{mode}: online predict() p50 / p99 ms", online))
     rows.append(("max |private - default|", f"{result['max_abs_diff']:.2e}"))
     print_table(rows, f"private inference, {result['dataset']}")
     emit_json(result)

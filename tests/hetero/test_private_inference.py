@@ -173,3 +173,20 @@ def test_sealed_bytes_open_only_with_their_key_and_context() -> None:
         other.open(sealed, b"ctx")
     with pytest.raises(Exception, match="do not open"):
         key.open(sealed, b"other rows")
+
+
+def test_the_benchmark_reports_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from benchmarks import private_inference
+
+    argv = ["--dataset", "breast", "--trees", "2", "--depth", "2", "--key-bits", "1024"]
+    argv += ["--rows", "50", "--private-rows", "10", "--requests", "3", "--private-requests", "2"]
+    assert private_inference.main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["benchmark"] == "private_inference"
+    assert result["slots_per_row"] == 2 * 4
+    assert result["max_abs_diff"] < 1e-9
+    for mode in ("default", "private"):
+        assert result[mode]["rows_per_s"] > 0
+        assert result[mode]["online_p99_ms"] >= result[mode]["online_p50_ms"] > 0
