@@ -283,6 +283,12 @@ class PartyConfig:
     def output_path(self) -> Path:
         return self.workdir / self.predict.output
 
+    @property
+    def private_inference(self) -> bool | None:
+        """``private`` of the task's table: ``[serve]`` for ``serve``, ``[predict]`` otherwise
+        (a guest's choice of private inference; a host's insistence on one mode, or None)."""
+        return self.serve.private if self.task is Task.SERVE else self.predict.private
+
     def with_task(self, task: Task | str | None) -> PartyConfig:
         """The same party doing another task (the CLI's ``--task``)."""
         if task is None:

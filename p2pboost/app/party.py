@@ -479,11 +479,7 @@ def _filtered(count: int | None) -> dict[str, int]:
 
 
 def _guest_predictor(
-    run: _Run,
-    node: Node,
-    guest_store: FeatureStore | None = None,
-    model: Any = None,
-    private: bool | None = None,
+    run: _Run, node: Node, guest_store: FeatureStore | None = None, model: Any = None
 ) -> GuestPredictor:
     """The serving layer's predictor for this guest's model (``model``, or the model file),
     tuned by ``[serve]``."""
@@ -500,7 +496,7 @@ def _guest_predictor(
         host_timeout=serve.host_timeout,
         session_prefix=SERVE_PREFIX,
         executor=run.executor,
-        private=bool(private),
+        private=bool(run.config.private_inference),
     )
 
 
@@ -515,8 +511,7 @@ async def _predict_guest(run: _Run, node: Node) -> PartyResult:
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
     await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
     t0 = time.perf_counter()
-    private = run.config.predict.private
-    async with _guest_predictor(run, node, model=model, private=private) as predictor:
+    async with _guest_predictor(run, node, model=model) as predictor:
         scores = np.asarray(
             await predictor.predict_batch(table.ids, table.X, align=align), dtype=np.float64
         )
@@ -559,11 +554,7 @@ def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
 
 
 async def _answer(
-    run: _Run,
-    node: Node,
-    sessions: int | None,
-    on_session: Callable[[str], None] | None = None,
-    private: bool | None = None,
+    run: _Run, node: Node, sessions: int | None, on_session: Callable[[str], None] | None = None
 ) -> PartyResult:
     """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
     from p2pboost.hetero.inference.predictor import serve_host
@@ -584,7 +575,7 @@ async def _answer(
             sessions=sessions,
             executor=run.executor,
             on_session=on_session,
-            private=private,
+            private=run.config.private_inference,
         )
     return run.result()
 
@@ -595,12 +586,11 @@ async def _predict_host(run: _Run, node: Node) -> PartyResult:
     that never comes, or whose ``predict`` failed before it asked, ends this run with an
     error saying so instead of a wait without end."""
     wait = run.config.node.reconnect_timeout
-    private = run.config.predict.private
-    return await first_session(lambda on: _answer(run, node, 1, on, private), run.peer, wait)
+    return await first_session(lambda on: _answer(run, node, 1, on), run.peer, wait)
 
 
 async def _serve_host(run: _Run, node: Node) -> PartyResult:
-    return await _answer(run, node, None, private=run.config.serve.private)
+    return await _answer(run, node, None)
 
 
 async def _predict_client(run: _Run) -> PartyResult:
@@ -632,7 +622,7 @@ async def _serve_guest(run: _Run, node: Node) -> PartyResult:
     metrics = endpoint_metrics()
     if isinstance(metrics, EndpointMetrics):
         metrics.add_collector(NodeCollector(node))
-    async with _guest_predictor(run, node, store, model, run.config.serve.private) as predictor:
+    async with _guest_predictor(run, node, store, model) as predictor:
         tls = TLSConfig.from_dir(run.config.certs)
         async with probing(run.config.serve.probe, probe_routes(predictor, metrics)):
             await serve_endpoint(predictor, listen, tls=tls, metrics=metrics)

@@ -382,3 +382,9 @@ def test_private_inference_is_unset_unless_given(tmp_path: Path) -> None:
     config = load_config(_guest(tmp_path, predict={"private": True}, serve={"private": False}))
     assert config.predict.private is True
     assert config.serve.private is False
+
+
+def test_the_task_picks_the_private_setting(tmp_path: Path) -> None:
+    path = _guest(tmp_path, predict={"private": True}, serve={"private": False})
+    assert load_config(path).with_task("predict").private_inference is True
+    assert load_config(path).with_task("serve").private_inference is False
