@@ -35,8 +35,8 @@ directory (so the same file works whatever directory the command is started from
     checkpoint_dir = "checkpoints"  # in workdir; "" for none (party --resume continues)
     init_model = "old-model.json"   # warm start: this party's model file, in workdir
 
-    [predict]                       # path (default: data.path), output, align
-    [serve]                         # listen, max_batch, max_wait_ms, host_timeout
+    [predict]                       # path (default: data.path), output, align, private
+    [serve]                         # listen, max_batch, max_wait_ms, host_timeout, private
     [node]                          # reconnect_timeout, connect_timeout, heartbeats, close
     [compute]                       # a Dask cluster for this party's work (vertical roles)
     scheduler = "tls://10.0.0.5:8786"
@@ -180,6 +180,9 @@ class PredictConfig:
     path: Path | None = None
     output: Path = Path("predictions.csv")
     align: Literal["ids", "psi"] = "ids"
+    #: Private inference (the guest learns scores only): the guest's choice; a host that
+    #: sets it answers only that mode (None: the guest's choice).
+    private: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +195,8 @@ class ServeConfig:
     host_timeout: float = 5.0
     #: ``host:port`` on loopback for plain-HTTP /healthz, /readyz and /metrics (None: off).
     probe: str | None = None
+    #: As ``[predict] private``, for the sessions of ``serve``.
+    private: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +283,12 @@ class PartyConfig:
     def output_path(self) -> Path:
         return self.workdir / self.predict.output
 
+    @property
+    def private_inference(self) -> bool | None:
+        """``private`` of the task's table: ``[serve]`` for ``serve``, ``[predict]`` otherwise
+        (a guest's choice of private inference; a host's insistence on one mode, or None)."""
+        return self.serve.private if self.task is Task.SERVE else self.predict.private
+
     def with_task(self, task: Task | str | None) -> PartyConfig:
         """The same party doing another task (the CLI's ``--task``)."""
         if task is None:
@@ -324,7 +335,7 @@ _HOST_TRAIN = (
     "interaction_constraints",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
-_PREDICT = ("path", "output", "align")
+_PREDICT = ("path", "output", "align", "private")
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
 _NODE = tuple(f.name for f in dataclasses.fields(NodeSettings))
 _COMPUTE = tuple(f.name for f in dataclasses.fields(ComputeConfig))
@@ -499,7 +510,13 @@ def _predict(reader: _Reader, base: Path) -> PredictConfig:
         path=None if path is None else base / path,
         output=Path(reader.get_str("output", "predictions.csv") or "predictions.csv"),
         align="psi" if align == "psi" else "ids",
+        private=_private(reader),
     )
+
+
+def _private(reader: _Reader) -> bool | None:
+    """``private``: unset means the guest's choice (for a host) or the bits (for a guest)."""
+    return reader.get_bool("private", False) if "private" in reader.table else None
 
 
 def _refuse_guest_settings(reader: _Reader) -> None:
@@ -527,6 +544,7 @@ def _serve(reader: _Reader) -> ServeConfig:
         max_wait_ms=reader.get_float("max_wait_ms", d.max_wait_ms),
         host_timeout=reader.get_float("host_timeout", d.host_timeout),
         probe=_probe(reader, reader.get_str("probe")),
+        private=_private(reader),
     )
     if serve.max_batch < 1:
         raise reader.fail("max_batch", "must be at least 1")

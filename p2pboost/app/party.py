@@ -498,6 +498,7 @@ def _guest_predictor(
         host_timeout=serve.host_timeout,
         session_prefix=SERVE_PREFIX,
         executor=run.executor,
+        private=bool(run.config.private_inference),
     )
 
 
@@ -576,6 +577,7 @@ async def _answer(
             sessions=sessions,
             executor=run.executor,
             on_session=on_session,
+            private=run.config.private_inference,
         )
     return run.result()
 

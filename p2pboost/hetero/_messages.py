@@ -24,6 +24,7 @@ from p2pboost.gbdt.params import MAX_BIN_LIMIT
 from p2pboost.protocols._messages import (
     Array,
     Bool,
+    Bytes,
     Float,
     Instance,
     Int,
@@ -52,10 +53,19 @@ __all__ = [
     "Package",
     "Predict",
     "PredictBits",
+    "PrivateAnswer",
+    "PrivatePredict",
+    "PrivateQuery",
+    "PrivateReady",
+    "PrivateRelay",
+    "PrivateScores",
+    "PrivateSlots",
     "Query",
     "QueryBits",
     "ServeBye",
     "ServeHello",
+    "ServePrivate",
+    "ServePrivateReady",
     "ServePsi",
     "ServePsiReady",
     "ServeReady",
@@ -361,6 +371,96 @@ class PredictBits(PredictMessage, tag="bits"):
         return _same_length(tree=self.tree, node=self.node)
 
 
+#: Slots of one padded tree in private inference (a tree of depth 20).
+MAX_SLOTS = 1 << 20
+#: Sealed bytes one private-inference relay may carry (the codec's message bound).
+MAX_SEALED = 256 * 1024 * 1024
+_KEY25519 = Bytes(32, 32)
+
+
+@dataclass(frozen=True)
+class PrivatePredict(PredictMessage, tag="private"):
+    """Guest -> host: predict ``n`` aligned rows privately (see
+    :mod:`p2pboost.hetero.inference.private_batch`) under the guest's public ``key``: the
+    padded trees' ``slots``, each tree's output ``widths`` and the output column of each of
+    their columns (``outputs``, ``n_outputs`` in all), and the slot ranges of this host's
+    splits (``tree``, ``node``, ``lo``, ``mid``, ``hi``, in the host's wire order). ``first``:
+    this host receives the guest's ciphertexts; ``last``: it returns the totals."""
+
+    fingerprint: Annotated[str, Str(0, 128)]
+    n: Annotated[int, Int(0, MAX_ROWS)]
+    key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
+    slots: Annotated[int, Int(1, MAX_SLOTS)]
+    n_outputs: Annotated[int, Int(1, MAX_OUTPUTS)]
+    widths: Annotated[I64, Array("int64", max_len=MAX_TREES)]
+    outputs: Annotated[I64, Array("int64", max_len=MAX_TREES * MAX_OUTPUTS)]
+    tree: Annotated[I64, _NODES]
+    node: Annotated[I64, _NODES]
+    lo: Annotated[I64, _NODES]
+    mid: Annotated[I64, _NODES]
+    hi: Annotated[I64, _NODES]
+    first: Annotated[bool, Bool()]
+    last: Annotated[bool, Bool()]
+
+    def check(self) -> str | None:
+        return _check_private(self.widths, self.outputs, self.n_outputs) or _same_length(
+            tree=self.tree, node=self.node, lo=self.lo, mid=self.mid, hi=self.hi
+        )
+
+
+def _check_private(widths: I64, outputs: I64, n_outputs: int) -> str | None:
+    """The rule of a private-inference request's output layout."""
+    if widths.size and (widths.min() < 1 or widths.max() > n_outputs):
+        return "a tree width outside [1, n_outputs]"
+    if outputs.size != int(widths.sum()):
+        return "one output column per tree column"
+    if outputs.size and (outputs.min() < 0 or outputs.max() >= n_outputs):
+        return "an output column outside [0, n_outputs)"
+    return None
+
+
+@dataclass(frozen=True)
+class PrivateReady(PredictMessage, tag="private_ready"):
+    """Host -> guest: the X25519 key the previous host seals its selection to."""
+
+    seal: Annotated[bytes, _KEY25519]
+
+
+@dataclass(frozen=True)
+class PrivateSlots(PredictMessage, tag="slots"):
+    """Guest -> host: rows ``start .. start + rows`` of a private prediction: the guest's
+    slot ciphertexts (``ct``, to the first host) or the previous host's sealed selection
+    (``sealed``, relayed), and the next host's seal key (``next``; empty for the last)."""
+
+    start: Annotated[int, Int(0, MAX_ROWS)]
+    rows: Annotated[int, Int(1, MAX_ROWS)]
+    ct: Annotated[CiphertextBatch | None, Optional(Instance(CiphertextBatch))]
+    sealed: Annotated[bytes, Bytes(0, MAX_SEALED)]
+    next: Annotated[bytes, Bytes(0, 32)]
+
+    def check(self) -> str | None:
+        if (self.ct is None) == (not self.sealed):
+            return "either ciphertexts or sealed bytes"
+        if len(self.next) not in (0, 32):
+            return "a seal key is 32 bytes"
+        return None
+
+
+@dataclass(frozen=True)
+class PrivateRelay(PredictMessage, tag="relay"):
+    """Host -> guest: this host's selection, sealed to the next host (the guest relays it)."""
+
+    sealed: Annotated[bytes, Bytes(1, MAX_SEALED)]
+
+
+@dataclass(frozen=True)
+class PrivateScores(PredictMessage, tag="scores"):
+    """Host -> guest (the last host): one ciphertext per row and output column, each row's
+    total over all trees, re-randomised."""
+
+    ct: Annotated[CiphertextBatch, Instance(CiphertextBatch)]
+
+
 # -- online serving ------------------------------------------------------------------------------
 
 
@@ -396,6 +496,75 @@ class ServeReady(ServeMessage, tag="ready"):
 
     def check(self) -> str | None:
         return _same_length(tree=self.tree, node=self.node)
+
+
+@dataclass(frozen=True)
+class ServePrivate(ServeMessage, tag="private"):
+    """Guest -> host, after ``ready``: this session answers by private inference (see
+    :class:`PrivatePredict` for the fields; the rows come with each query)."""
+
+    key: Annotated[AnyPublicKey, OneOf((Instance(PublicKey), Instance(OUPublicKey)))]
+    slots: Annotated[int, Int(1, MAX_SLOTS)]
+    n_outputs: Annotated[int, Int(1, MAX_OUTPUTS)]
+    widths: Annotated[I64, Array("int64", max_len=MAX_TREES)]
+    outputs: Annotated[I64, Array("int64", max_len=MAX_TREES * MAX_OUTPUTS)]
+    tree: Annotated[I64, _NODES]
+    node: Annotated[I64, _NODES]
+    lo: Annotated[I64, _NODES]
+    mid: Annotated[I64, _NODES]
+    hi: Annotated[I64, _NODES]
+    first: Annotated[bool, Bool()]
+    last: Annotated[bool, Bool()]
+
+    def check(self) -> str | None:
+        return _check_private(self.widths, self.outputs, self.n_outputs) or _same_length(
+            tree=self.tree, node=self.node, lo=self.lo, mid=self.mid, hi=self.hi
+        )
+
+
+@dataclass(frozen=True)
+class ServePrivateReady(ServeMessage, tag="private_ready"):
+    """Host -> guest: the X25519 key the previous host seals its selections to, for as long
+    as the session lives."""
+
+    seal: Annotated[bytes, _KEY25519]
+
+
+@dataclass(frozen=True)
+class PrivateQuery(ServeMessage, tag="pq"):
+    """Guest -> host: one private batch by id: the guest's slot ciphertexts (first host) or
+    the previous host's sealed selection, the next host's seal key (empty: the last) and the
+    guest's number for the batch (bound into the seal)."""
+
+    seq: Annotated[int, _SEQ]
+    ids: Annotated[I64 | list[str], _IDS]
+    batch: Annotated[int, _SEQ]
+    ct: Annotated[CiphertextBatch | None, Optional(Instance(CiphertextBatch))]
+    sealed: Annotated[bytes, Bytes(0, MAX_SEALED)]
+    next: Annotated[bytes, Bytes(0, 32)]
+
+    def check(self) -> str | None:
+        if (self.ct is None) == (not self.sealed):
+            return "either ciphertexts or sealed bytes"
+        if len(self.next) not in (0, 32):
+            return "a seal key is 32 bytes"
+        return None
+
+
+@dataclass(frozen=True)
+class PrivateAnswer(ServeMessage, tag="pa"):
+    """Host -> guest: the selection sealed to the next host, or (the last host) one
+    ciphertext per row and output column; the positions of ids the host does not hold."""
+
+    seq: Annotated[int, _SEQ]
+    sealed: Annotated[bytes, Bytes(0, MAX_SEALED)]
+    ct: Annotated[CiphertextBatch | None, Optional(Instance(CiphertextBatch))]
+    unknown: Annotated[I64, Array("int64", max_len=MAX_SERVE_ROWS)]
+
+    def check(self) -> str | None:
+        if (self.ct is None) == (not self.sealed):
+            return "either ciphertexts or sealed bytes"
+        return None
 
 
 @dataclass(frozen=True)

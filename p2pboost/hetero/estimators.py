@@ -199,16 +199,25 @@ class HeteroGuest:
         """Blocking :meth:`afit`: starts ``node``, trains, closes it."""
         return run_with_node(node, self.afit(node, hosts, X, y, **kwargs))
 
-    async def apredict_margin(self, node: Node, X: Any, *, session_id: str | None = None) -> F64:
-        """Raw scores ``(n, K)``; each host serves its part of the rows (``aserve_predict``)."""
+    async def apredict_margin(
+        self, node: Node, X: Any, *, session_id: str | None = None, private: bool = False
+    ) -> F64:
+        """Raw scores ``(n, K)``; each host serves its part of the rows (``aserve_predict``).
+        ``private``: private inference (this guest learns the scores and no host decision;
+        see ``docs/explanation/private-inference.md``)."""
         model = self.model_
         sid = session_id or f"{self.session_id}-predict"
         async with node.session(sid, peers=list(model.hosts)) as session:
-            return await guest_predict(session, model, X)
+            return await guest_predict(
+                session, model, X, private=private, executor=self.executor if private else None
+            )
 
-    async def apredict(self, node: Node, X: Any, *, session_id: str | None = None) -> F64:
+    async def apredict(
+        self, node: Node, X: Any, *, session_id: str | None = None, private: bool = False
+    ) -> F64:
         """Probabilities (classification) or values (regression), as the core's ``predict``."""
-        return self.model_.transform(await self.apredict_margin(node, X, session_id=session_id))
+        margin = await self.apredict_margin(node, X, session_id=session_id, private=private)
+        return self.model_.transform(margin)
 
     def predict(self, node: Node, X: Any, **kwargs: Any) -> F64:
         """Blocking :meth:`apredict`."""
@@ -342,12 +351,21 @@ class HeteroHost:
         """Blocking :meth:`afit`."""
         return run_with_node(node, self.afit(node, guest, X, **kwargs))
 
-    async def aserve_predict(self, node: Node, X: Any, *, session_id: str | None = None) -> None:
-        """Answer one prediction request of the guest for this host's rows ``X``."""
+    async def aserve_predict(
+        self,
+        node: Node,
+        X: Any,
+        *,
+        session_id: str | None = None,
+        private: bool | None = None,
+    ) -> None:
+        """Answer one prediction request of the guest for this host's rows ``X``.
+        ``private``: None answers the mode the guest asks for; True only private inference,
+        False only the decision bits."""
         model = self.model_
         sid = session_id or f"{self.session_id}-predict"
         async with node.session(sid, peers=[model.guest]) as session:
-            await host_predict(session, model, X)
+            await host_predict(session, model, X, private=private, executor=self.executor)
 
     def serve_predict(self, node: Node, X: Any, **kwargs: Any) -> None:
         """Blocking :meth:`aserve_predict`."""

@@ -394,3 +394,17 @@ def test_a_host_declares_constraints_on_its_own_features(tmp_path: Path) -> None
     assert config.train.params.interaction_constraints == (("debt", "age"), ("income",))
     with pytest.raises(ConfigError, match="monotone_constraints"):
         load_config(write("{debt = 2}"))
+
+
+def test_private_inference_is_unset_unless_given(tmp_path: Path) -> None:
+    """Unset: a guest scores with bits, a host follows the guest; set: the party's choice."""
+    assert load_config(_guest(tmp_path)).predict.private is None
+    config = load_config(_guest(tmp_path, predict={"private": True}, serve={"private": False}))
+    assert config.predict.private is True
+    assert config.serve.private is False
+
+
+def test_the_task_picks_the_private_setting(tmp_path: Path) -> None:
+    path = _guest(tmp_path, predict={"private": True}, serve={"private": False})
+    assert load_config(path).with_task("predict").private_inference is True
+    assert load_config(path).with_task("serve").private_inference is False

@@ -13,6 +13,11 @@ A host evaluates each split it owns on each of its rows and sends the decisions 
 host learns nothing (it does not even see which leaf a row reaches); the guest learns, for
 every host split and row, the direction, which it would learn anyway by walking the tree.
 Both sides check the model fingerprint, so files of different trainings never mix.
+
+``private=True`` (the guest's choice) runs private inference instead
+(:mod:`p2pboost.hetero.inference.private_batch`): the guest learns each row's score and no
+decision bit. A host may insist on either mode (``host_predict(private=...)``); a request in
+the other mode is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy.typing as npt
 
 from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.features import Features
-from p2pboost.hetero._messages import Predict, PredictBits
+from p2pboost.hetero._messages import Predict, PredictBits, PrivatePredict
 from p2pboost.hetero.inference.forest import (
     HostSplits,
     host_bits,
@@ -32,10 +37,16 @@ from p2pboost.hetero.inference.forest import (
     padding_is_clear,
     unpack_bits,
 )
+from p2pboost.hetero.inference.private_batch import (
+    Keys,
+    guest_predict_private,
+    host_predict_private,
+)
 from p2pboost.hetero.model import GuestModel, HostDecisions, HostModel
 from p2pboost.net.node import Session
-from p2pboost.protocols._messages import recv, reject, send
+from p2pboost.protocols._messages import Message, recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
+from p2pboost.workers import AnyExecutor
 
 __all__ = ["guest_predict", "host_predict"]
 
@@ -49,11 +60,34 @@ async def guest_predict(
     n_rounds: int | None = None,
     *,
     channel: str = "ctl",
+    private: bool = False,
+    keys: Keys | None = None,
+    executor: AnyExecutor | None = None,
+    received: list[Message] | None = None,
 ) -> F64:
     """Raw margins ``(n, K)`` for the guest's rows ``X`` (aligned with the hosts' rows).
 
     ``channel``: the session's channel for it (a warm start asks inside its training
-    session, beside the training's own channels)."""
+    session, beside the training's own channels). ``private``: private inference (the
+    guest learns scores only; ``keys`` and ``executor`` are its key pair and encryption
+    pool). ``received``: if given, every message the guest receives is appended to it as
+    decoded: what the guest learns, for audits and the attack benchmarks."""
+    if private:
+        return await guest_predict_private(
+            session,
+            model,
+            Features.from_user(
+                X,
+                order=model.feature_names,
+                n_features=model.n_features,
+                allow_no_features=model.n_features == 0,
+            ),
+            n_rounds,
+            channel=channel,
+            keys=keys,
+            executor=executor,
+            received=received,
+        )
     features = Features.from_user(
         X,
         order=model.feature_names,
@@ -66,7 +100,10 @@ async def guest_predict(
     async def ask(k: int, host: str) -> HostDecisions:
         ctl = session.channel(host, channel)
         await send(ctl, request)
-        return _check_bits(await recv(ctl, PredictBits), host, model, k, n)
+        reply = await recv(ctl, PredictBits)
+        if received is not None:
+            received.append(reply)
+        return _check_bits(reply, host, model, k, n)
 
     decisions = await gather_or_cancel(*(ask(k, h) for k, h in enumerate(model.hosts, start=1)))
     return model.predict_margin(features, decisions, n_rounds)
@@ -84,14 +121,32 @@ def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int
     return HostDecisions(t, nd, unpack_bits(bits, t.size, n))
 
 
-async def host_predict(session: Session, model: HostModel, X: Any, *, channel: str = "ctl") -> None:
+async def host_predict(
+    session: Session,
+    model: HostModel,
+    X: Any,
+    *,
+    channel: str = "ctl",
+    private: bool | None = None,
+    executor: AnyExecutor | None = None,
+) -> None:
     """Answer one prediction request of the guest for this host's rows ``X`` (on
-    ``channel``, as the guest asks)."""
+    ``channel``, as the guest asks). ``private``: None answers either mode; True refuses
+    a request for decision bits, False a private one (``executor``: the pool that
+    re-randomises ciphertexts)."""
     features = Features.from_user(
         X, order=model.feature_names, n_features=model.n_features, sparse=True
     )
     ctl = session.channel(model.guest, channel)
-    msg = await recv(ctl, Predict)
+    msg = await recv(ctl, (Predict, PrivatePredict))
+    if private is not None and isinstance(msg, PrivatePredict) != private:
+        wanted = "private" if private else "default (decision bits)"
+        raise reject(model.guest, f"this host answers only {wanted} inference")
+    if isinstance(msg, PrivatePredict):
+        await host_predict_private(
+            session, model, features, msg, channel=channel, executor=executor
+        )
+        return
     if msg.fingerprint != model.fingerprint:
         raise ModelError("the guest's model is from another training (fingerprints differ)")
     if msg.n != features.n_rows:

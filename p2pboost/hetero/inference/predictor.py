@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import (
     InputError,
     LocalProtocolError,
@@ -49,8 +50,11 @@ from p2pboost.exceptions import (
     SessionClosed,
     UnknownIdError,
 )
+from p2pboost.hetero._messages import ServePrivate
 from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
 from p2pboost.hetero.inference.forest import FlatForest
+from p2pboost.hetero.inference.private import PrivateForest
+from p2pboost.hetero.inference.private_session import PrivateScorer, setup_message
 from p2pboost.hetero.inference.session import (
     DEFAULT_PREFIX,
     MAX_ID_CHARS,
@@ -106,6 +110,9 @@ class GuestPredictor:
     ``output``: ``"proba"`` (probabilities, or values for regression, as ``predict``) or
     ``"margin"`` (raw scores). ``guest_store`` lets requests carry only an id: the guest's own
     features are then looked up there. ``n_rounds`` defaults to the best iteration.
+    ``private``: private inference (the guest learns each row's score and no host decision;
+    :mod:`~p2pboost.hetero.inference.private_session`) under ``keys`` (default: a fresh
+    2048-bit Okamoto-Uchiyama pair, made once for the predictor's life).
     """
 
     def __init__(
@@ -123,6 +130,8 @@ class GuestPredictor:
         max_queue: int = 100_000,
         session_prefix: str = DEFAULT_PREFIX,
         executor: AnyExecutor | None = None,
+        private: bool = False,
+        keys: tuple[AnyPublicKey, AnyPrivateKey] | None = None,
     ) -> None:
         if max_batch < 1 or max_batch > MAX_ROWS:
             raise InputError(f"max_batch must be in [1, {MAX_ROWS}], got {max_batch}")
@@ -143,6 +152,13 @@ class GuestPredictor:
         self.host_timeout = host_timeout
         self.output = output
         self.forest = FlatForest(model, n_rounds)
+        self._private: PrivateScorer | None = None
+        setups: list[ServePrivate | None] = [None] * len(model.hosts)
+        if private:
+            padded = PrivateForest(model, n_rounds)
+            pair = keys if keys is not None else make_keypair("ou", 2048)
+            self._private = PrivateScorer(padded, pair, executor)
+            setups = [setup_message(padded, pair[0], k) for k in range(1, len(model.hosts) + 1)]
         self._clients = [
             HostClient(
                 node,
@@ -154,6 +170,7 @@ class GuestPredictor:
                 timeout=host_timeout,
                 session_prefix=session_prefix,
                 executor=executor,
+                private=setups[k - 1],
             )
             for k, host in enumerate(model.hosts, start=1)
         ]
@@ -195,6 +212,8 @@ class GuestPredictor:
             if not request.future.done():
                 request.future.set_exception(SessionClosed("predictor closed"))
         await asyncio.gather(*(c.close() for c in self._clients))
+        if self._private is not None:
+            self._private.close()
 
     async def __aenter__(self) -> GuestPredictor:
         await self.start()
@@ -276,6 +295,9 @@ class GuestPredictor:
         features): hosts are asked for each id once and their bits fanned out to the rows.
         """
         t0 = time.perf_counter()
+        if self._private is not None:
+            margin, unknown = await self._private.score(self._clients, keys, rows)
+            return self._scored(keys, margin, unknown, t0)
         unique, inverse = np.unique(keys, return_inverse=True)
         answers = await gather_or_cancel(*(c.query(unique) for c in self._clients))
         bits = [a.go_left[:, inverse] for a in answers]
@@ -283,15 +305,25 @@ class GuestPredictor:
             margin = await asyncio.to_thread(self.forest.margin, rows, bits)
         else:
             margin = self.forest.margin(rows, bits)
-        self._batches += 1
-        self._rows += int(keys.size)
-        if self.on_batch is not None:
-            self.on_batch(int(keys.size), time.perf_counter() - t0)
         unknown = {
             c.host: np.flatnonzero(np.isin(inverse, a.unknown))
             for c, a in zip(self._clients, answers, strict=True)
             if a.unknown.size
         }
+        return self._scored(keys, margin, unknown, t0)
+
+    def _scored(
+        self,
+        keys: npt.NDArray[Any],
+        margin: F64,
+        unknown: dict[str, npt.NDArray[np.int64]],
+        t0: float,
+    ) -> tuple[F64, dict[str, npt.NDArray[np.int64]]]:
+        """Count the batch, and turn its margins into the predictor's output."""
+        self._batches += 1
+        self._rows += int(keys.size)
+        if self.on_batch is not None:
+            self.on_batch(int(keys.size), time.perf_counter() - t0)
         scores = margin if self.output == "margin" else self.model.transform(margin)
         return scores, unknown
 

@@ -53,10 +53,14 @@ from p2pboost.exceptions import (
 from p2pboost.hetero._messages import (
     MAX_ID_CHARS,
     MAX_SERVE_ROWS,
+    PrivateAnswer,
+    PrivateQuery,
     Query,
     QueryBits,
     ServeBye,
     ServeHello,
+    ServePrivate,
+    ServePrivateReady,
     ServePsi,
     ServePsiReady,
     ServeReady,
@@ -70,6 +74,8 @@ from p2pboost.hetero.inference.forest import (
     padding_is_clear,
     unpack_bits,
 )
+from p2pboost.hetero.inference.private_host import PrivateHost
+from p2pboost.hetero.inference.private_session import host_private_query, host_private_setup
 from p2pboost.hetero.model import HostModel
 from p2pboost.net.node import Channel, Node, Session
 from p2pboost.protocols._messages import Message, recv, reject, send
@@ -145,8 +151,12 @@ async def serve_host(
     max_rows: int = MAX_ROWS,
     executor: AnyExecutor | None = None,
     on_session: Callable[[str], None] | None = None,
+    private: bool | None = None,
 ) -> None:
     """Answer the guest's inference sessions until ``sessions`` of them ended (None: forever).
+
+    ``private``: None answers the mode each guest session asks for; True only private
+    inference (:mod:`~p2pboost.hetero.inference.private_session`), False only decision bits.
 
     Sessions whose id does not start with ``session_prefix`` or that another party opened are
     refused. One failing session (a guest that breaks the protocol or goes away) is logged and
@@ -196,7 +206,7 @@ async def serve_host(
             if on_session is not None:
                 on_session(session.id)
             task = asyncio.create_task(
-                _host_session(node, session, model, store, splits, max_rows, executor)
+                _host_session(node, session, model, store, splits, max_rows, executor, private)
             )
             tasks.add(task)
             task.add_done_callback(ended)
@@ -217,6 +227,7 @@ async def _host_session(
     splits: HostSplits,
     max_rows: int,
     executor: AnyExecutor | None,
+    private: bool | None = None,
 ) -> None:
     guest = model.guest
     async with session:
@@ -239,25 +250,60 @@ async def _host_session(
             raise refusal
         splits = splits.first_trees(hello.trees)  # no bits for trees the guest does not use
         await send(ch, ServeReady(PROTOCOL_VERSION, splits.tree, splits.node))
-        while True:
-            msg = await recv(ch, (Query, ServePsi, ServeBye))
-            if isinstance(msg, ServeBye):
-                return
-            if isinstance(msg, ServePsi):
-                await _host_psi(node, ch, msg, store, guest, executor)
-                continue
-            seq = msg.seq
-            ids = ids_from_wire(msg.ids, guest, max_rows)
-            X, found = await store.lookup(ids)
-            if X.shape != (ids.size, model.n_features):
-                raise InputError(f"feature store returned {X.shape} for {ids.size} ids")
-            if ids.size * splits.tree.size > OFFLOAD_CELLS:
-                bits = await asyncio.to_thread(host_bits, splits, X)
-            else:
-                bits = host_bits(splits, X)
-            bits[:, ~found] = False
-            unknown = np.flatnonzero(~found).astype(np.int64)
-            await send(ch, QueryBits(seq, pack_bits(bits), unknown))
+        secret: PrivateHost | None = None
+        try:
+            while True:
+                kinds: Any = (Query, ServePsi, ServeBye, ServePrivate, PrivateQuery)
+                msg: Message = await recv(ch, kinds)
+                if isinstance(msg, ServeBye):
+                    return
+                if isinstance(msg, ServePsi):
+                    await _host_psi(node, ch, msg, store, guest, executor)
+                    continue
+                if isinstance(msg, ServePrivate):
+                    if private is False or secret is not None:
+                        raise reject(guest, "private setup refused (this host answers bits)")
+                    secret = host_private_setup(model, msg, hello.trees, executor)
+                    await send(ch, ServePrivateReady(secret.seal_key.public))
+                    continue
+                if (secret is not None) != isinstance(msg, PrivateQuery) or (
+                    private and secret is None
+                ):
+                    raise reject(guest, "a query of the other mode than this session's")
+                if isinstance(msg, PrivateQuery):
+                    assert secret is not None
+                    ids = ids_from_wire(msg.ids, guest, max_rows)
+                    await host_private_query(ch, msg, secret, model, ids, store)
+                    continue
+                assert isinstance(msg, Query)
+                await _host_query(ch, msg, model, store, splits, max_rows)
+        finally:
+            if secret is not None:
+                secret.close()
+
+
+async def _host_query(
+    ch: Channel,
+    msg: Query,
+    model: HostModel,
+    store: FeatureStore,
+    splits: HostSplits,
+    max_rows: int,
+) -> None:
+    """Answer one query with the decision bits of the batch's rows."""
+    guest = model.guest
+    seq = msg.seq
+    ids = ids_from_wire(msg.ids, guest, max_rows)
+    X, found = await store.lookup(ids)
+    if X.shape != (ids.size, model.n_features):
+        raise InputError(f"feature store returned {X.shape} for {ids.size} ids")
+    if ids.size * splits.tree.size > OFFLOAD_CELLS:
+        bits = await asyncio.to_thread(host_bits, splits, X)
+    else:
+        bits = host_bits(splits, X)
+    bits[:, ~found] = False
+    unknown = np.flatnonzero(~found).astype(np.int64)
+    await send(ch, QueryBits(seq, pack_bits(bits), unknown))
 
 
 async def _host_psi(
@@ -301,9 +347,14 @@ class HostClient:
         timeout: float,
         session_prefix: str = DEFAULT_PREFIX,
         executor: AnyExecutor | None = None,
+        private: ServePrivate | None = None,
     ) -> None:
         self.node = node
         self.host = host
+        #: Private inference's setup for this host (None: decision bits), and the host's
+        #: seal key for the current session once it is open.
+        self.private = private
+        self.seal = b""
         self.fingerprint = fingerprint
         self.expected_tree = expected_tree
         self.expected_node = expected_node
@@ -330,6 +381,22 @@ class HostClient:
     async def query(self, ids: npt.NDArray[Any]) -> HostAnswer:
         """One round trip: the host's bits for ``ids``."""
         result: HostAnswer = await self._bounded(lambda: self._query(ids), "answer")
+        return result
+
+    async def private_query(
+        self, ids: npt.NDArray[Any], batch: int, ct: Any, sealed: bytes, nxt: bytes
+    ) -> PrivateAnswer:
+        """One private round trip (see :mod:`~p2pboost.hetero.inference.private_session`)."""
+
+        async def ask() -> PrivateAnswer:
+            reply = await self._ask(
+                lambda seq: PrivateQuery(seq, ids_to_wire(ids), batch, ct, sealed, nxt)
+            )
+            if not isinstance(reply, PrivateAnswer):
+                raise reject(self.host, "expected a private answer")
+            return reply
+
+        result: PrivateAnswer = await self._bounded(ask, "answer")
         return result
 
     async def psi(self, ids: npt.NDArray[Any]) -> I64:
@@ -430,13 +497,17 @@ class HostClient:
                 f"host {self.host!r} answers for other splits than this model's "
                 "(a model file of another training?)"
             )
+        if self.private is not None:
+            await send(ch, self.private)
+            ready = await recv(ch, ServePrivateReady)
+            self.seal = ready.seal
         return ch
 
     async def _read(self, session: Session, ch: Channel) -> None:
         """Hand each answer to the query waiting for its sequence number."""
         try:
             while True:
-                reply = await recv(ch, (QueryBits, ServePsiReady))
+                reply = await recv(ch, (QueryBits, ServePsiReady, PrivateAnswer))
                 future = self._waiting.pop(reply.seq, None)
                 if future is None:
                     raise reject(self.host, "answered no pending query")
