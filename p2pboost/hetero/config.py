@@ -24,8 +24,9 @@ __all__ = ["VERSION", "HeteroConfig", "check_layered_depth", "check_modes"]
 #: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
 #: and fingerprint chain of checkpoints; 5: a tree's start says how many outputs a row packs;
 #: 6: setup carries min_child_weight, so hosts leave out candidates no child could satisfy;
-#: 7: a split's larger child comes as a ``Derived`` package, its sums left to the guest).
-VERSION = 7
+#: 7: a split's larger child comes as a ``Derived`` package, its sums left to the guest;
+#: 8: a prediction's bits may carry a consenting host's feature tokens, for explanations).
+VERSION = 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from p2pboost.gbdt.names import names_of
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import check_weights
 from p2pboost.hetero.config import HeteroConfig
-from p2pboost.hetero.inference.batch import guest_predict, host_predict
+from p2pboost.hetero.inference.batch import guest_explain, guest_predict, host_predict
 from p2pboost.hetero.inference.feature_store import FeatureStore
 from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.hetero.model import GuestModel, HostModel
@@ -206,8 +206,28 @@ class HeteroGuest:
         async with node.session(sid, peers=list(model.hosts)) as session:
             return await guest_predict(session, model, X)
 
-    async def apredict(self, node: Node, X: Any, *, session_id: str | None = None) -> F64:
-        """Probabilities (classification) or values (regression), as the core's ``predict``."""
+    async def apredict(
+        self,
+        node: Node,
+        X: Any,
+        *,
+        session_id: str | None = None,
+        pred_contribs: bool = False,
+    ) -> F64:
+        """Probabilities (classification) or values (regression), as the core's ``predict``.
+
+        ``pred_contribs``: exact TreeSHAP contributions instead, in XGBoost's layout (one
+        column per guest feature, then one per host, or one per feature token of a host that
+        consents, then the base value); every row sums to its margin. The columns' names are
+        left in ``contribution_names_`` (see :mod:`p2pboost.hetero.inference.explain`).
+        """
+        if pred_contribs:
+            model = self.model_
+            sid = session_id or f"{self.session_id}-predict"
+            async with node.session(sid, peers=list(model.hosts)) as session:
+                contributions = await guest_explain(session, model, X)
+            self.contribution_names_ = contributions.names
+            return contributions.values
         return self.model_.transform(await self.apredict_margin(node, X, session_id=session_id))
 
     def predict(self, node: Node, X: Any, **kwargs: Any) -> F64:
@@ -246,7 +266,10 @@ class HeteroHost:
     ``checkpoint_dir``: write a checkpoint there after every tree, offered to the guest by
     ``afit(..., resume=True)``. ``memory_budget_mb``: the most the encrypted histograms kept
     between layers may take (None: no bound; see ``host_train``); it changes the host's work,
-    never the trees.
+    never the trees. ``explain_features``: consent to per-feature explanations of predictions
+    (the guest then learns an opaque token of the feature of each split, not its name; the
+    tokens of the last request are left in ``feature_tokens_``, this host's record of which
+    is which).
     """
 
     def __init__(
@@ -258,6 +281,7 @@ class HeteroHost:
         sparse: bool | str = "auto",
         checkpoint_dir: str | os.PathLike[str] | None = None,
         memory_budget_mb: float | None = None,
+        explain_features: bool = False,
     ) -> None:
         self.session_id = session_id
         self.executor = executor
@@ -265,6 +289,7 @@ class HeteroHost:
         self.sparse = sparse
         self.checkpoint_dir = checkpoint_dir
         self.memory_budget_mb = memory_budget_mb
+        self.explain_features = explain_features
 
     @property
     def model_(self) -> HostModel:
@@ -337,7 +362,9 @@ class HeteroHost:
         model = self.model_
         sid = session_id or f"{self.session_id}-predict"
         async with node.session(sid, peers=[model.guest]) as session:
-            await host_predict(session, model, X)
+            tokens = await host_predict(session, model, X, explain_features=self.explain_features)
+        if tokens is not None:
+            self.feature_tokens_ = tokens.names(node.party_id)
 
     def serve_predict(self, node: Node, X: Any, **kwargs: Any) -> None:
         """Blocking :meth:`aserve_predict`."""
@@ -350,6 +377,7 @@ class HeteroHost:
         :class:`~p2pboost.hetero.inference.predictor.GuestPredictor`) with rows looked up by id in
         ``store``; returns after ``sessions`` ended (None: never).
         """
+        kwargs.setdefault("explain_features", self.explain_features)
         await serve_host(node, self.model_, store, sessions=sessions, **kwargs)
 
     def save(self, path: str | os.PathLike[str]) -> None:

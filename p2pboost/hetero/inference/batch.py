@@ -13,6 +13,9 @@ A host evaluates each split it owns on each of its rows and sends the decisions 
 host learns nothing (it does not even see which leaf a row reaches); the guest learns, for
 every host split and row, the direction, which it would learn anyway by walking the tree.
 Both sides check the model fingerprint, so files of different trainings never mix.
+
+A host that consents to per-feature explanations adds ``"tokens"`` to its answer: one opaque
+token per split, the same for splits of one feature (:mod:`p2pboost.hetero.inference.explain`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from p2pboost.exceptions import InputError, ModelError
 from p2pboost.gbdt.binning import check_features, check_matrix
 from p2pboost.gbdt.names import by_name
 from p2pboost.hetero._messages import Predict, PredictBits
+from p2pboost.hetero.inference.explain import (
+    Contributions,
+    FeatureTokens,
+    check_tokens,
+    guest_contributions,
+)
 from p2pboost.hetero.inference.forest import (
     HostSplits,
     host_bits,
@@ -38,9 +47,10 @@ from p2pboost.net.node import Session
 from p2pboost.protocols._messages import recv, reject, send
 from p2pboost.protocols._tasks import gather_or_cancel
 
-__all__ = ["guest_predict", "host_predict"]
+__all__ = ["guest_explain", "guest_predict", "host_predict"]
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 
 
 async def guest_predict(
@@ -63,16 +73,53 @@ async def guest_predict(
     n = arr.shape[0]
     request = Predict(model.fingerprint, n)
 
-    async def ask(k: int, host: str) -> HostDecisions:
+    async def ask(k: int, host: str) -> tuple[HostDecisions, I64 | None]:
         ctl = session.channel(host, channel)
         await send(ctl, request)
         return _check_bits(await recv(ctl, PredictBits), host, model, k, n)
 
     decisions = await gather_or_cancel(*(ask(k, h) for k, h in enumerate(model.hosts, start=1)))
-    return model.predict_margin(arr, decisions, n_rounds)
+    return model.predict_margin(arr, [d for d, _ in decisions], n_rounds)
 
 
-def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int) -> HostDecisions:
+async def guest_explain(
+    session: Session,
+    model: GuestModel,
+    X: Any,
+    n_rounds: int | None = None,
+    *,
+    channel: str = "ctl",
+) -> Contributions:
+    """Exact TreeSHAP contributions for the guest's rows ``X`` (aligned with the hosts'):
+    the same one round trip per host as :func:`guest_predict`, then
+    :func:`~p2pboost.hetero.inference.explain.guest_contributions` on the guest's side.
+    A host that consents (``explain_features``) is explained per feature, any other as one
+    player."""
+    arr = check_matrix(
+        by_name(X, model.feature_names),
+        n_features=model.n_features,
+        allow_no_features=model.n_features == 0,
+    )
+    request = Predict(model.fingerprint, arr.shape[0])
+
+    async def ask(k: int, host: str) -> tuple[HostDecisions, I64 | None]:
+        ctl = session.channel(host, channel)
+        await send(ctl, request)
+        return _check_bits(await recv(ctl, PredictBits), host, model, k, arr.shape[0])
+
+    answers = await gather_or_cancel(*(ask(k, h) for k, h in enumerate(model.hosts, start=1)))
+    return guest_contributions(
+        model,
+        arr,
+        [d.go_left for d, _ in answers],
+        [tokens for _, tokens in answers],
+        n_rounds=n_rounds,
+    )
+
+
+def _check_bits(
+    reply: PredictBits, host: str, model: GuestModel, k: int, n: int
+) -> tuple[HostDecisions, I64 | None]:
     trees, nodes = model.host_nodes(k)
     t, nd, bits = reply.tree, reply.node, reply.bits
     if not (np.array_equal(t, trees) and np.array_equal(nd, nodes)):
@@ -81,12 +128,26 @@ def _check_bits(reply: PredictBits, host: str, model: GuestModel, k: int, n: int
         raise reject(host, "decision bits of the wrong size")
     if not padding_is_clear(bits, t.size, n):
         raise reject(host, "decision bits set beyond the rows")
-    return HostDecisions(t, nd, unpack_bits(bits, t.size, n))
+    problem = check_tokens(reply.tokens, t.size)
+    if problem is not None:
+        raise reject(host, problem)
+    return HostDecisions(t, nd, unpack_bits(bits, t.size, n)), reply.tokens
 
 
-async def host_predict(session: Session, model: HostModel, X: Any, *, channel: str = "ctl") -> None:
+async def host_predict(
+    session: Session,
+    model: HostModel,
+    X: Any,
+    *,
+    channel: str = "ctl",
+    explain_features: bool = False,
+) -> FeatureTokens | None:
     """Answer one prediction request of the guest for this host's rows ``X`` (on
-    ``channel``, as the guest asks)."""
+    ``channel``, as the guest asks).
+
+    ``explain_features``: consent to per-feature explanations: the answer carries an opaque
+    token per split, drawn for this request, and the tokens are returned (the host's record
+    of which token is which of its features); otherwise None."""
     arr = check_features(by_name(X, model.feature_names), n_features=model.n_features)
     ctl = session.channel(model.guest, channel)
     msg = await recv(ctl, Predict)
@@ -96,4 +157,7 @@ async def host_predict(session: Session, model: HostModel, X: Any, *, channel: s
         raise InputError(f"the guest predicts {msg.n!r} rows, this host has {arr.shape[0]}")
     splits = HostSplits.of(model)
     bits = host_bits(splits, arr)
-    await send(ctl, PredictBits(splits.tree, splits.node, pack_bits(bits)))
+    tokens = FeatureTokens.draw(model) if explain_features else None
+    token_arr = None if tokens is None else tokens.of_splits(splits)
+    await send(ctl, PredictBits(splits.tree, splits.node, pack_bits(bits), token_arr))
+    return tokens
