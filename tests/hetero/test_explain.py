@@ -89,7 +89,7 @@ def test_consented_values_are_the_cores_per_feature(
     names never cross the wire, and only ``b`` can map its tokens back."""
     fed, X = trained
     sent: list[bytes] = []
-    real_send = batch.send
+    real_send = batch.send  # type: ignore[attr-defined]
 
     async def spy(ch: Any, msg: Any) -> None:
         sent.append(codec.encode(msg.wire()))
