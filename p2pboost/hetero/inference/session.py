@@ -89,7 +89,8 @@ __all__ = [
 
 logger = logging.getLogger("p2pboost.hetero.serving")
 
-PROTOCOL_VERSION = 1
+#: The serving protocol's version (2: ``ready`` carries a consenting host's feature tokens).
+PROTOCOL_VERSION = 2
 CHANNEL = "serve"
 DEFAULT_PREFIX = "p2pboost-serve"
 #: Rows one query may name (the guest splits larger batches); bounds the host's memory.
