@@ -50,7 +50,8 @@ class _Drain:
 
     def _read(self, stream: IO[str] | None, name: str) -> None:
         if stream is not None:
-            setattr(self, name, stream.read())
+            with stream:
+                setattr(self, name, stream.read())
 
     def join(self) -> None:
         for t in self._threads:

@@ -51,6 +51,7 @@ from benchmarks._common import data_dir, emit_json, print_table, read_csv
 from benchmarks._credit_parties import BANK, TELCO, CreditFederation, write_party_csv
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.export import to_xgboost
+from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.shap import booster_contributions
 from p2pboost.gbdt.stability import feature_counts, psi, score_counts, score_edges
 from p2pboost.gbdt.woe import bin_counts, woe_table
@@ -73,8 +74,11 @@ class _Data:
     def __init__(self, directory: Path, dataset: str, test_size: float, seed: int) -> None:
         g_names, guest = read_csv(directory / f"{dataset}_hetero_guest.csv")
         h_names, host = read_csv(directory / f"{dataset}_hetero_host.csv")
-        if not np.array_equal(guest[:, 0], host[:, 0]):
-            raise SystemExit("the guest and host files must hold the same ids in the same order")
+        position = {int(i): k for k, i in enumerate(host[:, 0].tolist())}
+        try:  # the host's rows in the guest's order, joined by id
+            host = host[[position[int(i)] for i in guest[:, 0].tolist()]]
+        except KeyError:
+            raise SystemExit("the host file must hold every id of the guest file") from None
         order = np.random.default_rng(seed).permutation(guest.shape[0])
         n_test = round(guest.shape[0] * test_size)
         self.test, self.train = np.sort(order[:n_test]), np.sort(order[n_test:])
@@ -240,8 +244,17 @@ def psi_section(fed: CreditFederation, data: _Data, bins: int) -> dict[str, Any]
         runs[batch] = json.loads((fed.directory / out).read_text())
     seconds = time.perf_counter() - t0
     tr, te = data.train, data.test
-    mapper = BinMapper(bins).fit(data.joined(tr))
-    plain = psi(feature_counts(mapper, data.joined(tr)), feature_counts(mapper, data.joined(te)))
+    # The bank bins as training did; the telco's file keeps thresholds, not bins, so its
+    # stability fits bins again with its own max_bin (a host's file cannot set it: the default).
+    plain = np.concatenate(
+        [
+            psi(feature_counts(m, X[tr]), feature_counts(m, X[te]))
+            for m, X in (
+                (BinMapper(bins).fit(data.Xg[tr]), data.Xg),
+                (BinMapper(BoostParams().max_bin).fit(data.Xh[tr]), data.Xh),
+            )
+        ]
+    )
     ours = [
         f["psi"] for f in runs["bank_test.csv"]["features"] + runs["telco_test.csv"]["features"]
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Executor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from p2pboost import codec
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.shap import booster_contributions
+from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
 from p2pboost.hetero.inference import batch
 from p2pboost.hetero.inference.batch import guest_explain, guest_predict, host_predict
 from p2pboost.hetero.inference.explain import BASE, FeatureTokens, check_tokens
@@ -137,3 +139,37 @@ def test_contributions_need_every_hosts_bits(trained: tuple[Federated, np.ndarra
     fed, X = trained
     with pytest.raises(InputError, match="hosts"):
         guest_contributions(fed.guest, X[:, COLUMNS[0]], [])
+
+
+def test_estimators_pred_contribs_with_a_consenting_host(
+    trained: tuple[Federated, np.ndarray], tmp_path: Path
+) -> None:
+    """``HeteroGuest.apredict(..., pred_contribs=True)`` against ``HeteroHost(explain_features=
+    True).aserve_predict``; host ``c`` stays one player."""
+    fed, X = trained
+    fed.guest.save(tmp_path / "guest.json")
+    for name, model in zip("bc", fed.hosts, strict=True):
+        model.save(tmp_path / f"{name}.json")
+    guest = HeteroGuest.load(tmp_path / "guest.json")
+    b = HeteroHost.load(tmp_path / "b.json", explain_features=True)
+    c = HeteroHost.load(tmp_path / "c.json")
+
+    async def run() -> np.ndarray:
+        async with local_federation(MemoryFabric(), ["a", "b", "c"], TRAINING) as nodes:
+            out, _, _ = await asyncio.gather(
+                guest.apredict(nodes["a"], X[:, COLUMNS[0]], pred_contribs=True),
+                b.aserve_predict(nodes["b"], X[:, COLUMNS[1]]),
+                c.aserve_predict(nodes["c"], X[:, COLUMNS[2]]),
+            )
+        return np.asarray(out)
+
+    values = asyncio.run(run())
+    names = guest.contribution_names_
+    assert set(b.feature_tokens_) == {n for n in names if n.startswith("b:")}
+    assert not hasattr(c, "feature_tokens_")
+    assert names[-2:] == ["c", BASE]
+    margin = fed.guest.predict_margin(
+        X[:, COLUMNS[0]],
+        [h.decisions(X[:, s]) for h, s in zip(fed.hosts, COLUMNS[1:], strict=True)],
+    )[:, 0]
+    np.testing.assert_allclose(values.sum(axis=1), margin, rtol=0, atol=1e-9)
