@@ -76,6 +76,8 @@ class Metrics(Protocol):
 
     def batch(self, rows: int, seconds: float) -> None: ...
 
+    def stability(self, rows: int, psi: float | None) -> None: ...
+
     def render(self) -> bytes | None: ...
 
 
@@ -98,6 +100,9 @@ class NoMetrics:
         pass
 
     def batch(self, rows: int, seconds: float) -> None:
+        pass
+
+    def stability(self, rows: int, psi: float | None) -> None:
         pass
 
     def render(self) -> bytes | None:
@@ -144,6 +149,14 @@ class EndpointMetrics:
         self._received = Counter(p + "received_bytes", "Client message bytes in", registry=r)
         self._sent = Counter(p + "sent_bytes", "Reply bytes out", registry=r)
         self._open = Gauge(p + "open_connections", "Client connections open", registry=r)
+        self._window_rows = Gauge(
+            p + "stability_window_rows", "Scores in the stability window", registry=r
+        )
+        self._window_psi = Gauge(
+            p + "score_psi",
+            "PSI of the window's scores against the training scores (NaN: too few rows)",
+            registry=r,
+        )
         self._opened = Counter(p + "connections_opened", "Client connections accepted", registry=r)
         self._refused = Counter(
             p + "refused",
@@ -176,6 +189,11 @@ class EndpointMetrics:
     def batch(self, rows: int, seconds: float) -> None:
         self._batch_rows.observe(rows)
         self._batch_seconds.observe(seconds)
+
+    def stability(self, rows: int, psi: float | None) -> None:
+        """The predictor's stability window as of the scrape (PSI NaN below its min_rows)."""
+        self._window_rows.set(rows)
+        self._window_psi.set(float("nan") if psi is None else psi)
 
     def add_collector(self, collector: Collector) -> None:
         """More families in the same answer (a party's node counters)."""

@@ -13,25 +13,22 @@ progress and logs go to stderr (see :mod:`p2pboost.app._console`). What only one
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import signal
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from p2pboost import __version__
 from p2pboost.app._console import Console, JsonFormatter, unconfigure
+from p2pboost.app._signals import stop_on_sigterm
 from p2pboost.app.demo import DEFAULT_KEY_BITS, DEFAULT_MODE, DEFAULT_TIMEOUT, MODES
+from p2pboost.app.explain import predict_changes, predict_options
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, P2PBoostError
-
-if TYPE_CHECKING:
-    from p2pboost.app.party import PartyResult
 
 __all__ = ["cli", "main"]
 
@@ -282,16 +279,16 @@ _CONFIG = click.option(
 )
 
 
-def _run_party(config_path: Path, task: str | None, *, resume: bool = False) -> int:
+def _run_party(config_path: Path, task: str | None, *, resume: bool = False, **predict: Any) -> int:
     from p2pboost.app.config import load_config
     from p2pboost.app.party import run_party
 
-    config = load_config(config_path).with_task(task)
+    config = load_config(config_path).with_task(task).with_predict(**predict)
     if resume:
         config = config.with_resume()
     reporter = _console().reporter(config.id)
     try:
-        result = asyncio.run(_stop_on_sigterm(run_party(config, reporter)))
+        result = asyncio.run(stop_on_sigterm(run_party(config, reporter)))
     except KeyboardInterrupt:
         _stopped(config.id, "interrupted")
         return 130
@@ -309,16 +306,6 @@ def _stopped(party: str, how: str) -> None:
         logging.getLogger(f"p2pboost.{party}").info("%s", how)
     else:
         click.echo(f"p2pboost: {party}: {how}", err=True)
-
-
-async def _stop_on_sigterm(work: Coroutine[Any, Any, PartyResult]) -> PartyResult:
-    """Run ``work``; SIGTERM (service managers, containers) cancels it, so the node closes
-    its sessions and connections cleanly instead of dying mid-message."""
-    task = asyncio.current_task()
-    if task is not None:
-        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals here
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    return await work
 
 
 @cli.command("party")
@@ -347,9 +334,10 @@ def party(config_path: Path, task: str | None, resume: bool) -> int:
 
 @cli.command("predict")
 @_CONFIG
-def predict(config_path: Path) -> int:
+@predict_options
+def predict(config_path: Path, contributions: bool, reasons: int | None, force: bool) -> int:
     """Batch prediction: `party --task predict` (guest writes id,score; hosts answer)."""
-    return _run_party(config_path, "predict")
+    return _run_party(config_path, "predict", **predict_changes(contributions, reasons, force))
 
 
 @cli.command("serve")
@@ -385,7 +373,7 @@ def binning(
     config = load_config(config_path)
     options = BinningOptions(threshold, top_k, monotone, force)
     reporter = _console().reporter(config.id)
-    result = asyncio.run(_stop_on_sigterm(run_binning(config, options, reporter)))
+    result = asyncio.run(stop_on_sigterm(run_binning(config, options, reporter)))
     click.echo(json.dumps(result.to_dict()))
     return 0
 

@@ -183,6 +183,17 @@ class PredictConfig:
     #: Private inference (the guest learns scores only): the guest's choice; a host that
     #: sets it answers only that mode (None: the guest's choice).
     private: bool | None = None
+    #: Guest: also write every row's TreeSHAP contributions (``p2pboost predict
+    #: --contributions``) and the top ``reasons`` reason codes to ``explanations``.
+    contributions: bool = False
+    reasons: int = 0
+    explanations: Path = Path("explanations.csv")
+    #: Overwrite an existing ``explanations`` file (``--force``).
+    force: bool = False
+    #: Host: consent to per-feature explanations; the guest gets an opaque token per split,
+    #: and this host keeps which token is which feature in ``feature_tokens``.
+    explain_features: bool = False
+    feature_tokens: Path = Path("feature_tokens.csv")
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +300,10 @@ class PartyConfig:
         (a guest's choice of private inference; a host's insistence on one mode, or None)."""
         return self.serve.private if self.task is Task.SERVE else self.predict.private
 
+    def with_predict(self, **changes: Any) -> PartyConfig:
+        """The same party with ``[predict]`` settings changed (the CLI's ``predict`` flags)."""
+        return dataclasses.replace(self, predict=dataclasses.replace(self.predict, **changes))
+
     def with_task(self, task: Task | str | None) -> PartyConfig:
         """The same party doing another task (the CLI's ``--task``)."""
         if task is None:
@@ -335,7 +350,17 @@ _HOST_TRAIN = (
     "interaction_constraints",
 )
 _BOOST = tuple(f.name for f in dataclasses.fields(BoostParams))
-_PREDICT = ("path", "output", "align", "private")
+_PREDICT = (
+    "path",
+    "output",
+    "align",
+    "private",
+    "contributions",
+    "reasons",
+    "explanations",
+    "explain_features",
+    "feature_tokens",
+)
 _SERVE = tuple(f.name for f in dataclasses.fields(ServeConfig))
 _NODE = tuple(f.name for f in dataclasses.fields(NodeSettings))
 _COMPUTE = tuple(f.name for f in dataclasses.fields(ComputeConfig))
@@ -500,6 +525,13 @@ def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
     )
 
 
+def _non_negative(reader: _Reader, key: str) -> int:
+    value = reader.get_int(key, 0)
+    if value < 0:
+        raise reader.fail(key, f"must be >= 0, got {value}")
+    return value
+
+
 def _predict(reader: _Reader, base: Path) -> PredictConfig:
     reader.check_keys(_PREDICT)
     path = reader.get_str("path")
@@ -511,6 +543,13 @@ def _predict(reader: _Reader, base: Path) -> PredictConfig:
         output=Path(reader.get_str("output", "predictions.csv") or "predictions.csv"),
         align="psi" if align == "psi" else "ids",
         private=_private(reader),
+        contributions=reader.get_bool("contributions", False),
+        reasons=_non_negative(reader, "reasons"),
+        explanations=Path(reader.get_str("explanations", "explanations.csv") or "explanations.csv"),
+        explain_features=reader.get_bool("explain_features", False),
+        feature_tokens=Path(
+            reader.get_str("feature_tokens", "feature_tokens.csv") or "feature_tokens.csv"
+        ),
     )
 
 

@@ -50,6 +50,7 @@ from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
 from p2pboost.app._waits import first_session, hosts_up
 from p2pboost.app.config import PartyConfig, Role, Task
+from p2pboost.app.explain import check_explanations, record_tokens, write_explanations
 from p2pboost.exceptions import ConfigError, PeerDisconnected, SessionClosed
 from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import CallbackEnv
@@ -510,6 +511,7 @@ async def _predict_guest(run: _Run, node: Node) -> PartyResult:
         require_label=False, path=run.config.predict.path, model_features=model.feature_names
     )
     align = run.config.predict.align
+    explanations = check_explanations(run.config)
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
     await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
     t0 = time.perf_counter()
@@ -517,8 +519,16 @@ async def _predict_guest(run: _Run, node: Node) -> PartyResult:
         scores = np.asarray(
             await predictor.predict_batch(table.ids, table.X, align=align), dtype=np.float64
         )
+        if explanations is not None:
+            contributions = await predictor.explain_batch(table.ids, table.X)
     seconds = time.perf_counter() - t0
-    return _scored(run, table, scores, seconds)
+    result = _scored(run, table, scores, seconds)
+    if explanations is None:
+        return result
+    id_column = run.config.data.id_column if run.config.data else "id"
+    write_explanations(explanations, id_column, table.ids, contributions, run.config.predict)
+    run.reporter.info(f"wrote the rows' explanations to {explanations}")
+    return replace(result, outputs=(*result.outputs, str(explanations)))
 
 
 def _scored(run: _Run, table: Table, scores: F64, seconds: float) -> PartyResult:
@@ -568,6 +578,8 @@ async def _answer(
         f"answering {run.peer}'s queries for {store.n_features} features"
         + ("" if sessions is None else f" ({sessions} session)")
     )
+    predict = run.config.predict
+    tokens = record_tokens(run.config.workdir / predict.feature_tokens, run.config.id)
     async with probing(run.config.serve.probe, host_routes(node, run.peer)):
         await serve_host(
             node,
@@ -578,6 +590,8 @@ async def _answer(
             executor=run.executor,
             on_session=on_session,
             private=run.config.private_inference,
+            explain_features=predict.explain_features,
+            on_tokens=tokens if predict.explain_features else None,
         )
     return run.result()
 

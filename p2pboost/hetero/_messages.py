@@ -361,13 +361,18 @@ class Predict(PredictMessage, tag="predict"):
 
 @dataclass(frozen=True)
 class PredictBits(PredictMessage, tag="bits"):
-    """Host -> guest: ``go_left`` of every split it owns (tree, node) for every row, packed."""
+    """Host -> guest: ``go_left`` of every split it owns (tree, node) for every row, packed;
+    ``tokens``: a consenting host's opaque feature token per split (None without consent; see
+    :mod:`p2pboost.hetero.inference.explain`)."""
 
     tree: Annotated[I64, Array("int64")]
     node: Annotated[I64, Array("int64")]
     bits: Annotated[U8, Array("uint8")]
+    tokens: Annotated[I64 | None, Optional(Array("int64"))] = None
 
     def check(self) -> str | None:
+        if self.tokens is not None:
+            return _same_length(tree=self.tree, node=self.node, tokens=self.tokens)
         return _same_length(tree=self.tree, node=self.node)
 
 
@@ -488,13 +493,18 @@ class ServeHello(ServeMessage, tag="hello"):
 
 @dataclass(frozen=True)
 class ServeReady(ServeMessage, tag="ready"):
-    """Host -> guest: the splits it answers for, in the order of its bits."""
+    """Host -> guest: the splits it answers for, in the order of its bits; ``tokens``: a
+    consenting host's opaque feature token per split, for this session (None without consent;
+    see :mod:`p2pboost.hetero.inference.explain`)."""
 
     v: Annotated[int, _VERSION]
     tree: Annotated[I64, Array("int64")]
     node: Annotated[I64, Array("int64")]
+    tokens: Annotated[I64 | None, Optional(Array("int64"))] = None
 
     def check(self) -> str | None:
+        if self.tokens is not None:
+            return _same_length(tree=self.tree, node=self.node, tokens=self.tokens)
         return _same_length(tree=self.tree, node=self.node)
 
 

@@ -25,8 +25,9 @@ __all__ = ["VERSION", "HeteroConfig", "check_layered_depth", "check_modes"]
 #: and fingerprint chain of checkpoints; 5: a tree's start says how many outputs a row packs;
 #: 6: setup carries min_child_weight, so hosts leave out candidates no child could satisfy;
 #: 7: a split's larger child comes as a ``Derived`` package, its sums left to the guest;
-#: 8: hello declares a host's constraints by feature token, packages may carry tokens).
-VERSION = 8
+#: 8: hello declares a host's constraints by feature token, packages may carry tokens;
+#: 9: a prediction's bits may carry a consenting host's feature tokens, for explanations).
+VERSION = 9
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from p2pboost.gbdt.features import Features
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.rounds import check_weights
 from p2pboost.hetero.config import HeteroConfig
-from p2pboost.hetero.inference.batch import guest_predict, host_predict
+from p2pboost.hetero.inference.batch import guest_explain, guest_predict, host_predict
 from p2pboost.hetero.inference.feature_store import FeatureStore
 from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.hetero.model import GuestModel, HostModel
@@ -213,9 +213,35 @@ class HeteroGuest:
             )
 
     async def apredict(
-        self, node: Node, X: Any, *, session_id: str | None = None, private: bool = False
+        self,
+        node: Node,
+        X: Any,
+        *,
+        session_id: str | None = None,
+        private: bool = False,
+        pred_contribs: bool = False,
     ) -> F64:
-        """Probabilities (classification) or values (regression), as the core's ``predict``."""
+        """Probabilities (classification) or values (regression), as the core's ``predict``.
+
+        ``private``: private inference (see :meth:`apredict_margin`). ``pred_contribs``: exact
+        TreeSHAP contributions instead, in XGBoost's layout (one column per guest feature, then
+        one per host, or one per feature token of a host that consents, then the base value);
+        every row sums to its margin. The columns' names are left in ``contribution_names_``
+        (see :mod:`p2pboost.hetero.inference.explain`). Explanations need the decision bits, so
+        they cannot be private.
+        """
+        if pred_contribs:
+            if private:
+                raise InputError(
+                    "pred_contribs needs the hosts' decision bits, which private inference "
+                    "withholds: explain with private=False"
+                )
+            model = self.model_
+            sid = session_id or f"{self.session_id}-predict"
+            async with node.session(sid, peers=list(model.hosts)) as session:
+                contributions = await guest_explain(session, model, X)
+            self.contribution_names_ = contributions.names
+            return contributions.values
         margin = await self.apredict_margin(node, X, session_id=session_id, private=private)
         return self.model_.transform(margin)
 
@@ -258,7 +284,10 @@ class HeteroHost:
     never the trees. ``monotone_constraints``: the directions (-1/0/1) of this host's own
     features by name; ``interaction_constraints``: the run's groups of feature names, the same
     as the guest's (see ``host_train``; the guest learns directions and memberships of
-    anonymous feature tokens, never names).
+    anonymous feature tokens, never names). ``explain_features``: consent to per-feature
+    explanations of predictions (the guest then learns an opaque token of the feature of each
+    split, not its name; the tokens of the last request are left in ``feature_tokens_``, this
+    host's record of which is which).
     """
 
     def __init__(
@@ -272,6 +301,7 @@ class HeteroHost:
         memory_budget_mb: float | None = None,
         monotone_constraints: Any = None,
         interaction_constraints: Any = None,
+        explain_features: bool = False,
     ) -> None:
         self.session_id = session_id
         self.executor = executor
@@ -281,6 +311,7 @@ class HeteroHost:
         self.memory_budget_mb = memory_budget_mb
         self.monotone_constraints = monotone_constraints
         self.interaction_constraints = interaction_constraints
+        self.explain_features = explain_features
 
     @property
     def model_(self) -> HostModel:
@@ -365,7 +396,16 @@ class HeteroHost:
         model = self.model_
         sid = session_id or f"{self.session_id}-predict"
         async with node.session(sid, peers=[model.guest]) as session:
-            await host_predict(session, model, X, private=private, executor=self.executor)
+            tokens = await host_predict(
+                session,
+                model,
+                X,
+                private=private,
+                executor=self.executor,
+                explain_features=self.explain_features,
+            )
+        if tokens is not None:
+            self.feature_tokens_ = tokens.names(node.party_id)
 
     def serve_predict(self, node: Node, X: Any, **kwargs: Any) -> None:
         """Blocking :meth:`aserve_predict`."""
@@ -378,6 +418,7 @@ class HeteroHost:
         :class:`~p2pboost.hetero.inference.predictor.GuestPredictor`) with rows looked up by id in
         ``store``; returns after ``sessions`` ended (None: never).
         """
+        kwargs.setdefault("explain_features", self.explain_features)
         await serve_host(node, self.model_, store, sessions=sessions, **kwargs)
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -92,7 +92,9 @@ class _Node:
 
 
 def test_readyz_names_the_hosts_away() -> None:
-    predictor = SimpleNamespace(node=_Node({"b"}), model=SimpleNamespace(hosts=["b", "c"]))
+    predictor = SimpleNamespace(
+        node=_Node({"b"}), model=SimpleNamespace(hosts=["b", "c"]), stability=lambda: None
+    )
     ready = probe_routes(predictor, NoMetrics())["/readyz"]  # type: ignore[arg-type]
     status, content_type, body = ready()
     assert (status, content_type) == (503, "application/json")

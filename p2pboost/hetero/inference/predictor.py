@@ -26,6 +26,14 @@ and the next batch tries again, so serving recovers by itself when the host is b
             async for pred in predictor.stream(requests):                 # in request order
                 ...
             scores = await predictor.predict_batch(ids, X)                # a batch job
+
+Explanations ride on the same round trip (:mod:`p2pboost.hetero.inference.explain`):
+``explain_batch`` gives every row's TreeSHAP contributions, and with ``reasons=k`` the online
+``predict_reasons`` (and every streamed :class:`Prediction`) carries the ``k`` players that
+raised the score most, for an adverse-action notice. A ``window``
+(:class:`~p2pboost.gbdt.stability_window.StabilityWindow` on the training scores, in the
+scale of ``output``) is fed every batch's scores; :meth:`GuestPredictor.stability` reads its
+PSI, which the endpoint publishes on ``/readyz`` and ``/metrics``.
 """
 
 from __future__ import annotations
@@ -50,7 +58,9 @@ from p2pboost.exceptions import (
     SessionClosed,
     UnknownIdError,
 )
+from p2pboost.gbdt.stability_window import StabilityWindow
 from p2pboost.hetero._messages import ServePrivate
+from p2pboost.hetero.inference.explain import Contributions, guest_contributions
 from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
 from p2pboost.hetero.inference.forest import FlatForest
 from p2pboost.hetero.inference.private import PrivateForest
@@ -76,15 +86,19 @@ logger = logging.getLogger("p2pboost.hetero.serving")
 F64 = npt.NDArray[np.float64]
 Score = float | F64
 Output = Literal["proba", "margin"]
+#: A request's reasons: the top players' names and contributions, strongest first.
+Reasons = list[tuple[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """The outcome of one streamed request: ``score`` or the ``error`` that request met."""
+    """The outcome of one streamed request: ``score`` or the ``error`` that request met;
+    ``reasons`` with a predictor made with ``reasons=k``."""
 
     id: Any
     score: Score | None
     error: P2PBoostError | None = None
+    reasons: Reasons | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +115,9 @@ class ServingStats:
 class _Request:
     id: Any
     x: F64 | None
-    future: asyncio.Future[Score]
+    future: asyncio.Future[Any]
+    #: Resolve to ``(score, reasons)`` rather than the score.
+    reasons: bool = False
 
 
 class GuestPredictor:
@@ -113,6 +129,9 @@ class GuestPredictor:
     ``private``: private inference (the guest learns each row's score and no host decision;
     :mod:`~p2pboost.hetero.inference.private_session`) under ``keys`` (default: a fresh
     2048-bit Okamoto-Uchiyama pair, made once for the predictor's life).
+    ``reasons``: how many reason codes :meth:`predict_reasons` and :meth:`stream` give per
+    request (0: none; single-output models). ``window``: a stability monitor fed with every
+    batch's scores (see the module docstring).
     """
 
     def __init__(
@@ -132,7 +151,13 @@ class GuestPredictor:
         executor: AnyExecutor | None = None,
         private: bool = False,
         keys: tuple[AnyPublicKey, AnyPrivateKey] | None = None,
+        reasons: int = 0,
+        window: StabilityWindow | None = None,
     ) -> None:
+        if isinstance(reasons, bool) or not isinstance(reasons, int) or reasons < 0:
+            raise InputError(f"reasons must be an integer >= 0, got {reasons!r}")
+        if reasons and model.base_margin.size != 1:
+            raise InputError("reason codes need a single-output model")
         if max_batch < 1 or max_batch > MAX_ROWS:
             raise InputError(f"max_batch must be in [1, {MAX_ROWS}], got {max_batch}")
         if max_wait < 0 or not host_timeout > 0 or max_inflight < 1:
@@ -159,6 +184,9 @@ class GuestPredictor:
             pair = keys if keys is not None else make_keypair("ou", 2048)
             self._private = PrivateScorer(padded, pair, executor)
             setups = [setup_message(padded, pair[0], k) for k in range(1, len(model.hosts) + 1)]
+        self.n_rounds = n_rounds
+        self.reasons = reasons
+        self.window = window
         self._clients = [
             HostClient(
                 node,
@@ -236,7 +264,32 @@ class GuestPredictor:
         }
         return ServingStats(self._batches, self._rows, self._failed, sent)
 
+    def stability(self) -> dict[str, Any] | None:
+        """The window's ``{"rows", "psi", "band"}`` now, or None without a window."""
+        return None if self.window is None else self.window.snapshot()
+
     # -- batch ------------------------------------------------------------------------------
+
+    async def explain_batch(self, ids: Any, X: Any = None) -> Contributions:
+        """TreeSHAP contributions of a batch whose ids every host holds (one round trip per
+        host per ``MAX_ROWS`` rows): per guest feature, per host (or per feature token of a
+        host that consents), then the base value."""
+        self._check_open()
+        keys = check_ids(ids)
+        rows = await self._guest_rows(keys, X)
+        parts: list[Contributions] = []
+        for start in range(0, max(keys.size, 1), MAX_ROWS):
+            stop = start + MAX_ROWS
+            _, unknown, contributions = await self._score(keys[start:stop], rows[start:stop], True)
+            if unknown:
+                host, positions = next(iter(unknown.items()))
+                raise UnknownIdError(host, keys[start:stop][positions].tolist())
+            assert contributions is not None
+            parts.append(contributions)
+        names = parts[0].names
+        if any(p.names != names for p in parts):  # a host reconnected with new tokens
+            raise LocalProtocolError("a host's feature tokens changed during the batch")
+        return Contributions(np.concatenate([p.values for p in parts]), names)
 
     async def predict_batch(
         self, ids: Any, X: Any = None, *, align: Literal["ids", "psi"] = "ids"
@@ -279,7 +332,7 @@ class GuestPredictor:
         unknown: dict[str, list[npt.NDArray[np.int64]]] = {}
         for start in range(0, max(keys.size, 1), MAX_ROWS):
             stop = start + MAX_ROWS
-            scores, missing = await self._score(keys[start:stop], rows[start:stop])
+            scores, missing, _ = await self._score(keys[start:stop], rows[start:stop])
             parts.append(scores)
             for host, pos in missing.items():
                 unknown.setdefault(host, []).append(pos + start)
@@ -287,17 +340,24 @@ class GuestPredictor:
         return np.concatenate(parts), merged
 
     async def _score(
-        self, keys: npt.NDArray[Any], rows: F64
-    ) -> tuple[F64, dict[str, npt.NDArray[np.int64]]]:
-        """One batch, one round trip per host: scores and, per host, the rows it lacks.
+        self, keys: npt.NDArray[Any], rows: F64, explain: bool = False
+    ) -> tuple[F64, dict[str, npt.NDArray[np.int64]], Contributions | None]:
+        """One batch, one round trip per host: scores, per host the rows it lacks, and with
+        ``explain`` the rows' contributions.
 
         ``keys`` may repeat (two online requests for one customer with different guest
         features): hosts are asked for each id once and their bits fanned out to the rows.
         """
         t0 = time.perf_counter()
         if self._private is not None:
+            if explain:
+                raise InputError(
+                    "explanations need the hosts' decision bits, which private inference "
+                    "withholds: use a predictor with private=False"
+                )
             margin, unknown = await self._private.score(self._clients, keys, rows)
-            return self._scored(keys, margin, unknown, t0)
+            scores, unknown = self._scored(keys, margin, unknown, t0)
+            return scores, unknown, None
         unique, inverse = np.unique(keys, return_inverse=True)
         answers = await gather_or_cancel(*(c.query(unique) for c in self._clients))
         bits = [a.go_left[:, inverse] for a in answers]
@@ -310,7 +370,14 @@ class GuestPredictor:
             for c, a in zip(self._clients, answers, strict=True)
             if a.unknown.size
         }
-        return self._scored(keys, margin, unknown, t0)
+        scores, unknown = self._scored(keys, margin, unknown, t0)
+        contributions = None
+        if explain:
+            tokens = [a.tokens for a in answers]
+            contributions = await asyncio.to_thread(
+                guest_contributions, self.model, rows, bits, tokens, n_rounds=self.n_rounds
+            )
+        return scores, unknown, contributions
 
     def _scored(
         self,
@@ -319,12 +386,18 @@ class GuestPredictor:
         unknown: dict[str, npt.NDArray[np.int64]],
         t0: float,
     ) -> tuple[F64, dict[str, npt.NDArray[np.int64]]]:
-        """Count the batch, and turn its margins into the predictor's output."""
+        """Count the batch, turn its margins into the predictor's output, and feed the
+        stability window with the scores of the rows every host held."""
         self._batches += 1
         self._rows += int(keys.size)
         if self.on_batch is not None:
             self.on_batch(int(keys.size), time.perf_counter() - t0)
         scores = margin if self.output == "margin" else self.model.transform(margin)
+        if self.window is not None and scores.ndim == 1:
+            known = np.ones(keys.size, dtype=np.bool_)
+            for positions in unknown.values():
+                known[positions] = False
+            self.window.add(scores[known])
         return scores, unknown
 
     def _score_shape(self, n: int) -> tuple[int, ...]:
@@ -351,18 +424,27 @@ class GuestPredictor:
 
     async def predict(self, id: Any, x: Any = None) -> Score:
         """Score of one request (micro-batched with concurrent ones)."""
-        return await self.submit(id, x)
+        score: Score = await self.submit(id, x)
+        return score
 
-    def submit(self, id: Any, x: Any = None) -> asyncio.Future[Score]:
-        """Queue one request now; the future resolves to its score or its error."""
+    async def predict_reasons(self, id: Any, x: Any = None) -> tuple[Score, Reasons]:
+        """Score and the top ``reasons`` players of one request (micro-batched)."""
+        if not self.reasons:
+            raise InputError("make the predictor with reasons=k to ask for reason codes")
+        result: tuple[Score, Reasons] = await self.submit(id, x, reasons=True)
+        return result
+
+    def submit(self, id: Any, x: Any = None, *, reasons: bool = False) -> asyncio.Future[Any]:
+        """Queue one request now; the future resolves to its score (with ``reasons``:
+        ``(score, reasons)``) or its error."""
         self._check_open()
         if self._dispatcher is None:
             raise LocalProtocolError("start the predictor first (async with / start())")
-        future: asyncio.Future[Score] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         try:
             row = self._check_row(x)
             _check_id(id)
-            self._queue.put_nowait(_Request(id, row, future))
+            self._queue.put_nowait(_Request(id, row, future, reasons))
         except asyncio.QueueFull:
             future.set_exception(InputError("too many queued requests (max_queue)"))
         except P2PBoostError as exc:
@@ -375,15 +457,16 @@ class GuestPredictor:
         """Scores for a stream of ``(id, x)`` requests (or bare ids with a guest_store), in
         request order. A failed request yields a :class:`Prediction` with its ``error``; the
         stream goes on. At most ``max_batch * 4`` requests are in flight (back-pressure)."""
-        window: asyncio.Queue[tuple[Any, asyncio.Future[Score]] | None] = asyncio.Queue(
+        window: asyncio.Queue[tuple[Any, asyncio.Future[Any]] | None] = asyncio.Queue(
             maxsize=self.max_batch * 4
         )
+        with_reasons = self.reasons > 0
 
         async def feed() -> None:
             try:
                 async for request in requests:
                     rid, x = request if isinstance(request, tuple) else (request, None)
-                    await window.put((rid, self.submit(rid, x)))
+                    await window.put((rid, self.submit(rid, x, reasons=with_reasons)))
             finally:
                 await window.put(None)
 
@@ -392,9 +475,14 @@ class GuestPredictor:
             while (item := await window.get()) is not None:
                 rid, future = item
                 try:
-                    yield Prediction(rid, await future)
+                    result = await future
                 except P2PBoostError as exc:
                     yield Prediction(rid, None, exc)
+                    continue
+                if with_reasons:
+                    yield Prediction(rid, result[0], reasons=result[1])
+                else:
+                    yield Prediction(rid, result)
             await feeder  # re-raise what the request iterator raised
         finally:
             feeder.cancel()
@@ -462,7 +550,8 @@ class GuestPredictor:
         try:
             keys = normalise_ids([r.id for r in batch])
             rows = await self._batch_rows(batch, keys)
-            scores, unknown = await self._score(keys, rows)
+            explain = any(r.reasons for r in batch)
+            scores, unknown, contributions = await self._score(keys, rows, explain)
         except P2PBoostError as exc:
             for r in batch:
                 self._fail(r, exc)
@@ -471,9 +560,10 @@ class GuestPredictor:
             for p in positions.tolist():
                 self._fail(batch[p], UnknownIdError(host, [batch[p].id]))
         values: list[Any] = scores.tolist() if scores.ndim == 1 else list(scores)
-        for r, value in zip(batch, values, strict=True):
+        reasons = contributions.reasons(self.reasons) if contributions is not None else None
+        for i, (r, value) in enumerate(zip(batch, values, strict=True)):
             if not r.future.done():
-                r.future.set_result(value)
+                r.future.set_result((value, reasons[i]) if r.reasons and reasons else value)
 
     def _fail(self, request: _Request, exc: P2PBoostError) -> None:
         if not request.future.done():

@@ -66,6 +66,7 @@ from p2pboost.hetero._messages import (
     ServeReady,
     ServeRefuse,
 )
+from p2pboost.hetero.inference.explain import FeatureTokens, check_tokens
 from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
 from p2pboost.hetero.inference.forest import (
     HostSplits,
@@ -94,7 +95,8 @@ __all__ = [
 
 logger = logging.getLogger("p2pboost.hetero.serving")
 
-PROTOCOL_VERSION = 1
+#: The serving protocol's version (2: ``ready`` carries a consenting host's feature tokens).
+PROTOCOL_VERSION = 2
 CHANNEL = "serve"
 DEFAULT_PREFIX = "p2pboost-serve"
 #: Rows one query may name (the guest splits larger batches); bounds the host's memory.
@@ -116,10 +118,12 @@ class ServePhase(Enum):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class HostAnswer:
-    """One host's answer to a query: ``go_left[split, row]`` and the rows it lacks."""
+    """One host's answer to a query: ``go_left[split, row]`` and the rows it lacks;
+    ``tokens``: the session's feature token per split of a consenting host, else None."""
 
     go_left: B8
     unknown: I64
+    tokens: I64 | None = None
 
 
 # -- wire validation ----------------------------------------------------------------------------
@@ -152,11 +156,17 @@ async def serve_host(
     executor: AnyExecutor | None = None,
     on_session: Callable[[str], None] | None = None,
     private: bool | None = None,
+    explain_features: bool = False,
+    on_tokens: Callable[[FeatureTokens], None] | None = None,
 ) -> None:
     """Answer the guest's inference sessions until ``sessions`` of them ended (None: forever).
 
     ``private``: None answers the mode each guest session asks for; True only private
     inference (:mod:`~p2pboost.hetero.inference.private_session`), False only decision bits.
+    ``explain_features``: this host consents to per-feature explanations: each session sends
+    the guest an opaque token per split, drawn anew per session (:class:`FeatureTokens`),
+    and ``on_tokens`` receives them, so the host alone can map the guest's ``host:token``
+    columns back to its feature names.
 
     Sessions whose id does not start with ``session_prefix`` or that another party opened are
     refused. One failing session (a guest that breaks the protocol or goes away) is logged and
@@ -168,6 +178,15 @@ async def serve_host(
             f"the feature store has {store.n_features} features, the model {model.n_features}"
         )
     splits = HostSplits.of(model)
+
+    def tokens_for() -> FeatureTokens | None:
+        if not explain_features:
+            return None
+        tokens = FeatureTokens.draw(model)
+        if on_tokens is not None:
+            on_tokens(tokens)
+        return tokens
+
     done = 0
     errors: list[BaseException] = []
     tasks: set[asyncio.Task[None]] = set()
@@ -206,7 +225,9 @@ async def serve_host(
             if on_session is not None:
                 on_session(session.id)
             task = asyncio.create_task(
-                _host_session(node, session, model, store, splits, max_rows, executor, private)
+                _host_session(
+                    node, session, model, store, splits, max_rows, executor, private, tokens_for
+                )
             )
             tasks.add(task)
             task.add_done_callback(ended)
@@ -227,7 +248,8 @@ async def _host_session(
     splits: HostSplits,
     max_rows: int,
     executor: AnyExecutor | None,
-    private: bool | None = None,
+    private: bool | None,
+    tokens_for: Callable[[], FeatureTokens | None],
 ) -> None:
     guest = model.guest
     async with session:
@@ -249,7 +271,9 @@ async def _host_session(
             await session.close()
             raise refusal
         splits = splits.first_trees(hello.trees)  # no bits for trees the guest does not use
-        await send(ch, ServeReady(PROTOCOL_VERSION, splits.tree, splits.node))
+        tokens = tokens_for()
+        token_arr = None if tokens is None else tokens.of_splits(splits)
+        await send(ch, ServeReady(PROTOCOL_VERSION, splits.tree, splits.node, token_arr))
         secret: PrivateHost | None = None
         try:
             while True:
@@ -369,6 +393,8 @@ class HostClient:
         self._waiting: dict[int, asyncio.Future[Message]] = {}
         self._seq = 0
         self._connect_lock = asyncio.Lock()
+        #: The open session's feature tokens (a consenting host), else None.
+        self.tokens: I64 | None = None
 
     @property
     def n_splits(self) -> int:
@@ -497,6 +523,10 @@ class HostClient:
                 f"host {self.host!r} answers for other splits than this model's "
                 "(a model file of another training?)"
             )
+        problem = check_tokens(reply.tokens, tree.size)
+        if problem is not None:
+            raise reject(self.host, problem)
+        self.tokens = reply.tokens
         if self.private is not None:
             await send(ch, self.private)
             ready = await recv(ch, ServePrivateReady)
@@ -547,7 +577,7 @@ class HostClient:
             unknown.min() < 0 or unknown.max() >= n or np.any(np.diff(unknown) <= 0)
         ):
             raise reject(self.host, "'unknown' must list increasing row positions")
-        return HostAnswer(unpack_bits(bits, self.n_splits, n), unknown)
+        return HostAnswer(unpack_bits(bits, self.n_splits, n), unknown, self.tokens)
 
     async def _psi(self, ids: npt.NDArray[Any]) -> I64:
         sid = f"psi-{secrets.token_hex(8)}"

@@ -415,14 +415,16 @@ def _health(predictor: GuestPredictor) -> str:
 
 
 def _ready(predictor: GuestPredictor) -> tuple[http.HTTPStatus, str]:
-    """Ready to score: every host's link is up (a batch now would not wait for a re-dial)."""
+    """Ready to score: every host's link is up (a batch now would not wait for a re-dial).
+    A predictor with a stability window adds its ``{"rows", "psi", "band"}``."""
     node = predictor.node
     away = [h for h in predictor.model.hosts if not node.is_connected(h)]
+    extra = {} if (snap := predictor.stability()) is None else {"stability": snap}
     if away:
         return http.HTTPStatus.SERVICE_UNAVAILABLE, json.dumps(
-            {"status": "waiting", "hosts_away": away}
+            {"status": "waiting", "hosts_away": away, **extra}
         )
-    return http.HTTPStatus.OK, json.dumps({"status": "ready"})
+    return http.HTTPStatus.OK, json.dumps({"status": "ready", **extra})
 
 
 #: A probe's answer: status, content type, body.
@@ -444,6 +446,8 @@ def probe_routes(
         return status, json_type, body + "\n"
 
     def scrape() -> ProbeAnswer:
+        if (snap := predictor.stability()) is not None:
+            metrics.stability(snap["rows"], snap["psi"])
         text = metrics.render()
         if text is None:
             return http.HTTPStatus.NOT_IMPLEMENTED, "text/plain; charset=utf-8", MISSING + "\n"
