@@ -55,7 +55,11 @@ def assert_plot(path: Path) -> None:
 def test_guest_report_has_importance_and_learning_curve(files: ModelFiles, tmp_path: Path) -> None:
     out = tmp_path / "new" / "dir"  # created on demand
     paths = write_report(files.guest, out)
-    assert [p.name for p in paths] == ["guest_importance.png", "guest_learning_curve.png"]
+    assert [p.name for p in paths] == [
+        "guest_importance.png",
+        "guest_learning_curve.png",
+        "guest_contribution.png",
+    ]
     for path in paths:
         assert path.parent == out
         assert_plot(path)
@@ -100,7 +104,11 @@ def test_an_existing_plot_is_replaced_only_with_overwrite(
     assert curve.read_bytes() == b"kept"
     assert not (tmp_path / "guest_importance.png").exists()  # checked before anything is drawn
     paths = write_report(files.guest, tmp_path, overwrite=True)
-    assert [p.name for p in paths] == ["guest_importance.png", "guest_learning_curve.png"]
+    assert [p.name for p in paths] == [
+        "guest_importance.png",
+        "guest_learning_curve.png",
+        "guest_contribution.png",
+    ]
     assert_plot(curve)
 
 
@@ -112,6 +120,7 @@ def test_the_default_directory_is_the_model_files(files: ModelFiles, tmp_path: P
     assert paths == [
         model.parent / "model_importance.png",
         model.parent / "model_learning_curve.png",
+        model.parent / "model_contribution.png",  # a guest's: each party's share of the gain
     ]
 
 
@@ -168,7 +177,7 @@ def test_files_without_history_still_load_and_predict_alike(
     old_guest = GuestModel.load(tmp_path / "old_guest.json")
     assert old_guest.fingerprint == files.guest_model.fingerprint
     paths = write_report(tmp_path / "old_guest.json", tmp_path)
-    assert [p.name for p in paths] == ["old_guest_importance.png"]
+    assert [p.name for p in paths] == ["old_guest_importance.png", "old_guest_contribution.png"]
 
 
 @pytest.mark.parametrize(

@@ -383,7 +383,8 @@ def _contribution_rows(c: Mapping[str, Any] | None) -> list[tuple[str, str]]:
 
     if not c:
         return []
-    rows = [("gain share", f"{shares_text(c['gain_share'])} (each party's share of the total gain)")]
+    shares = shares_text(c["gain_share"])
+    rows = [("gain share", f"{shares} (each party's share of the total gain)")]
     if c.get("validation"):
         rows.append(("lift", comparison_text(c["validation"])))
     else:

@@ -76,8 +76,11 @@ def test_a_horizontal_federation_trains_as_written(tmp_path: Path) -> None:
     assert main([*args, "--port", str(free_port())]) == 0
     results = _run_readme(fed)
     assert results["hub"]["trees"] == 2
-    models = {p: (fed / f"out-{p}" / "model.json").read_text() for p in results}
-    assert len(set(models.values())) == 1  # every party holds the same model
+    models = {p: json.loads((fed / f"out-{p}" / "model.json").read_text()) for p in results}
+    for party, model in models.items():  # the server keeps the covers and gains, alone
+        for tree in model["trees"]:
+            assert any(tree.pop("cover")) == any(tree.pop("gain")) == (party == "hub")
+    assert len({json.dumps(m, sort_keys=True) for m in models.values()}) == 1  # the same trees
     scored = _run_readme(fed, "^- ")  # each client scores its own held-out rows
     assert set(scored) == {"clinic-a", "clinic-b"}
     for client in scored:
