@@ -13,6 +13,7 @@ import pytest
 
 from p2pboost.app.cli import main
 from p2pboost.app.model_info import load_model
+from p2pboost.hetero.model import GuestModel
 from tests.cli.conftest import finish, free_port, start_cli
 
 
@@ -55,6 +56,7 @@ def test_a_vertical_federation_trains_as_written(
     assert len(held["bank"]) == round(0.2 * 569)
     assert not set(held["bank"]) & set(_ids(fed / "bank.csv"))
     # the guest validated on them and compared itself with a guest-only model
+    assert isinstance(guest, GuestModel)
     assert list(guest.history) == ["train", "valid"]
     assert results["bank"]["validation"]["valid_rows"] == len(held["bank"])
     assert set(results["bank"]["gain_share"]) == {"guest", "telco", "bureau"}
