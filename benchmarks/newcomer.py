@@ -259,7 +259,8 @@ def _answered(
     report.check(net <= within, f"{what}: answered {net:.1f} s after start-up > {within} s")
     for needle in needles:
         report.check(needle in text, f"{what}: the message names {needle!r}: {text[-800:]}")
-    last = run.err.strip().splitlines()[-1] if run.err.strip() else ""
+    said = [line for line in run.text.splitlines() if line.strip()]
+    last = said[-1] if said else ""
     report.answers[what] = {"seconds": round(run.seconds, 1), "message": last}
     print(f"  {what}: {run.seconds:.1f} s ({net:.1f} s after start-up)\n    {last}", flush=True)
 

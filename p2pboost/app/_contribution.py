@@ -56,20 +56,24 @@ _ROWS = _PREFIX + "valid_rows"
 
 def gain_shares(model: GuestModel) -> dict[str, float]:
     """Each party's share of the total split gain (the guest, then its hosts, summing to 1),
-    over the trees predictions use; all zeros when the trees hold no gain (a private model's
-    file keeps none)."""
+    over the trees predictions use; empty when the trees hold no gain (a private model's file
+    keeps none, and a model without splits has none)."""
     totals = np.zeros(len(model.hosts) + 1)
     for tree in model.trees[: model.used_trees()]:
         split = tree.owner >= GUEST
         owners = np.asarray(tree.owner[split], dtype=np.int64)
         np.add.at(totals, owners, np.maximum(tree.gain[split], 0.0))
     total = float(totals.sum())
+    if not total > 0:
+        return {}
     names = ["guest", *model.hosts]
-    return {n: (float(t) / total if total > 0 else 0.0) for n, t in zip(names, totals, strict=True)}
+    return {n: float(t) / total for n, t in zip(names, totals, strict=True)}
 
 
 def shares_text(shares: Mapping[str, float]) -> str:
-    """``guest 61.2 %, bank-b 38.8 %``."""
+    """``guest 61.2%, bank-b 38.8%`` (or why there is no share to show)."""
+    if not shares:
+        return "unknown: the trees hold no gain (a private model's file keeps none)"
     return ", ".join(f"{party} {share:.1%}" for party, share in shares.items())
 
 

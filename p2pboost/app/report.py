@@ -220,6 +220,8 @@ def _contribution_figure(figure_cls: type[Figure], model: GuestModel) -> Figure:
     axes[0].bar_label(bars, fmt="%.1f%%", padding=2, fontsize="small")
     axes[0].set_ylabel("share of the total gain (%)")
     axes[0].margins(y=0.15)
+    if not shares:
+        axes[0].text(0.5, 0.5, "no gains in this file", ha="center", va="center")
     if comparison is not None:
         values = [comparison["federated"], comparison["guest_only"]]
         bars = axes[1].bar(["federated", "guest only"], values, color=["tab:green", "tab:grey"])
