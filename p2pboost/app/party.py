@@ -15,7 +15,9 @@ Each organisation runs this on its own machine with its own
 * ``serve``: the guest's long-running endpoint for external clients; hosts answer forever.
 
 Training runs PSI here rather than through the estimators' ``ids=``: the aligned rows must be
-known before ``afit`` so the training rows can be an evaluation set (the metric in the bar).
+known before ``afit`` so the training rows can be an evaluation set (the metric in the bar),
+and so can the validation rows of ``[data] valid_path``, aligned by a PSI of their own
+(:mod:`p2pboost.app._validation`).
 The session names are the estimators', so a party run from here and one embedded with the
 facade still find each other.
 
