@@ -25,7 +25,8 @@ guest can compute, outside the model's fingerprint; older readers ignore them), 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +36,8 @@ from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.tree import LOCAL as GUEST  # the owner id of the guest's own splits
 
 if TYPE_CHECKING:
+    from p2pboost.app._validation import EvalSets
+    from p2pboost.app.config import TrainConfig
     from p2pboost.hetero.model import GuestModel
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "comparison_text",
     "gain_shares",
     "guest_only_comparison",
+    "measure",
     "shares_text",
     "summary",
     "summary_lines",
@@ -176,3 +180,26 @@ def comparison_text(c: Mapping[str, Any]) -> str:
         f"guest-only, trained on the guest's features alone in the same run (lift "
         f"{c['lift']:+.4f} on {c['valid_rows']} rows)"
     )
+
+
+async def measure(
+    model: GuestModel,
+    train: TrainConfig,
+    X: Any,
+    y: Any,
+    sets: EvalSets,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """After a vertical guest's training: with validation rows, train the guest-only model
+    (in a worker thread: the node's connections keep going) and store the comparison in
+    ``model``'s diagnostics; say the shares and the comparison; return the summary's
+    figures (:func:`summary`)."""
+    from p2pboost.app._validation import VALID
+
+    if sets.has_valid:
+        say("training a guest-only model on the same rows, for comparison...")
+        own = (train.params, X, y, sets.guest[-1], train.early_stopping_rounds, VALID)
+        model.diagnostics.update(await asyncio.to_thread(guest_only_comparison, model, *own))
+    for line in summary_lines(model):
+        say(line)
+    return summary(model)

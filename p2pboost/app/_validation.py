@@ -16,16 +16,19 @@ without would otherwise meet only at the protocol's hello, with a message about 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from p2pboost.app._tables import Table
+from p2pboost.app.config import PartyConfig, Role
+from p2pboost.gbdt.binning import is_sparse
 
-__all__ = ["VALID", "EvalSets", "eval_sets", "subset"]
+__all__ = ["VALID", "EvalSets", "eval_sets", "subset", "valid_rows"]
 
 #: The validation set's name in the history, the progress line and the model file.
 VALID = "valid"
@@ -65,3 +68,27 @@ def eval_sets(train: Table, valid: Table | None, eval_train: bool) -> EvalSets:
         guest=[(t.X, t.y) for _, t in tables if t.y is not None],
         host=[t.X for _, t in tables],
     )
+
+
+async def valid_rows(
+    config: PartyConfig,
+    table: Table,
+    read: Callable[..., Awaitable[Table]],
+    align: Callable[[npt.NDArray[Any]], Awaitable[npt.NDArray[np.int64]]],
+) -> Table | None:
+    """The party's validation rows (``[data] valid_path``; None without one), read by the
+    training columns' names (``read``: the runner's reader) and, unless ``train.psi`` is off
+    (the files are aligned already, like the training rows), put in the guest's order by
+    ``align`` (a PSI of their own)."""
+    path: Path | None = config.data.valid_path if config.data is not None else None
+    if path is None:
+        return None
+    rows = await read(
+        require_label=config.role is Role.GUEST,
+        path=path,
+        model_features=table.features,
+        sparse=is_sparse(table.X),
+    )
+    if not config.train.psi:
+        return rows
+    return subset(rows, await align(rows.ids))

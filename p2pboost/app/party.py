@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from p2pboost.app._contribution import guest_only_comparison, summary, summary_lines
+from p2pboost.app._contribution import measure
 from p2pboost.app._plan import Plan, agree
 from p2pboost.app._probe import NodeCollector, host_routes, probing
 from p2pboost.app._progress import (
@@ -51,7 +51,7 @@ from p2pboost.app._progress import (
 )
 from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
-from p2pboost.app._validation import VALID, eval_sets, subset
+from p2pboost.app._validation import VALID, eval_sets, valid_rows
 from p2pboost.app._waits import first_session, hosts_up
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.exceptions import ConfigError, PeerDisconnected, SessionClosed
@@ -321,18 +321,7 @@ async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Pat
 
 async def _valid(run: _Run, node: Node, table: Table) -> Table | None:
     """The validation rows (``[data] valid_path``), aligned like the training rows."""
-    path = run.config.data.valid_path if run.config.data is not None else None
-    if path is None:
-        return None
-    read = await run.read(
-        require_label=run.config.role is Role.GUEST,
-        path=path,
-        model_features=table.features,
-        sparse=is_sparse(table.X),
-    )
-    if not run.config.train.psi:  # aligned already, as the training rows
-        return read
-    return subset(read, await _align(run, node, read.ids, VALID))
+    return await valid_rows(run.config, table, run.read, lambda i: _align(run, node, i, VALID))
 
 
 async def _train_guest(run: _Run, node: Node) -> PartyResult:
@@ -381,12 +370,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     trees = len(guest.model_.trees)
     run.reporter.end(f"trained {trees} trees in {seconds:.1f} s")
     model = guest.model_
-    if sets.has_valid:  # the lift the partners' data bought (app._contribution)
-        run.reporter.info("training a guest-only model on the same rows, for comparison...")
-        own = (train.params, table.X, table.y, sets.guest[-1], train.early_stopping_rounds)
-        model.diagnostics.update(await asyncio.to_thread(guest_only_comparison, model, *own, VALID))
-    for line in summary_lines(model):
-        run.reporter.info(line)
+    contribution = await measure(model, train, table.X, table.y, sets, run.reporter.info)
     guest.save(run.config.model_path)
     return run.result(
         [*outputs, run.config.model_path],
@@ -394,7 +378,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         trees=trees,
         s_per_tree=round(seconds / max(trees, 1), 6),
         **_filtered(model.filtered_rows),
-        **summary(model),
+        **contribution,
     )
 
 
