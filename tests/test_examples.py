@@ -211,7 +211,7 @@ def test_two_laptops(
     assert describe(ex.dir / "out-host" / "model.json")["fingerprint"] in guest_text
     plots = ex.run("p2pboost report out-guest/model.json --out out-guest/report", capsys)
     names = sorted(Path(line).name for line in plots.split())
-    assert names == ["model_importance.png", "model_learning_curve.png"]
+    assert names == ["model_contribution.png", "model_importance.png", "model_learning_curve.png"]
     ex.all_done()
 
 

@@ -55,7 +55,11 @@ def assert_plot(path: Path) -> None:
 def test_guest_report_has_importance_and_learning_curve(files: ModelFiles, tmp_path: Path) -> None:
     out = tmp_path / "new" / "dir"  # created on demand
     paths = write_report(files.guest, out)
-    assert [p.name for p in paths] == ["guest_importance.png", "guest_learning_curve.png"]
+    assert [p.name for p in paths] == [
+        "guest_importance.png",
+        "guest_learning_curve.png",
+        "guest_contribution.png",
+    ]
     for path in paths:
         assert path.parent == out
         assert_plot(path)
@@ -100,7 +104,11 @@ def test_an_existing_plot_is_replaced_only_with_overwrite(
     assert curve.read_bytes() == b"kept"
     assert not (tmp_path / "guest_importance.png").exists()  # checked before anything is drawn
     paths = write_report(files.guest, tmp_path, overwrite=True)
-    assert [p.name for p in paths] == ["guest_importance.png", "guest_learning_curve.png"]
+    assert [p.name for p in paths] == [
+        "guest_importance.png",
+        "guest_learning_curve.png",
+        "guest_contribution.png",
+    ]
     assert_plot(curve)
 
 
@@ -112,6 +120,7 @@ def test_the_default_directory_is_the_model_files(files: ModelFiles, tmp_path: P
     assert paths == [
         model.parent / "model_importance.png",
         model.parent / "model_learning_curve.png",
+        model.parent / "model_contribution.png",  # a guest's: each party's share of the gain
     ]
 
 
@@ -168,7 +177,7 @@ def test_files_without_history_still_load_and_predict_alike(
     old_guest = GuestModel.load(tmp_path / "old_guest.json")
     assert old_guest.fingerprint == files.guest_model.fingerprint
     paths = write_report(tmp_path / "old_guest.json", tmp_path)
-    assert [p.name for p in paths] == ["old_guest_importance.png"]
+    assert [p.name for p in paths] == ["old_guest_importance.png", "old_guest_contribution.png"]
 
 
 @pytest.mark.parametrize(
@@ -213,3 +222,46 @@ def test_importance_shows_the_stored_names_and_gain_shares(tmp_path: Path) -> No
     assert gain_axes.get_yticklabels()[0].get_text() == "income"  # the strongest on top
     shares = [float(t.get_text().rstrip("%")) for t in gain_axes.texts]
     assert sum(shares) == pytest.approx(100.0, abs=0.2)
+
+
+# -- the partners' contribution ---------------------------------------------------------------
+
+
+def test_gain_shares_and_the_guest_only_comparison(files: ModelFiles, tmp_path: Path) -> None:
+    """Shares of the gain by owner over the used trees; the guest-only model trained on the
+    guest's columns, evaluated on the same rows, stored in the diagnostics and shown by
+    ``inspect`` and ``report`` (a second panel beside the shares)."""
+    from p2pboost.app._contribution import comparison_of, gain_shares, guest_only_comparison
+    from p2pboost.app.model_info import describe, format_description
+    from tests._model_files import GUEST_COLUMNS, HETERO_PARAMS
+
+    model = GuestModel.load(files.guest)
+    by_owner = np.zeros(2)
+    for tree in model.trees[: model.used_trees()]:
+        for owner in (0, 1):
+            by_owner[owner] += tree.gain[tree.owner == owner].clip(min=0).sum()
+    shares = gain_shares(model)
+    assert list(shares) == ["guest", "b"]
+    np.testing.assert_allclose(list(shares.values()), by_owner / by_owner.sum())
+    plain = write_report(files.guest, tmp_path / "plain")[-1]
+    X, y = breast()
+    Xg = X[:, :GUEST_COLUMNS]
+    figures = guest_only_comparison(model, HETERO_PARAMS, Xg, y, (Xg, y), None, "valid_0")
+    metric = next(iter(model.history["valid_0"]))
+    assert figures["contribution.valid_rows"] == y.size
+    assert figures[f"contribution.federated.{metric}"] == model.history["valid_0"][metric][-1]
+    model.diagnostics.update(figures)
+    comparison = comparison_of(model.diagnostics)
+    assert comparison is not None
+    assert comparison["metric"] == metric == "logloss"  # lower is better: the lift's sign flips
+    assert comparison["lift"] == comparison["guest_only"] - comparison["federated"]
+    saved = tmp_path / "with.json"
+    model.save(saved)
+    text = format_description(describe(saved))
+    assert "gain share    guest " in text
+    assert "guest-only, trained on the guest's features alone" in text
+    assert "contribution." not in text  # in words, not as raw diagnostics
+    drawn = write_report(saved, tmp_path / "with")[-1]
+    assert drawn.name == "with_contribution.png"
+    assert_plot(drawn)
+    assert png_size(drawn)[0] > png_size(plain)[0]  # the comparison's panel beside the shares

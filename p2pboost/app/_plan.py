@@ -62,9 +62,11 @@ def shared_settings(config: PartyConfig) -> dict[str, str]:
 
     Vertical training: whether rows are aligned by PSI first (``train.psi``) and whether the
     training rows are an evaluation set (``train.eval_train``, which costs the hosts one bit
-    per row and node). Horizontal training: every boosting parameter (each client grows the
-    same trees; the protocol checks them again at its hello, but only between a client and
-    the server, after the parties have met in the training session).
+    per row and node), and whether every party has validation rows (``data.valid_path``:
+    given or none; the files differ, their presence must not). Horizontal training: every
+    boosting parameter (each client grows the same trees; the protocol checks them again at
+    its hello, but only between a client and the server, after the parties have met in the
+    training session).
     """
     shared: dict[str, str] = {}
     train = config.train
@@ -72,6 +74,8 @@ def shared_settings(config: PartyConfig) -> dict[str, str]:
         if config.role in (Role.GUEST, Role.HOST):
             shared["train.psi"] = _text(train.psi)
             shared["train.eval_train"] = _text(train.eval_train)
+            valid = config.data is not None and config.data.valid_path is not None
+            shared["data.valid_path"] = "given" if valid else "none"
         else:
             for key, value in sorted(train.params.to_dict().items()):
                 shared[f"train.{key}"] = _text(value)

@@ -60,6 +60,7 @@ from p2pboost.app._toml import boost_params
 from p2pboost.app._toml import enum_of as _enum
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
+from p2pboost.gbdt.metrics import get_metric
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.config import check_layered_depth, check_modes
 from p2pboost.homo.config import HomoConfig
@@ -119,7 +120,8 @@ class DataConfig:
     label_column: str | None = None
     features: tuple[str, ...] = ()
     sparse: bool | str = "auto"
-    #: A homo client's validation rows (same columns), scored after every round.
+    #: Validation rows (same columns), scored after every round or tree: a homo client's, or
+    #: a vertical guest's and each host's (aligned by PSI like the training rows).
     valid_path: Path | None = None
 
 
@@ -452,8 +454,8 @@ def _data(reader: _Reader, base: Path, role: Role) -> DataConfig:
     if "sparse" in reader.table and role is not Role.HOST:
         raise reader.fail("sparse", f"only a host keeps its features sparse, not a {role.value}")
     valid = reader.get_str("valid_path")
-    if valid is not None and role is not Role.CLIENT:
-        raise reader.fail("valid_path", f"a homo client's validation rows; not for a {role.value}")
+    if valid is not None and role is Role.SERVER:
+        raise reader.fail("valid_path", "the homo server holds no rows; its clients validate")
     return DataConfig(
         path=base / reader.required("path"),
         id_column=reader.get_str("id_column", "id") or "id",
@@ -662,11 +664,8 @@ def _check_roles(config: PartyConfig) -> None:
             "model file and sends the clients its trees"
         )
     train = config.train
-    if config.role.hetero and (train.eval_metric or train.early_stopping_rounds is not None):
-        raise ConfigError(
-            f"{where}: train.eval_metric and train.early_stopping_rounds are horizontal "
-            "settings (server and clients); a vertical guest evaluates with eval_train"
-        )
+    if config.role is Role.GUEST:
+        _check_guest_validation(config)
     if not config.role.hetero:  # the horizontal settings every party must agree on
         try:
             HomoConfig(
@@ -682,6 +681,25 @@ def _check_roles(config: PartyConfig) -> None:
             f"{config.role.value} does its few big-integer operations in its own process"
         )
     _check_dialing(config)
+
+
+def _check_guest_validation(config: PartyConfig) -> None:
+    """A vertical guest's metric must exist, and early stopping needs validation rows (on the
+    training rows the metric keeps improving, so it would never stop)."""
+    train, where = config.train, config.source
+    if train.eval_metric is not None:
+        try:
+            get_metric(train.eval_metric)
+        except InputError as exc:
+            raise ConfigError(f"{where}: [train] eval_metric: {exc}") from None
+    if train.early_stopping_rounds is not None:
+        if train.early_stopping_rounds < 1:
+            raise ConfigError(f"{where}: [train] early_stopping_rounds must be >= 1")
+        if config.data is None or config.data.valid_path is None:
+            raise ConfigError(
+                f"{where}: [train] early_stopping_rounds watches the validation rows: set "
+                "[data] valid_path in the guest's file and in every host's"
+            )
 
 
 def _check_dialing(config: PartyConfig) -> None:

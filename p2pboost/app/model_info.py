@@ -190,7 +190,10 @@ def describe(
     ``parties``, ``objective``, ``params``, ``n_trees``, ``n_rounds``, ``trees_per_round``,
     ``best_iteration``, ``n_features``, ``features`` (name, splits, gain), ``splits``
     (per party), ``history``, ``diagnostics`` (the guest's: the leaf purity of the first tree
-    and of the first the hosts saw), ``privacy`` (a private model's accountant record, else
+    and of the first the hosts saw), ``contribution`` (a vertical guest's: each party's
+    ``gain_share`` and, when it had validation rows, the ``validation`` comparison with the
+    guest-only model it trained in the same run; see :mod:`p2pboost.app._contribution`;
+    None for other files), ``privacy`` (a private model's accountant record, else
     None), ``holds``, ``does_not_hold``, ``warnings`` (what the file holds that it should not,
     e.g. a private model's un-noised count from an older release). Values a file cannot know
     are ``None``.
@@ -212,6 +215,7 @@ def describe(
         "splits": _splits(model),
         "history": history_to_json(history_of(model)),
         "diagnostics": dict(getattr(model, "diagnostics", {})),
+        "contribution": _contribution(model),
         "privacy": getattr(model, "privacy", None),
         "holds": _holds(kind, getattr(model, "privacy", None) is not None),
         "does_not_hold": list(_NOT_HELD[kind]),
@@ -320,6 +324,15 @@ def _splits(model: AnyModel) -> dict[str, int]:
     return out
 
 
+def _contribution(model: AnyModel) -> dict[str, Any] | None:
+    """The partners' contribution a guest's file knows (None for other files)."""
+    if not isinstance(model, GuestModel):
+        return None
+    from p2pboost.app._contribution import summary
+
+    return summary(model)
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -355,11 +368,27 @@ def _summary(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         rows.append(("evaluation", "none (the guest evaluates: it holds the labels)"))
     else:
         rows += [("evaluation", text) for text in _history_lines(d["history"], d["best_iteration"])]
+    rows += _contribution_rows(d.get("contribution"))
     for name, value in d.get("diagnostics", {}).items():
-        rows.append(("diagnostics", f"{name} {value:.4f}"))
+        if not name.startswith("contribution."):  # shown above, in words
+            rows.append(("diagnostics", f"{name} {value:.4f}"))
     if d.get("privacy"):
         rows.append(("privacy", _privacy_text(d["privacy"])))
     rows += [("WARNING", text) for text in d.get("warnings", [])]
+    return rows
+
+
+def _contribution_rows(c: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    from p2pboost.app._contribution import comparison_text, shares_text
+
+    if not c:
+        return []
+    shares = shares_text(c["gain_share"])
+    rows = [("gain share", f"{shares} (each party's share of the total gain)")]
+    if c.get("validation"):
+        rows.append(("lift", comparison_text(c["validation"])))
+    else:
+        rows.append(("lift", "not measured: train with [data] valid_path to compare guest-only"))
     return rows
 
 

@@ -15,7 +15,9 @@ Each organisation runs this on its own machine with its own
 * ``serve``: the guest's long-running endpoint for external clients; hosts answer forever.
 
 Training runs PSI here rather than through the estimators' ``ids=``: the aligned rows must be
-known before ``afit`` so the training rows can be an evaluation set (the metric in the bar).
+known before ``afit`` so the training rows can be an evaluation set (the metric in the bar),
+and so can the validation rows of ``[data] valid_path``, aligned by a PSI of their own
+(:mod:`p2pboost.app._validation`).
 The session names are the estimators', so a party run from here and one embedded with the
 facade still find each other.
 
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.app._contribution import measure
 from p2pboost.app._plan import Plan, agree
 from p2pboost.app._probe import NodeCollector, host_routes, probing
 from p2pboost.app._progress import (
@@ -48,6 +51,7 @@ from p2pboost.app._progress import (
 )
 from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
 from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
+from p2pboost.app._validation import VALID, eval_sets, valid_rows
 from p2pboost.app._waits import first_session, hosts_up
 from p2pboost.app.config import PartyConfig, Role, Task
 from p2pboost.app.explain import check_explanations, record_tokens, write_explanations
@@ -227,27 +231,34 @@ class _Run:
 # -- psi --------------------------------------------------------------------------------------
 
 
-async def _align(run: _Run, node: Node, ids: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
-    """PSI with the peers; positions of this party's common rows, in the guest's order."""
+async def _align(
+    run: _Run, node: Node, ids: npt.NDArray[Any], of: str = ""
+) -> npt.NDArray[np.int64]:
+    """PSI with the peers; positions of this party's common rows, in the guest's order.
+    ``of``: another file's ids (``"valid"``: the validation rows), in a session of its own
+    once the parties have agreed."""
     from p2pboost.protocols.psi import psi_guest, psi_host
 
     guest = run.config.role is Role.GUEST
     peers = run.hosts if guest else [run.peer]
-    # Agreeing on the settings is the first exchange: until it returns, this party is only
-    # waiting for its peers (not started yet, or still connecting), not matching anything.
-    run.reporter.info(f"PSI: waiting for {_peer_names(run, peers)} to answer...")
-    await agree(node, run.config, peers, run.plans)
-    run.reporter.info(f"PSI: matching {ids.size} ids with {', '.join(peers)}...")
+    if not of:
+        # Agreeing on the settings is the first exchange: until it returns, this party is only
+        # waiting for its peers (not started yet, or still connecting), not matching anything.
+        run.reporter.info(f"PSI: waiting for {_peer_names(run, peers)} to answer...")
+        await agree(node, run.config, peers, run.plans)
+    what = f"PSI{f' ({of})' if of else ''}"
+    run.reporter.info(f"{what}: matching {ids.size} ids with {', '.join(peers)}...")
     t0 = time.perf_counter()
-    blinded = Meter(run.reporter, "PSI", "ids blinded").update
-    async with node.session(f"{HETERO_SESSION}-psi", peers=peers) as session:
+    blinded = Meter(run.reporter, what, "ids blinded").update
+    name = f"{HETERO_SESSION}-psi{f'-{of}' if of else ''}"
+    async with node.session(name, peers=peers) as session:
         if guest:
             result = await psi_guest(session, peers, ids, executor=run.executor, progress=blinded)
         else:
             result = await psi_host(session, peers[0], ids, executor=run.executor, progress=blinded)
     sizes = ", ".join(f"{p} {n}" for p, n in result.peer_sizes.items())
     run.reporter.info(
-        f"PSI: {result.positions.size} common ids of {ids.size} (peers: {sizes}) in "
+        f"{what}: {result.positions.size} common ids of {ids.size} (peers: {sizes}) in "
         f"{time.perf_counter() - t0:.1f} s"
     )
     if result.positions.size == 0:
@@ -288,8 +299,8 @@ def _tree_callback(run: _Run) -> Any:
     def on_tree(env: CallbackEnv) -> None:
         done, total = env.iteration + 1, env.n_estimators
         label = f"tree {done}/{total}"
-        for scores in env.evaluation.values():  # one set: the training rows
-            label += "".join(f" train {m} {v:.4f}" for m, v in scores.items())
+        for name, scores in env.evaluation.items():  # the training rows, the validation rows
+            label += "".join(f" {name} {m} {v:.4f}" for m, v in scores.items())
         lap = clock.lap(done, total)
         record = {"progress": "training", "done": done, "total": total, "unit": "trees"}
         run.reporter.step(f"{label} {lap}", record | {"evaluation": env.evaluation})
@@ -309,6 +320,11 @@ async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Pat
     return aligned, [_write_intersection(run, aligned.ids)]
 
 
+async def _valid(run: _Run, node: Node, table: Table) -> Table | None:
+    """The validation rows (``[data] valid_path``), aligned like the training rows."""
+    return await valid_rows(run.config, table, run.read, lambda i: _align(run, node, i, VALID))
+
+
 async def _train_guest(run: _Run, node: Node) -> PartyResult:
     from p2pboost.hetero.config import HeteroConfig
     from p2pboost.hetero.estimators import HeteroGuest
@@ -316,6 +332,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     table, outputs = await _aligned(run, node, await run.read(require_label=True))
     assert table.y is not None  # require_label
     train = run.config.train
+    sets = eval_sets(table, await _valid(run, node, table), train.eval_train)
     hetero = HeteroConfig(
         key_bits=train.key_bits,
         allow_insecure_key=train.insecure_key_bits,
@@ -331,6 +348,8 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         session_id=HETERO_SESSION,
         checkpoint_dir=run.config.checkpoint_path,
         executor=run.executor,
+        eval_metric=train.eval_metric,
+        early_stopping_rounds=train.early_stopping_rounds,
     )
     n = train.params.n_estimators
     verb = "resuming" if train.resume else "training"
@@ -341,8 +360,8 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         run.hosts,
         table.X,
         table.y,
-        eval_set=[(table.X, table.y)] if train.eval_train else (),
-        eval_names=["train"] if train.eval_train else None,
+        eval_set=sets.guest,
+        eval_names=sets.names or None,
         callbacks=[_tree_callback(run)],
         resume=train.resume,
         feature_names=list(table.features),
@@ -351,13 +370,16 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     seconds = time.perf_counter() - t0
     trees = len(guest.model_.trees)
     run.reporter.end(f"trained {trees} trees in {seconds:.1f} s")
+    model = guest.model_
+    contribution = await measure(model, train, table.X, table.y, sets, run.reporter.info)
     guest.save(run.config.model_path)
     return run.result(
         [*outputs, run.config.model_path],
         rows=int(table.ids.size),
         trees=trees,
         s_per_tree=round(seconds / max(trees, 1), 6),
-        **_filtered(guest.model_.filtered_rows),
+        **_filtered(model.filtered_rows),
+        **contribution,
     )
 
 
@@ -377,7 +399,8 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
     of = f" ({trees} trees)" if trees else ""
     run.reporter.info(f"training with {run.peer} on {table.ids.size} rows{of}...")
     t0 = time.perf_counter()
-    eval_set = [table.X] if run.config.train.eval_train else []
+    valid = await _valid(run, node, table)
+    eval_set = eval_sets(table, valid, run.config.train.eval_train).host
     host = await HeteroHost(
         session_id=HETERO_SESSION,
         checkpoint_dir=run.config.checkpoint_path,

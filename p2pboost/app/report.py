@@ -1,4 +1,5 @@
-"""Plots of one party's model (``p2pboost report``): feature importance and learning curve.
+"""Plots of one party's model (``p2pboost report``): feature importance, learning curve and
+(a vertical guest's) the partners' contribution.
 
 Each party draws only what its own file holds (see :mod:`p2pboost.app.model_info`): the guest and
 a complete booster plot gain and split counts of their own features, a host only its split
@@ -35,7 +36,7 @@ from p2pboost.app.stability import load_result, stability_figure, table_csv
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.files import atomic_write
 from p2pboost.gbdt.history import History
-from p2pboost.hetero.model import HostModel
+from p2pboost.hetero.model import GuestModel, HostModel
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,9 +56,11 @@ def write_report(
     overwrite: bool = False,
     stability: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
-    """Write ``<model>_importance.png`` and, with a stored history, ``<model>_learning_curve.png``
-    into ``out_dir`` (created if needed; by default the model file's own directory); returns
-    the paths written.
+    """Write ``<model>_importance.png``, with a stored history ``<model>_learning_curve.png``,
+    and for a vertical guest's file ``<model>_contribution.png`` (each party's share of the
+    total gain, and the federated model beside the guest-only one on the validation rows when
+    it was measured: :mod:`p2pboost.app._contribution`) into ``out_dir`` (created if needed;
+    by default the model file's own directory); returns the paths written.
 
     The default keeps each party's plots beside its own model: in a federation written by
     ``p2pboost init`` every party's file is ``out-<party>/model.json``, so plots written into
@@ -80,6 +83,8 @@ def write_report(
     targets = [out / f"{stem}_importance.png"]
     if history:
         targets.append(out / f"{stem}_learning_curve.png")
+    if isinstance(model, GuestModel):
+        targets.append(out / f"{stem}_contribution.png")
     psi = None if stability is None else load_result(Path(stability))
     if psi is not None:
         targets += [out / f"{stem}_stability.csv", out / f"{stem}_stability.png"]
@@ -93,6 +98,8 @@ def write_report(
     if history:
         figure = _curve_figure(figure_cls, history, _best(model))
         written.append(_save(figure, targets[1]))
+    if isinstance(model, GuestModel):
+        written.append(_save(_contribution_figure(figure_cls, model), targets[1 + bool(history)]))
     if psi is not None:
         atomic_write(targets[-2], table_csv(psi))
         written += [targets[-2], _save(stability_figure(figure_cls, psi), targets[-1])]
@@ -195,6 +202,37 @@ def _importance_title(kind: ModelKind, n_features: int, shown: int) -> str:
         ModelKind.BOOSTER: ("every feature", "complete model"),
     }[kind]
     return f"Feature importance of {who}\n{shown} used of {n_features}; {note}"
+
+
+# -- the partners' contribution ---------------------------------------------------------------
+
+
+def _contribution_figure(figure_cls: type[Figure], model: GuestModel) -> Figure:
+    """Each party's share of the total gain; beside it, when the guest had validation rows,
+    the federated model's validation metric and the guest-only model's."""
+    from p2pboost.app._contribution import comparison_of, gain_shares
+
+    shares = gain_shares(model)
+    comparison = comparison_of(model.diagnostics)
+    figure = figure_cls(figsize=(5.5 * (1 + (comparison is not None)), 3.6), layout="constrained")
+    axes = figure.subplots(1, 1 + (comparison is not None), squeeze=False)[0]
+    bars = axes[0].bar(list(shares), [100.0 * v for v in shares.values()], color="tab:blue")
+    axes[0].bar_label(bars, fmt="%.1f%%", padding=2, fontsize="small")
+    axes[0].set_ylabel("share of the total gain (%)")
+    axes[0].margins(y=0.15)
+    if not shares:
+        axes[0].text(0.5, 0.5, "no gains in this file", ha="center", va="center")
+    if comparison is not None:
+        values = [comparison["federated"], comparison["guest_only"]]
+        bars = axes[1].bar(["federated", "guest only"], values, color=["tab:green", "tab:grey"])
+        axes[1].bar_label(bars, fmt="%.4f", padding=2, fontsize="small")
+        axes[1].set_ylabel(f"validation {comparison['metric']}")
+        axes[1].set_title(
+            f"lift {comparison['lift']:+.4f} on {comparison['valid_rows']} rows", fontsize="small"
+        )
+        axes[1].margins(y=0.15)
+    figure.suptitle("What each party's data contributed")
+    return figure
 
 
 # -- learning curve ---------------------------------------------------------------------------

@@ -7,6 +7,14 @@ one ``<party>.toml`` each (ids, roles, who dials whom on 127.0.0.1, the same ``[
 block), one ``<party>.csv`` each unless the caller brings data, and a ``README.md`` with the
 commands (one terminal per party). Run them and the federation trains over mutual TLS.
 
+A fifth of the rows (``HOLDOUT``, drawn by id with a fixed seed; vertically the same ids at
+every party) is held out in ``<party>-holdout.csv``: every party's ``[predict] path`` names it,
+so ``p2pboost predict`` scores rows the model never saw (scoring the training rows reports an
+AUC near 1 that says nothing), and vertically it is also the parties' ``[data] valid_path``:
+the learning curve shows the held-out metric, and the guest compares the federated model with
+one trained on its own features alone. Nothing chooses the model on these rows (no early
+stopping is set), so the predict step's metric on them stays a fair estimate.
+
 The data, when none is given, is scikit-learn's bundled breast-cancer set (public; the
 ``demo`` extra has scikit-learn): vertical, the guest holds the label and the first 10
 features and the hosts share the other 20 (ids in the open: the parties align them with
@@ -37,6 +45,8 @@ __all__ = ["Federation", "init_federation", "write_toml"]
 
 #: Guest features of the bundled data set (the rest go to the hosts).
 GUEST_FEATURES = 10
+#: The share of the rows held out for validation and scoring.
+HOLDOUT = 0.2
 _PARTY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 
@@ -52,6 +62,15 @@ class Federation:
     def commands(self) -> list[str]:
         """One ``p2pboost party`` command per party, listeners first (run in ``directory``)."""
         return [f"p2pboost party --config {path.name}" for path in self.configs.values()]
+
+    def predict_commands(self, server: str | None = None) -> list[str]:
+        """``p2pboost predict`` per party that scores (not a horizontal ``server``), in the
+        same order: each scores its held-out rows (``[predict] path``)."""
+        return [
+            f"p2pboost predict --config {path.name}"
+            for party, path in self.configs.items()
+            if party != server
+        ]
 
 
 def init_federation(
@@ -107,12 +126,21 @@ def init_federation(
             tables["data"] = {"path": f"{party}.csv", "id_column": "id"}
             if role in ("guest", "client"):
                 tables["data"]["label_column"] = "y"
+            if vertical:  # the held-out rows: the learning curve and the guest-only lift
+                tables["data"]["valid_path"] = holdout(party)
         if role in ("guest", "server", "client"):
             tables["train"] = train
+        if role != "server":  # predict scores the held-out rows, not the training rows
+            tables["predict"] = {"path": holdout(party)}
         configs[party] = write_toml(out / f"{party}.toml", top, tables)
     fed = Federation(out, configs, out / "README.md")
-    fed.readme.write_text(_readme(fed, vertical, key_bits), encoding="utf-8")
+    fed.readme.write_text(_readme(fed, vertical, key_bits, server), encoding="utf-8")
     return fed
+
+
+def holdout(party: str) -> str:
+    """The file of ``party``'s held-out rows (in the federation's directory)."""
+    return f"{party}-holdout.csv"
 
 
 def _role(party: str, lead: str, vertical: bool) -> str:
@@ -129,18 +157,26 @@ def _write_data(out: Path, lead: str, members: Sequence[str], vertical: bool) ->
     data = load_breast_cancer()
     X, y = np.asarray(data.data), np.asarray(data.target, dtype=int)
     ids = [f"p{i}" for i in range(len(y))]
+    held = np.zeros(len(y), dtype=bool)  # the same ids for every party
+    held[np.random.default_rng(1).permutation(len(y))[: round(HOLDOUT * len(y))]] = True
+
+    def write(party: str, header: list[str], rows: list[list[Any]], kept: Sequence[int]) -> None:
+        write_csv(out / f"{party}.csv", header, [rows[r] for r in kept if not held[r]])
+        write_csv(out / holdout(party), header, [rows[r] for r in kept if held[r]])
+
+    every = range(len(y))
     if vertical:
         rows = [[i, int(t), *x] for i, t, x in zip(ids, y, X[:, :GUEST_FEATURES], strict=True)]
-        write_csv(out / f"{lead}.csv", ["id", "y", *_names("g", GUEST_FEATURES)], rows)
+        write(lead, ["id", "y", *_names("g", GUEST_FEATURES)], rows, every)
         blocks = np.array_split(np.arange(GUEST_FEATURES, X.shape[1]), len(members))
         for host, cols in zip(members, blocks, strict=True):
             rows = [[i, *x] for i, x in zip(ids, X[:, cols], strict=True)]
-            write_csv(out / f"{host}.csv", ["id", *_names(f"{host}_", cols.size)], rows)
+            write(host, ["id", *_names(f"{host}_", cols.size)], rows, every)
         return
     order = np.random.default_rng(0).permutation(len(y))
+    rows = [[ids[r], int(y[r]), *X[r]] for r in every]
     for client, part in zip(members, np.array_split(order, len(members)), strict=True):
-        rows = [[ids[r], int(y[r]), *X[r]] for r in sorted(part)]
-        write_csv(out / f"{client}.csv", ["id", "y", *_names("x", X.shape[1])], rows)
+        write(client, ["id", "y", *_names("x", X.shape[1])], rows, sorted(part.tolist()))
 
 
 def _names(prefix: str, n: int) -> list[str]:
@@ -164,9 +200,23 @@ def write_toml(path: Path, top: dict[str, Any], tables: dict[str, dict[str, Any]
     return path
 
 
-def _readme(fed: Federation, vertical: bool, key_bits: int) -> str:
+def _readme(fed: Federation, vertical: bool, key_bits: int, server: str | None) -> str:
     kind = "vertical (hetero)" if vertical else "horizontal (homo)"
     steps = "\n".join(f"{n}. `{cmd}`" for n, cmd in enumerate(fed.commands(), start=1))
+    scoring = "\n".join(f"- `{cmd}`" for cmd in fed.predict_commands(server))
+    together = (
+        "the guest asks every host for its part of each row, so start them in this order too"
+        if vertical
+        else "each client scores on its own machine"
+    )
+    valid = (
+        "\nThe held-out rows are also every party's `[data] valid_path`: the learning curve "
+        "shows\ntheir metric, and the guest compares the federated model with one trained on "
+        "its own\nfeatures alone (`p2pboost inspect out-<guest>/model.json`). With "
+        "`early_stopping_rounds`\nthey would choose the model: then score other rows.\n"
+        if vertical
+        else ""
+    )
     key = (
         f"\nThe key is {key_bits} bits"
         + (" (insecure: for trials on public data only)." if key_bits < SECURE_KEY_BITS else ".")
@@ -185,5 +235,12 @@ dialed listen first; a party that starts early waits for the others):
 {steps}
 
 Each writes its model file to `out-<party>/model.json` and prints one JSON line.{key}
-Then `p2pboost inspect out-<party>/model.json` shows what each file holds.
-"""
+Then `p2pboost inspect out-<party>/model.json` shows what each file holds, and
+`p2pboost report out-<party>/model.json` draws it beside the model.
+
+A fifth of the rows is held out in `<party>-holdout.csv` (the same ids at every party) and
+named by each party's `[predict] path`, so scoring reports how the model does on rows it
+never saw ({together}):
+
+{scoring}
+{valid}"""

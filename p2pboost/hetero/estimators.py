@@ -94,6 +94,8 @@ class HeteroGuest:
     is a shortcut for ``config=HeteroConfig(scheme=...)`` and, with a ``config``, overrides
     its scheme. ``checkpoint_dir``: write a checkpoint there after every round, from which
     ``afit(..., resume=True)`` continues (:mod:`p2pboost.hetero.training.checkpoint`).
+    ``eval_metric`` is evaluated on every ``eval_set`` (default: the objective's metric);
+    ``early_stopping_rounds`` watches it on the last set.
     """
 
     def __init__(
@@ -106,12 +108,14 @@ class HeteroGuest:
         session_id: str = DEFAULT_SESSION,
         executor: AnyExecutor | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        eval_metric: str | None = None,
     ) -> None:
         self.params = params
         if scheme is not None:
             config = replace(config or HeteroConfig(), scheme=scheme)
         self.config = config
         self.early_stopping_rounds = early_stopping_rounds
+        self.eval_metric = eval_metric
         self.session_id = session_id
         self.executor = executor
         self.checkpoint_dir = checkpoint_dir
@@ -184,6 +188,7 @@ class HeteroGuest:
                 self.params or BoostParams(),
                 eval_sets=eval_set,
                 eval_names=eval_names,
+                eval_metrics=[self.eval_metric] if self.eval_metric else None,
                 callbacks=cbs,
                 config=self.config,
                 executor=self.executor,

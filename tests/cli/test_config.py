@@ -335,10 +335,40 @@ def test_horizontal_validation_keys(tmp_path: Path) -> None:
                 train={**train, "objective": "reg:squarederror"},
             )
         )
-    with pytest.raises(ConfigError, match="horizontal settings"):
-        load_config(_guest(tmp_path, train={"eval_metric": "auc"}))
-    with pytest.raises(ConfigError, match="a homo client's validation rows; not for a guest"):
-        load_config(_guest(tmp_path, data={**DATA, "valid_path": "v.csv"}))
+
+
+def test_vertical_validation_keys(tmp_path: Path) -> None:
+    """A vertical guest reads ``valid_path``, ``eval_metric`` and ``early_stopping_rounds``;
+    early stopping without validation rows, or an unknown metric, is refused naming the key;
+    a host may name its validation rows but not the guest's settings."""
+    valid = {**DATA, "valid_path": "v.csv"}
+    train = {"eval_metric": "auc", "early_stopping_rounds": 3}
+    config = load_config(_guest(tmp_path, data=valid, train=train))
+    assert config.data is not None
+    assert config.data.valid_path == tmp_path / "v.csv"
+    assert (config.train.eval_metric, config.train.early_stopping_rounds) == ("auc", 3)
+    with pytest.raises(ConfigError, match=r"early_stopping_rounds watches the validation rows"):
+        load_config(_guest(tmp_path, train=train))
+    with pytest.raises(ConfigError, match=r"eval_metric: unknown metric 'acu'"):
+        load_config(_guest(tmp_path, data=valid, train={"eval_metric": "acu"}))
+    host = {"id": "host", "role": "host", "task": "train", "certs": "certs/host"}
+    host_data = {"path": "host.csv", "valid_path": "hv.csv"}
+    path = write_config(tmp_path / "h.toml", host, peers={"guest": ""}, data=host_data)
+    with pytest.raises(ConfigError, match="listen"):  # only the dialing rule is left to fix
+        load_config(path)
+    path = write_config(
+        tmp_path / "h.toml", {**host, "listen": "127.0.0.1:9"}, peers={"guest": ""}, data=host_data
+    )
+    assert load_config(path).data.valid_path == tmp_path / "hv.csv"  # type: ignore[union-attr]
+    path = write_config(
+        tmp_path / "h.toml",
+        {**host, "listen": "127.0.0.1:9"},
+        peers={"guest": ""},
+        data=host_data,
+        train={"early_stopping_rounds": 3},
+    )
+    with pytest.raises(ConfigError, match="early_stopping_rounds"):
+        load_config(path)
 
 
 def test_horizontal_privacy_keys(tmp_path: Path) -> None:

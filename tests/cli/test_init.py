@@ -3,21 +3,26 @@ run (each party its own process, mutual TLS on loopback)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from p2pboost.app.cli import main
 from p2pboost.app.model_info import load_model
+from p2pboost.hetero.model import GuestModel
 from tests.cli.conftest import finish, free_port, start_cli
 
 
-def _run_readme(directory: Path) -> dict[str, dict[str, object]]:
-    """Every command of the README, each as its own process, in the written order."""
+def _run_readme(directory: Path, pattern: str = r"^\d+\. ") -> dict[str, dict[str, Any]]:
+    """Every training command of the README (or, with ``pattern = "^- "``, every scoring
+    command), each as its own process, in the written order."""
     readme = (directory / "README.md").read_text()
-    commands = re.findall(r"^\d+\. `p2pboost (party --config \S+)`$", readme, re.MULTILINE)
+    found = re.findall(pattern + r"`p2pboost ((?:party|predict) --config \S+)`$", readme, re.M)
+    commands = [c for c in found if c.startswith("predict" if pattern == "^- " else "party")]
     assert commands, readme
     procs = [start_cli(*command.split(), cwd=directory) for command in commands]
     results = {}
@@ -45,6 +50,25 @@ def test_a_vertical_federation_trains_as_written(
     assert guest.feature_names == [f"g{j}" for j in range(10)]  # the CSV header
     for host in ("telco", "bureau"):
         assert load_model(fed / f"out-{host}" / "model.json").feature_names is not None
+    # the held-out rows: the same ids at every party, none of them trained on
+    held = {p: _ids(fed / f"{p}-holdout.csv") for p in ("bank", "telco", "bureau")}
+    assert held["bank"] == held["telco"] == held["bureau"]
+    assert len(held["bank"]) == round(0.2 * 569)
+    assert not set(held["bank"]) & set(_ids(fed / "bank.csv"))
+    # the guest validated on them and compared itself with a guest-only model
+    assert isinstance(guest, GuestModel)
+    assert list(guest.history) == ["train", "valid"]
+    assert results["bank"]["validation"]["valid_rows"] == len(held["bank"])
+    assert set(results["bank"]["gain_share"]) == {"guest", "telco", "bureau"}
+    # the README's scoring commands, verbatim: the guest scores the held-out rows only
+    scored = _run_readme(fed, "^- ")
+    assert scored["bank"]["rows"] == scored["bank"]["scored"] == len(held["bank"])
+    assert _ids(fed / "out-bank" / "predictions.csv") == held["bank"]
+
+
+def _ids(path: Path) -> list[str]:
+    with path.open(newline="") as fh:
+        return [row["id"] for row in csv.DictReader(fh)]
 
 
 @pytest.mark.slow
@@ -55,12 +79,16 @@ def test_a_horizontal_federation_trains_as_written(tmp_path: Path) -> None:
     results = _run_readme(fed)
     assert results["hub"]["trees"] == 2
     models = {p: json.loads((fed / f"out-{p}" / "model.json").read_text()) for p in results}
-    clients = {json.dumps(m, sort_keys=True) for p, m in models.items() if p != "hub"}
-    assert len(clients) == 1  # every client holds the same model
-    for model in models.values():  # the server's too, but for the covers and gains it keeps
+    for party, model in models.items():  # the server keeps the covers and gains, alone
         for tree in model["trees"]:
-            assert any(tree.pop("cover")) == any(tree.pop("gain")) == (model is models["hub"])
-    assert len({json.dumps(m, sort_keys=True) for m in models.values()}) == 1
+            assert any(tree.pop("cover")) == any(tree.pop("gain")) == (party == "hub")
+    assert len({json.dumps(m, sort_keys=True) for m in models.values()}) == 1  # the same trees
+    scored = _run_readme(fed, "^- ")  # each client scores its own held-out rows
+    assert set(scored) == {"clinic-a", "clinic-b"}
+    for client in scored:
+        held = _ids(fed / f"{client}-holdout.csv")
+        assert scored[client]["rows"] == len(held) > 0
+        assert not set(held) & set(_ids(fed / f"{client}.csv"))
 
 
 def test_init_refuses_what_cannot_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
