@@ -128,7 +128,27 @@ def _modes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         },
         "label_rr_2": {"label_rr": 2.0},
         "label_rr_4": {"label_rr": 4.0},
+        "purity_gate": {"config": {"purity_bound": args.purity_bound}},
+        "layered_1_purity_gate": {
+            "config": {
+                "host_depth": 1,
+                "guest_depth": args.depth - 1,
+                "purity_bound": args.purity_bound,
+            }
+        },
     }
+
+
+#: The mode the benchmark recommends (docs/explanation/defences.md), and its setting in words.
+RECOMMENDED = "layered_1_purity_gate"
+
+
+def recommended_setting(args: argparse.Namespace) -> str:
+    """The recommended mode's training setting, as a user writes it."""
+    return (
+        f"HeteroConfig(host_depth=1, guest_depth={args.depth - 1}, "
+        f"purity_bound={args.purity_bound:g})"
+    )
 
 
 MODES = (
@@ -144,6 +164,8 @@ MODES = (
     "layered_1_complete_secure_3",
     "label_rr_2",
     "label_rr_4",
+    "purity_gate",
+    "layered_1_purity_gate",
 )
 
 
@@ -306,6 +328,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--shares", default="0.005,0.01,0.05", help="known-label shares")
     ap.add_argument("--host-depth", type=int, default=2, help="layered mode's host layers")
     ap.add_argument("--per-party", type=int, default=1, help="mix mode's tree_num_per_party")
+    ap.add_argument(
+        "--purity-bound", type=float, default=0.2, help="the purity gate's bound (purity_gate)"
+    )
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     ap.add_argument("--rows", type=int, default=None, help="use the first N training rows")
     ap.add_argument("--workers", type=int, default=1)
@@ -387,6 +412,16 @@ def main(argv: list[str]) -> int:
         "simulated": True,
     }
 
+    if RECOMMENDED in label:
+        best = label[RECOMMENDED]
+        label["recommended"] = {
+            "known_share": HEADLINE,
+            "attack_auc": best["attack_auc"],
+            "test_auc": best["test_auc"],
+            "excess": best["excess"],
+            "mode": RECOMMENDED,
+            "setting": recommended_setting(args),
+        }
     standard = runs["standard"]
     control = {
         s: label_attack(
@@ -412,6 +447,8 @@ def main(argv: list[str]) -> int:
     for name, r in label.items():
         ratio = r["excess"] / base_excess if base_excess > 0 else float("nan")
         seen = f"trees seen {r['trees_seen']}" if "trees_seen" in r else "(simulated view)"
+        if "setting" in r:
+            seen = r["setting"]
         rows.append(
             (
                 name,
