@@ -85,9 +85,7 @@ class HeteroConfig:
         )
         check_scheme(self.scheme)
         if isinstance(self.purity_bound, bool) or not 0.0 <= self.purity_bound < 1.0:
-            raise InputError(
-                f"purity_bound must be in [0, 1) (0: off), got {self.purity_bound!r}"
-            )
+            raise InputError(f"purity_bound must be in [0, 1) (0: off), got {self.purity_bound!r}")
         if not self.hello_timeout > 0:
             raise InputError("hello_timeout must be > 0")
         if self.chunk_rows < 1:

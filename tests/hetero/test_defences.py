@@ -39,9 +39,11 @@ def test_gate_keeps_rounds_guest_only_until_the_purity_falls() -> None:
     gate.observe(0, *pure)
     assert gate(1) is guest
     gate.observe(1, *mixed)
-    assert gate(2) is None and gate.open
+    assert gate(2) is None
+    assert gate.open
     gate.observe(2, *pure)  # once open, it stays open and measures nothing more
-    assert gate(3) is None and gate.guest_only_rounds == 2
+    assert gate(3) is None
+    assert gate.guest_only_rounds == 2
     assert gate.diagnostics()["purity_guest_only_rounds"] == 2.0
     # complete_secure's rounds come first, whatever the purity; then the inner schedule.
     turns = PurityGate(0.25, guest, lambda r: np.array([r % 2 == 0] * 3), first=2)
@@ -49,7 +51,8 @@ def test_gate_keeps_rounds_guest_only_until_the_purity_falls() -> None:
     assert turns(1) is guest
     turns.observe(1, *mixed)
     mask = turns(2)
-    assert mask is not None and mask.all()
+    assert mask is not None
+    assert mask.all()
 
 
 def test_purity_bound_is_validated_and_off_by_default() -> None:
