@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks import attacks
-from benchmarks._attack_math import (
+from p2pboost.audit.attacks import (
     auc,
     nesting_groups,
     order_by_bits,
