@@ -48,6 +48,7 @@ from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.estimators import HeteroGuest, HeteroHost
 from p2pboost.hetero.model import GuestModel, HostModel
 from p2pboost.testing import TRAINING, local_federation
+from p2pboost.workers import AnyExecutor
 
 __all__ = [
     "GUEST",
@@ -97,12 +98,13 @@ async def _federate(
     params: BoostParams,
     config: HeteroConfig,
     workers: int,
+    executor: AnyExecutor | None,
 ) -> Run:
     names = [f"host{i + 1}" for i in range(len(X_hosts))]
     fabric = TapFabric()
     async with local_federation(fabric, [GUEST, *names], TRAINING) as fed:
-        guest = HeteroGuest(params, config=config)
-        hosts = [HeteroHost(workers=workers) for _ in names]
+        guest = HeteroGuest(params, config=config, executor=executor)
+        hosts = [HeteroHost(workers=workers, executor=executor) for _ in names]
         t0 = time.perf_counter()
         await asyncio.gather(
             guest.afit(fed[GUEST], names, X_guest, y),
@@ -139,11 +141,14 @@ def federate(
     params: BoostParams,
     config: HeteroConfig,
     workers: int = 1,
+    executor: AnyExecutor | None = None,
 ) -> Run:
     """Train the federation (the guest's ``X_guest``, ``y``; one host per ``X_hosts``) in
-    this process and score the test rows, recording what every party received."""
+    this process and score the test rows, recording what every party received. ``executor``:
+    one pool for every party (a :func:`~p2pboost.workers.pinned_pool`, started once for many
+    federations), else each party starts its own of ``workers`` processes."""
     return asyncio.run(
-        _federate(X_guest, y, X_hosts, test_guest, test_hosts, params, config, workers)
+        _federate(X_guest, y, X_hosts, test_guest, test_hosts, params, config, workers, executor)
     )
 
 
