@@ -2,7 +2,10 @@
 
 ``python -m benchmarks attacks --dataset give_credit30k [--trees 10 --depth 4 --bins 32
 --lr 0.3 --key-bits 1024 --scheme ou --shares 0.005,0.01,0.05 --host-depth 2 --per-party 1
---rows N --workers W --seed 0 --data-dir DIR]``
+--purity-bound 0.2 --rows N --workers W --seed 0 --data-dir DIR]``
+
+The federations, views and attacks are the library's (:mod:`p2pboost.audit`, which ``p2pboost
+audit`` runs on a federation's own files); this module picks the modes and prints the table.
 
 Each training mode is a whole federation (a guest and one host, the data set's guest and host
 columns) in this process over the testing kit's in-memory fabric, with every party's received
@@ -44,10 +47,16 @@ the test AUC still score against the true labels). Last, ``hidden_guest_splits``
 ``"simulated": true``): the standard model attacked on the view a host would keep if the
 guest's splits' row sets were hidden from it, i.e. only its own splits' partitions of all
 rows, which its file and features give it (no mode does this yet: no cost is measured).
+The purity gate (:mod:`p2pboost.hetero.training.defences`, ``HeteroConfig.purity_bound``):
+``purity_gate`` (guest-only rounds until the guest's tree's gradient purity is below
+``--purity-bound``) and ``layered_1_purity_gate`` (the same, then one host layer per tree):
+the recommended setting, whose figures the last line repeats as ``recommended`` with its
+``setting`` (docs/explanation/defences.md).
 
 Last line: ``{"benchmark": "attacks", "dataset", "label_inference": {MODE: {"known_share",
 "attack_auc", "test_auc", "excess", "trees_seen", "by_share": {SHARE: {"attack_auc",
-"excess"}}}}, "host_alone_auc", "control_auc", "by_share": {SHARE: {"host_alone_auc",
+"excess"}}}, "recommended": {"known_share", "attack_auc", "test_auc", "excess", "mode",
+"setting"}}, "host_alone_auc", "control_auc", "by_share": {SHARE: {"host_alone_auc",
 "control_auc"}}, "feature_order": {"default": {"spearman", ...}, "scores_only":
 {"spearman"}}, ...}`` and the settings; the top-level figures are at a known share of 1 %.
 Every figure is indicative on a shared machine: one seed, one split of the known rows.
