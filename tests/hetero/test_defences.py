@@ -55,6 +55,20 @@ def test_gate_keeps_rounds_guest_only_until_the_purity_falls() -> None:
     assert mask.all()
 
 
+def test_closed_gate_lets_the_guest_split_at_every_depth_in_layered_mode() -> None:
+    schedule = FeatureSchedule((2, 3), host_depth=1, guest_depth=2)
+    gate = purity_gate(HeteroConfig(purity_bound=0.3), schedule)
+    assert gate is not None
+    by_depth = gate.by_depth(schedule.guest_by_depth())
+    assert by_depth is not None
+    assert by_depth(0) is None  # closed: the guest's features at the top layer too
+    gate.open = True
+    top = by_depth(0)
+    assert top is not None
+    assert not top.any()  # open: the top layer is the hosts' again
+    assert gate.by_depth(None) is None
+
+
 def test_purity_bound_is_validated_and_off_by_default() -> None:
     assert HeteroConfig().purity_bound == 0.0
     assert purity_gate(HeteroConfig(), FeatureSchedule((2, 3))) is None
