@@ -332,6 +332,11 @@ def format_report(report: AuditReport) -> str:
                 f"  {opt['option']:<58} {fig['attack']:>7.3f} {fig['excess']:>+8.3f} "
                 f"{opt['test_auc']:>9.3f} {fig['trees_seen']:>11}"
             )
+        if any(opt["hosts"][i]["trees_seen"] == 0 for opt in report.options):
+            lines.append(
+                "  (trees seen 0: under that option the host took part in no tree and its "
+                "features went unused; with purity_bound, the guest's trees never fell below it)"
+            )
         first = base["hosts"][i]["excess"]
         for opt in report.options[1:]:
             now = opt["hosts"][i]["excess"]
