@@ -75,6 +75,8 @@ def test_purity_bound_is_validated_and_off_by_default() -> None:
     for bad in (1.0, -0.1, True):
         with pytest.raises(InputError, match="purity_bound"):
             HeteroConfig(purity_bound=bad)
+    with pytest.raises(InputError, match="dp"):  # a private run's accountant
+        purity_gate(HeteroConfig(purity_bound=0.3), FeatureSchedule((2, 3)), private=True)
     gate = purity_gate(HeteroConfig(purity_bound=0.3), FeatureSchedule((2, 3)))
     assert gate is not None
     assert gate(0).tolist() == [True, True, False, False, False]  # type: ignore[union-attr]

@@ -42,6 +42,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.exceptions import InputError
 from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.training.modes import FeatureSchedule
 
@@ -123,11 +124,19 @@ class PurityGate:
         }
 
 
-def purity_gate(config: HeteroConfig, schedule: FeatureSchedule) -> PurityGate | None:
+def purity_gate(
+    config: HeteroConfig, schedule: FeatureSchedule, private: bool = False
+) -> PurityGate | None:
     """The run's gate (``config.purity_bound`` over the mode's ``schedule``), or None when
-    the bound is off."""
+    the bound is off. A differentially private run (``private``) refuses it: when the hosts
+    join depends on a label statistic no privacy accountant counts."""
     if config.purity_bound <= 0.0:
         return None
+    if private:
+        raise InputError(
+            "purity_bound decides from the labels when the hosts join, which the privacy "
+            "accountant of a dp run does not count: leave purity_bound at 0 with dp"
+        )
     n = sum(schedule.blocks)
     guest = np.zeros(n, dtype=np.bool_)
     guest[: schedule.blocks[0]] = True

@@ -405,7 +405,7 @@ async def _rounds(
         config.host_depth,
         config.guest_depth,
     )
-    gate = purity_gate(config, schedule)
+    gate = purity_gate(config, schedule, params.dp is not None)
     margins = Margins(
         objective, y_arr, run.base, run.evals, run.metrics, params.learning_rate, run.weight
     )
