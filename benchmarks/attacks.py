@@ -2,17 +2,20 @@
 
 ``python -m benchmarks attacks --dataset give_credit30k [--trees 10 --depth 4 --bins 32
 --lr 0.3 --key-bits 1024 --scheme ou --shares 0.005,0.01,0.05 --host-depth 2 --per-party 1
---rows N --workers W --seed 0 --data-dir DIR]``
+--purity-bound 0.2 --rows N --workers W --seed 0 --data-dir DIR]``
+
+The federations, views and attacks are the library's (:mod:`p2pboost.audit`, which ``p2pboost
+audit`` runs on a federation's own files); this module picks the modes and prints the table.
 
 Each training mode is a whole federation (a guest and one host, the data set's guest and host
 columns) in this process over the testing kit's in-memory fabric, with every party's received
 transport messages recorded and decoded as its node decodes them
-(:mod:`benchmarks._attack_views`). The attacks then use only what the attacking party holds:
+(:mod:`p2pboost.audit.views`). The attacks then use only what the attacking party holds:
 
 - **Label inference (the host).** From its received ``tree`` and ``layer`` messages the host
   rebuilds every row set it was shown (sampled rows, every node's rows); it knows the labels
   of a random ``share`` of the training rows and spreads them over those sets
-  (:func:`benchmarks._attack_math.propagate_labels`, the instance-clustering / ID2Graph
+  (:func:`p2pboost.audit.attacks.propagate_labels`, the instance-clustering / ID2Graph
   attack). ``attack_auc``: the AUC of its scores on the rows whose labels it did not know.
   ``test_auc``: the federated model's AUC on the held-out rows (the trade-off). The host's
   model file adds nothing here: its splits' row sets are among the sets it was sent.
@@ -25,7 +28,7 @@ transport messages recorded and decoded as its node decodes them
 - **Feature order (the guest).** During one-round inference of the standard model on the
   held-out rows the guest receives every host split's decision bit for every row. It groups
   the splits by nesting of their left sets and ranks rows by the largest group
-  (:func:`benchmarks._attack_math.order_by_bits`); ``spearman`` is the rank correlation
+  (:func:`p2pboost.audit.attacks.order_by_bits`); ``spearman`` is the rank correlation
   with the host feature the model splits on most (from the host's file, the ground truth).
   ``scores_only``: the best a guest that sees only each row's score can do (the absolute
   Spearman of the score itself: every monotone map of it ranks the same).
@@ -44,10 +47,16 @@ the test AUC still score against the true labels). Last, ``hidden_guest_splits``
 ``"simulated": true``): the standard model attacked on the view a host would keep if the
 guest's splits' row sets were hidden from it, i.e. only its own splits' partitions of all
 rows, which its file and features give it (no mode does this yet: no cost is measured).
+The purity gate (:mod:`p2pboost.hetero.training.defences`, ``HeteroConfig.purity_bound``):
+``purity_gate`` (guest-only rounds until the guest's tree's gradient purity is below
+``--purity-bound``) and ``layered_1_purity_gate`` (the same, then one host layer per tree):
+the recommended setting, whose figures the last line repeats as ``recommended`` with its
+``setting`` (docs/explanation/defences.md).
 
 Last line: ``{"benchmark": "attacks", "dataset", "label_inference": {MODE: {"known_share",
 "attack_auc", "test_auc", "excess", "trees_seen", "by_share": {SHARE: {"attack_auc",
-"excess"}}}}, "host_alone_auc", "control_auc", "by_share": {SHARE: {"host_alone_auc",
+"excess"}}}, "recommended": {"known_share", "attack_auc", "test_auc", "excess", "mode",
+"setting"}}, "host_alone_auc", "control_auc", "by_share": {SHARE: {"host_alone_auc",
 "control_auc"}}, "feature_order": {"default": {"spearman", ...}, "scores_only":
 {"spearman"}}, ...}`` and the settings; the top-level figures are at a known share of 1 %.
 Every figure is indicative on a shared machine: one seed, one split of the known rows.
@@ -56,55 +65,32 @@ Every figure is indicative on a shared machine: one seed, one split of the known
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from benchmarks._attack_math import (
-    auc,
-    cross_fitted,
-    nesting_groups,
-    order_by_bits,
-    propagate_labels,
-    random_like,
-    spearman,
-)
-from benchmarks._attack_views import HostView, TapFabric, decoded, guest_bits, host_partitions
 from benchmarks._common import data_dir, emit_json, print_table
 from benchmarks.lossless import HeteroSplit, Task, load_hetero_split
-from p2pboost import (
-    BoostParams,
-    GuestModel,
-    HeteroConfig,
-    HeteroGuest,
-    HeteroHost,
-    HostModel,
-    train,
+from p2pboost import BoostParams, HeteroConfig
+from p2pboost.audit.attacks import auc, random_like, spearman
+from p2pboost.audit.suite import (
+    Run,
+    feature_order,
+    federate,
+    flat_groups,
+    host_alone,
+    known_rows,
+    label_attack,
 )
-from p2pboost.testing import TRAINING, local_federation
 
 __all__ = ["MODES", "main", "run_mode"]
 
 GUEST, HOST = "guest", "host1"
 #: The share of known labels the headline figures use.
 HEADLINE = 0.01
-
-
-@dataclass
-class Run:
-    """One trained federation and what its parties received."""
-
-    guest: GuestModel
-    host: HostModel
-    view: HostView
-    proba: np.ndarray  # the model's test-row probabilities
-    bits: tuple[np.ndarray, np.ndarray, np.ndarray]  # the guest's received inference bits
-    seconds: float
 
 
 def _modes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -128,7 +114,27 @@ def _modes(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
         },
         "label_rr_2": {"label_rr": 2.0},
         "label_rr_4": {"label_rr": 4.0},
+        "purity_gate": {"config": {"purity_bound": args.purity_bound}},
+        "layered_1_purity_gate": {
+            "config": {
+                "host_depth": 1,
+                "guest_depth": args.depth - 1,
+                "purity_bound": args.purity_bound,
+            }
+        },
     }
+
+
+#: The mode the benchmark recommends (docs/explanation/defences.md), and its setting in words.
+RECOMMENDED = "layered_1_purity_gate"
+
+
+def recommended_setting(args: argparse.Namespace) -> str:
+    """The recommended mode's training setting, as a user writes it."""
+    return (
+        f"HeteroConfig(host_depth=1, guest_depth={args.depth - 1}, "
+        f"purity_bound={args.purity_bound:g})"
+    )
 
 
 MODES = (
@@ -144,38 +150,9 @@ MODES = (
     "layered_1_complete_secure_3",
     "label_rr_2",
     "label_rr_4",
+    "purity_gate",
+    "layered_1_purity_gate",
 )
-
-
-async def _federation(
-    split: HeteroSplit, params: BoostParams, config: HeteroConfig, workers: int
-) -> Run:
-    fabric = TapFabric()
-    async with local_federation(fabric, [GUEST, HOST], TRAINING) as fed:
-        guest = HeteroGuest(params, config=config)
-        host = HeteroHost(workers=workers)
-        t0 = time.perf_counter()
-        await asyncio.gather(
-            guest.afit(fed[GUEST], [HOST], split.guest_train, split.y_train),
-            host.afit(fed[HOST], GUEST, split.host_train),
-        )
-        seconds = time.perf_counter() - t0
-        training = decoded(fabric, HOST)
-        mark = fabric.mark(GUEST)
-        proba, _ = await asyncio.gather(
-            guest.apredict(fed[GUEST], split.guest_test),
-            host.aserve_predict(fed[HOST], split.host_test),
-        )
-        received = decoded(fabric, GUEST, since=mark)
-    n_test = split.guest_test.shape[0]
-    return Run(
-        guest.model_,
-        host.model_,
-        host_partitions(training, split.guest_train.shape[0]),
-        np.asarray(proba).reshape(n_test, -1)[:, -1],
-        guest_bits(received, n_test),
-        seconds,
-    )
 
 
 def run_mode(
@@ -192,7 +169,16 @@ def run_mode(
     mode_params = params.with_updates(**settings["params"]) if "params" in settings else params
     if "label_rr" in settings:
         split = _randomised_response(split, settings["label_rr"], args.seed)
-    return asyncio.run(_federation(split, mode_params, config, args.workers))
+    return federate(
+        split.guest_train,
+        split.y_train,
+        [split.host_train],
+        split.guest_test,
+        [split.host_test],
+        mode_params,
+        config,
+        args.workers,
+    )
 
 
 def _randomised_response(split: HeteroSplit, epsilon: float, seed: int) -> HeteroSplit:
@@ -204,84 +190,13 @@ def _randomised_response(split: HeteroSplit, epsilon: float, seed: int) -> Heter
     return replace(split, y_train=y)
 
 
-def _known_rows(y: np.ndarray, shares: list[float], seed: int) -> dict[float, np.ndarray]:
-    """The attacker's labelled rows per share: prefixes of one random order of the rows, so a
-    larger share knows every label a smaller one does (the shares differ in nothing else);
-    each holds at least one row of each class."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(y.size)
-    out = {}
-    for share in shares:
-        k = max(2, round(share * y.size))
-        known = order[:k]
-        if not 0 < y[known].sum() < k:  # one class only: add the first row of the other
-            other = order[k:][y[order[k:]] != y[known[0]]][:1]
-            known = np.concatenate([known, other])
-        out[share] = np.sort(known)
-    return out
-
-
-def host_alone(X: np.ndarray, y: np.ndarray, known: np.ndarray, params: BoostParams) -> float:
-    """The host's own features and the known labels, no federation (module docstring)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    unknown = np.setdiff1d(np.arange(y.size), known)
-    gbdt = train(params.with_updates(dp=None), X[known], y[known])
-    logistic = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-    logistic.fit(X[known], y[known])
-    return max(
-        auc(y[unknown], gbdt.predict(X[unknown])),
-        auc(y[unknown], logistic.predict_proba(X[unknown])[:, 1]),
-    )
-
-
-def label_attack(
-    groups: list[np.ndarray], y: np.ndarray, known: np.ndarray, X_host: np.ndarray | None
-) -> dict[str, float]:
-    """The host's attack AUCs on the rows whose labels it did not know: ``sets`` (the row
-    sets alone) and, given ``X_host``, ``with_features`` (a logistic regression on the known
-    rows over the host's own features and the sets' cross-fitted score: what the host makes of
-    both together)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    unknown = np.setdiff1d(np.arange(y.size), known)
-    yk = y[known].astype(np.float64)
-    score = propagate_labels(groups, y.size, known, yk)
-    out = {"sets": auc(y[unknown], score[unknown])}
-    if X_host is not None:
-        fitted = cross_fitted(groups, y.size, known, yk)
-        fitted[unknown] = score[unknown]
-        p = np.clip(fitted, 1e-4, 1 - 1e-4)
-        Z = np.column_stack([X_host, np.log(p / (1 - p))])
-        model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-        model.fit(Z[known], y[known])
-        out["with_features"] = auc(y[unknown], model.predict_proba(Z[unknown])[:, 1])
-    return out
-
-
-def _flat(view: HostView) -> list[np.ndarray]:
-    return [g for groups in view.groups for g in groups]
-
-
 #: Feature-order attacks on what the guest receives at inference: name -> attack. Private
 #: inference adds its own entry here (the guest's view there holds the scores only).
 FeatureAttack = Callable[[Run, np.ndarray], dict[str, Any]]
 
 
 def _bits_attack(run: Run, feature: np.ndarray) -> dict[str, Any]:
-    _, _, bits = run.bits
-    groups = nesting_groups(bits, min_side=max(20, bits.shape[1] // 200))
-    order = order_by_bits(bits, groups[0] if groups else [])
-    return {
-        "spearman": round(spearman(order, feature), 4),
-        "host_splits": int(bits.shape[0]),
-        "largest_group": len(groups[0]) if groups else 0,
-        "groups": len(groups),
-    }
+    return feature_order(run.bits[0], feature)
 
 
 def _scores_attack(run: Run, feature: np.ndarray) -> dict[str, Any]:
@@ -306,6 +221,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--shares", default="0.005,0.01,0.05", help="known-label shares")
     ap.add_argument("--host-depth", type=int, default=2, help="layered mode's host layers")
     ap.add_argument("--per-party", type=int, default=1, help="mix mode's tree_num_per_party")
+    ap.add_argument(
+        "--purity-bound", type=float, default=0.2, help="the purity gate's bound (purity_gate)"
+    )
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     ap.add_argument("--rows", type=int, default=None, help="use the first N training rows")
     ap.add_argument("--workers", type=int, default=1)
@@ -344,7 +262,7 @@ def main(argv: list[str]) -> int:
         seed=args.seed,
     ).validate()
     y = split.y_train.astype(np.int64)
-    known = _known_rows(y, shares, args.seed)
+    known = known_rows(y, shares, args.seed)
     alone = {s: host_alone(split.host_train, y, known[s], params) for s in shares}
 
     runs: dict[str, Run] = {}
@@ -370,7 +288,7 @@ def main(argv: list[str]) -> int:
     for name in (m for m in MODES if m in chosen):
         run = runs[name] = run_mode(split, params, modes[name], args)
         label[name] = {
-            **figures(_flat(run.view)),
+            **figures(flat_groups(run.view)),
             "test_auc": round(auc(split.y_test, run.proba), 4),
             "trees_seen": run.view.informed,
             "seconds": round(run.seconds, 2),
@@ -387,6 +305,16 @@ def main(argv: list[str]) -> int:
         "simulated": True,
     }
 
+    if RECOMMENDED in label:
+        best = label[RECOMMENDED]
+        label["recommended"] = {
+            "known_share": HEADLINE,
+            "attack_auc": best["attack_auc"],
+            "test_auc": best["test_auc"],
+            "excess": best["excess"],
+            "mode": RECOMMENDED,
+            "setting": recommended_setting(args),
+        }
     standard = runs["standard"]
     control = {
         s: label_attack(
@@ -412,6 +340,8 @@ def main(argv: list[str]) -> int:
     for name, r in label.items():
         ratio = r["excess"] / base_excess if base_excess > 0 else float("nan")
         seen = f"trees seen {r['trees_seen']}" if "trees_seen" in r else "(simulated view)"
+        if "setting" in r:
+            seen = r["setting"]
         rows.append(
             (
                 name,

@@ -378,6 +378,51 @@ def binning(
     return 0
 
 
+@cli.command("audit")
+@click.argument("configs", nargs=-1, required=True, type=_FILE)
+@click.option(
+    "--known-share",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Share of the rows whose labels a host is assumed to know (at least 20).",
+)
+@click.option(
+    "--key-bits",
+    type=click.Choice(["1024", "2048"]),
+    default="1024",
+    show_default=True,
+    help="The audit's own key size (no figure depends on it).",
+)
+@click.option(
+    "--rows", type=int, default=20000, show_default=True, help="Use at most this many aligned rows."
+)
+@click.option(
+    "--scheme",
+    type=click.Choice(["ou", "paillier"]),
+    default="ou",
+    show_default=True,
+    help="The audit's own encryption (no figure depends on it).",
+)
+def audit(
+    configs: tuple[Path, ...], known_share: float, key_bits: str, rows: int, scheme: str
+) -> int:
+    """What each partner could infer, before anything is trained for real: runs the vertical
+    federation of these party files in this process (stand-ins for files not on this
+    machine), the known attacks on what each party receives, and the options that reduce
+    them (docs/explanation/defences.md)."""
+    from p2pboost.app.audit import AuditOptions, format_report, run_audit
+
+    if not 0 < known_share < 1:
+        raise click.BadParameter("must be in (0, 1)", param_hint="--known-share")
+    options = AuditOptions(
+        key_bits=int(key_bits), scheme=scheme, known_share=known_share, rows=rows
+    )
+    report = run_audit(list(configs), options, lambda line: click.echo(line, err=True))
+    click.echo(format_report(report))
+    return 0
+
+
 @cli.command("stability")
 @_CONFIG
 @click.option("--batch", required=True, type=_FILE, help="The new rows (this party's columns).")

@@ -160,6 +160,9 @@ class TrainConfig:
     tree_num_per_party: int = 0
     host_depth: int = 0
     guest_depth: int = 0
+    #: Hetero guest: guest-only rounds until its tree's gradient purity is below this bound
+    #: (0: off; HeteroConfig.purity_bound).
+    purity_bound: float = 0.0
     #: Hetero host: bytes of encrypted histograms kept between layers, in MiB (None: no bound).
     memory_budget_mb: float | None = None
     #: Homo server and clients (agreed): the metric aggregated over the clients' validation
@@ -332,6 +335,7 @@ _TRAIN_EXTRA = (
     "tree_num_per_party",
     "host_depth",
     "guest_depth",
+    "purity_bound",
     "eval_metric",
     "early_stopping_rounds",
     "memory_budget_mb",
@@ -490,6 +494,9 @@ def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
         check_modes(complete, per_party, host_depth, guest_depth)
     except InputError as exc:
         raise ConfigError(f"{reader.source}: [train]: {exc}") from None
+    purity = reader.get_float("purity_bound", 0.0)
+    if not 0.0 <= purity < 1.0:
+        raise reader.fail("purity_bound", "a gradient purity in [0, 1) (0: off)")
     layered = check_layered_depth(host_depth, guest_depth, params.max_depth)
     if layered is not None:
         raise reader.fail("host_depth", layered)
@@ -515,6 +522,7 @@ def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
         tree_num_per_party=per_party,
         host_depth=host_depth,
         guest_depth=guest_depth,
+        purity_bound=purity,
         memory_budget_mb=budget,
         eval_metric=reader.get_str("eval_metric"),
         early_stopping_rounds=(

@@ -341,6 +341,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
         tree_num_per_party=train.tree_num_per_party,
         host_depth=train.host_depth,
         guest_depth=train.guest_depth,
+        purity_bound=train.purity_bound,
     )
     guest = HeteroGuest(
         train.params,

@@ -58,6 +58,10 @@ class HeteroConfig:
     shows reveal much of the labels, stay with the guest (docs/explanation/modes.md).
     ``tree_num_per_party`` (mix mode) and ``host_depth``/``guest_depth`` (layered mode): the
     SecureBoost+ modes of :mod:`p2pboost.hetero.training.modes`.
+    ``purity_bound`` (0: off): the rounds after ``complete_secure``'s stay guest-only until the
+    gradient purity of the guest's own last tree falls below this bound (in (0, 1); the
+    guest's decision, the hosts see guest-only rounds as under ``complete_secure``;
+    :mod:`p2pboost.hetero.training.defences`, docs/explanation/defences.md).
     """
 
     key_bits: int = 2048
@@ -73,6 +77,7 @@ class HeteroConfig:
     tree_num_per_party: int = 0
     host_depth: int = 0
     guest_depth: int = 0
+    purity_bound: float = 0.0
 
     def __post_init__(self) -> None:
         if self.complete_secure < 0:
@@ -81,6 +86,8 @@ class HeteroConfig:
             self.complete_secure, self.tree_num_per_party, self.host_depth, self.guest_depth
         )
         check_scheme(self.scheme)
+        if isinstance(self.purity_bound, bool) or not 0.0 <= self.purity_bound < 1.0:
+            raise InputError(f"purity_bound must be in [0, 1) (0: off), got {self.purity_bound!r}")
         if not self.hello_timeout > 0:
             raise InputError("hello_timeout must be > 0")
         if self.chunk_rows < 1:

@@ -198,6 +198,15 @@ def test_init_model_is_this_partys_file_for_vertical_training(tmp_path: Path) ->
         load_config(client)
 
 
+def test_purity_bound_is_a_purity_below_one(tmp_path: Path) -> None:
+    config = load_config(_guest(tmp_path, train={"purity_bound": 0.2}))
+    assert config.train.purity_bound == 0.2
+    assert load_config(_guest(tmp_path)).train.purity_bound == 0.0
+    for bad in (1.0, -0.5):
+        with pytest.raises(ConfigError, match="purity_bound"):
+            load_config(_guest(tmp_path, train={"purity_bound": bad}))
+
+
 def test_complete_secure_is_a_count_of_rounds(tmp_path: Path) -> None:
     assert load_config(_guest(tmp_path, train={"complete_secure": 1})).train.complete_secure == 1
     assert load_config(_guest(tmp_path)).train.complete_secure == 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks import attacks
-from benchmarks._attack_math import (
+from p2pboost.audit.attacks import (
     auc,
     nesting_groups,
     order_by_bits,
@@ -81,7 +81,8 @@ def test_benchmark_finds_planted_leaks(tmp_path: Path, capsys: pytest.CaptureFix
     write_csv(tmp_path / "breast_hetero_guest.csv", ["id", "y", "x0", "x1"], np.c_[ids, y, g])
     write_csv(tmp_path / "breast_hetero_host.csv", ["id", "x0", "x1"], np.c_[ids, h])
     argv = ["--dataset", "breast", "--trees", "4", "--depth", "3", "--bins", "16"]
-    argv += ["--modes", "standard,mix", "--shares", "0.05", "--data-dir", str(tmp_path)]
+    argv += ["--modes", "standard,mix,layered_1_purity_gate", "--shares", "0.05"]
+    argv += ["--data-dir", str(tmp_path)]
     assert attacks.main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["benchmark"] == "attacks"
@@ -91,6 +92,11 @@ def test_benchmark_finds_planted_leaks(tmp_path: Path, capsys: pytest.CaptureFix
     assert standard["trees_seen"] == 4
     assert out["label_inference"]["mix"]["trees_seen"] == 2  # every other tree is the guest's
     assert 0.8 < standard["test_auc"] <= 1.0
+    recommended = out["label_inference"]["recommended"]
+    gated = out["label_inference"]["layered_1_purity_gate"]
+    assert recommended["setting"] == "HeteroConfig(host_depth=1, guest_depth=2, purity_bound=0.2)"
+    for key in ("known_share", "attack_auc", "test_auc", "excess"):
+        assert recommended[key] == gated[key], key
     hidden = out["label_inference"]["hidden_guest_splits"]
     assert hidden["simulated"] is True
     assert hidden["attack_auc"] < standard["attack_auc"] - 0.1  # the guest's splits leaked

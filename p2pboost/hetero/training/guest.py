@@ -101,6 +101,7 @@ from p2pboost.hetero.training.constraints import (
     check_guest_constraints,
     guest_constraints,
 )
+from p2pboost.hetero.training.defences import purity_gate
 from p2pboost.hetero.training.guest_layers import HostLink
 from p2pboost.hetero.training.guest_tree import GuestTrainer
 from p2pboost.hetero.training.modes import FeatureSchedule
@@ -427,6 +428,7 @@ async def _rounds(
         config.host_depth,
         config.guest_depth,
     )
+    gate = purity_gate(config, schedule, params.dp is not None)
     margins = Margins(
         objective, y_arr, run.base, run.evals, run.metrics, params.learning_rate, run.weight
     )
@@ -438,7 +440,7 @@ async def _rounds(
         margins,
         begin,
         warm,
-        schedule.by_round(),
+        gate if gate is not None else schedule.by_round(),
         0 if init_model is None else init_model.n_rounds,
     )
     n_trees = params.n_estimators * trees_per_round(params, objective.n_outputs)
@@ -455,7 +457,9 @@ async def _rounds(
         data=run.data,
         evals=run.evals,
         progress=run.progress,
-        features_by_depth=schedule.guest_by_depth(),
+        features_by_depth=(
+            schedule.guest_by_depth() if gate is None else gate.by_depth(schedule.guest_by_depth())
+        ),
         host_layers=schedule.host_layers,
         constraints=run.constraints,
     )
@@ -466,6 +470,9 @@ async def _rounds(
                 more = tree_id + 1 < n_trees
                 columns = node_columns(params, loop.rng, task.features)
                 grown = await trainer.grow(tree_id, task, chain[-1], more=more, columns=columns)
+                if gate is not None and task.out <= 0:
+                    gate.observe(it, task.grad, grown.positions)
+                    run.diagnostics.update(gate.diagnostics())
                 tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
                 loop.add_tree(tree, task.out)
                 if params.dp is None:  # a label statistic: not in a private model
@@ -533,7 +540,7 @@ def _model(
 
 def _check_label_only(config: HeteroConfig) -> None:
     """A guest without features: the modes that need its features are refused, naming them."""
-    for name in ("complete_secure", "tree_num_per_party", "host_depth"):
+    for name in ("complete_secure", "tree_num_per_party", "host_depth", "purity_bound"):
         if getattr(config, name):
             raise InputError(
                 f"{name} needs the guest's features, and this guest holds only the labels "

@@ -1,4 +1,5 @@
-"""The attacks of ``python -m benchmarks attacks``, as pure functions of what a party holds.
+"""The attacks of ``p2pboost audit`` and ``python -m benchmarks attacks``, as pure functions of
+what a party holds (numpy only: the library does not need scikit-learn or scipy for them).
 
 Label inference from instance spaces (the host's attack). Rows that fall into the same nodes,
 tree after tree, had similar gradients, hence similar labels: the instance-clustering attack
@@ -22,20 +23,19 @@ value, its value at the model's bin resolution.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse as sp  # type: ignore[import-untyped]
-from scipy.stats import spearmanr  # type: ignore[import-untyped]
 
 __all__ = [
     "auc",
     "cross_fitted",
+    "logistic_scores",
     "nesting_groups",
     "order_by_bits",
     "propagate_labels",
     "random_like",
+    "ranks",
     "spearman",
 ]
 
@@ -47,11 +47,28 @@ B8 = npt.NDArray[np.bool_]
 STEPS = 8
 
 
-def auc(y: npt.ArrayLike, score: npt.ArrayLike) -> float:
-    """ROC AUC with ties counted half (rank form)."""
-    from sklearn.metrics import roc_auc_score
+def ranks(a: npt.ArrayLike) -> F64:
+    """1-based ranks, ties given their average rank."""
+    x = np.asarray(a, dtype=np.float64).ravel()
+    order = np.argsort(x, kind="mergesort")
+    sorted_x = x[order]
+    starts = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1]])
+    ends = np.r_[starts[1:], x.size]
+    average = (starts + ends + 1) / 2.0  # mean of the 1-based positions start+1 .. end
+    out = np.empty(x.size)
+    out[order] = np.repeat(average, ends - starts)
+    return out
 
-    return float(roc_auc_score(np.asarray(y), np.asarray(score)))
+
+def auc(y: npt.ArrayLike, score: npt.ArrayLike) -> float:
+    """ROC AUC with ties counted half (the rank form, Mann-Whitney); 0.5 with one class."""
+    labels = np.asarray(y).ravel() > 0.5
+    n_pos = int(labels.sum())
+    n_neg = labels.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return 0.5
+    r = ranks(score)
+    return float((r[labels].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
 
 def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
@@ -59,15 +76,40 @@ def spearman(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return 0.0
-    return float(spearmanr(x, y).statistic)
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
-def _incidence(groups: Sequence[I64], n: int) -> Any:
-    """The rows x sets 0/1 matrix (sparse): one column per row set."""
+def logistic_scores(
+    X_fit: F64, y_fit: npt.ArrayLike, X_score: F64, l2: float = 1.0, steps: int = 50
+) -> F64:
+    """Probabilities on ``X_score`` of an L2-penalised logistic regression fitted on
+    ``(X_fit, y_fit)`` with standardised columns (the loss summed over rows plus
+    ``l2 / 2 * |w|^2``, intercept free: scikit-learn's default), by Newton's method."""
+    mean = X_fit.mean(axis=0)
+    scale = X_fit.std(axis=0)
+    scale[scale == 0] = 1.0
+    Z = np.c_[np.ones(X_fit.shape[0]), (X_fit - mean) / scale]
+    t = np.asarray(y_fit, dtype=np.float64).ravel()
+    w = np.zeros(Z.shape[1])
+    penalty = np.full(Z.shape[1], l2)
+    penalty[0] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ w, -35, 35)))
+        grad = Z.T @ (p - t) + penalty * w
+        hess = (Z * (p * (1 - p))[:, None]).T @ Z + np.diag(penalty) + 1e-9 * np.eye(w.size)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if float(np.abs(step).max()) < 1e-10:
+            break
+    Zs = np.c_[np.ones(X_score.shape[0]), (X_score - mean) / scale]
+    return np.asarray(1.0 / (1.0 + np.exp(-np.clip(Zs @ w, -35, 35))), dtype=np.float64)
+
+
+def _membership(groups: Sequence[I64]) -> tuple[I64, I64]:
+    """Every (row, set) pair of the row sets, as two parallel arrays."""
     sizes = np.array([g.size for g in groups], dtype=np.int64)
-    rows = np.concatenate([*groups, np.empty(0, np.int64)])
-    cols = np.repeat(np.arange(sizes.size), sizes)
-    return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, max(sizes.size, 1)))
+    rows = np.concatenate([*groups, np.empty(0, np.int64)]).astype(np.int64)
+    return rows, np.repeat(np.arange(sizes.size), sizes)
 
 
 def propagate_labels(
@@ -78,15 +120,16 @@ def propagate_labels(
     prior = float(np.mean(y_known)) if y_known.size else 0.0
     f = np.full(n, prior)
     f[known] = y_known
-    A = _incidence(groups, n)
-    size = np.asarray(A.sum(axis=0)).ravel()
-    degree = np.asarray(A.sum(axis=1)).ravel()
+    rows, cols = _membership(groups)
+    n_sets = max(len(groups), 1)
+    size = np.bincount(cols, minlength=n_sets).astype(np.float64)
+    degree = np.bincount(rows, minlength=n).astype(np.float64)
     size[size == 0] = 1.0
     alone = degree == 0
     degree[alone] = 1.0
     for _ in range(steps):
-        group_mean = (A.T @ f) / size
-        f = np.asarray(A @ group_mean).ravel() / degree
+        group_mean = np.bincount(cols, weights=f[rows], minlength=n_sets) / size
+        f = np.bincount(rows, weights=group_mean[cols], minlength=n) / degree
         f[alone] = prior
         f[known] = y_known
     return f

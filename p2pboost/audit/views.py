@@ -1,11 +1,11 @@
 """What an attacking party receives, recorded below its node and decoded as its node decodes it.
 
-The attacks of ``python -m benchmarks attacks`` must run on what a party legitimately holds:
-its own model file and the messages it receives. Rather than reading the protocol's internal
-state (which would show more than the wire carries, and break whenever that code moves), the
-federation runs over the testing kit's in-memory fabric with every party's transport wrapped:
-each connection records the transport messages it receives, untouched. :func:`decoded` then
-does what the receiving node does with them: it parses the node's frames
+The attacks of ``p2pboost audit`` and ``python -m benchmarks attacks`` must run on what a party
+legitimately holds: its own model file and the messages it receives. Rather than reading the
+protocol's internal state (which would show more than the wire carries, and break whenever that
+code moves), the federation runs over the testing kit's in-memory fabric with every party's
+transport wrapped: each connection records the transport messages it receives, untouched.
+:func:`decoded` then does what the receiving node does with them: it parses the node's frames
 (:func:`p2pboost.net._frames.parse_message`), reassembles each channel's fragments (the
 ``DATAX`` payload being the next transport message), and decodes every payload with the wire
 codec. The result is the list of message maps the party's protocol code received, in order;
@@ -71,12 +71,14 @@ class _TapConnection(Connection):
 
 
 class _TapTransport(Transport):
-    def __init__(self, inner: Transport, logs: list[list[bytes]]) -> None:
+    def __init__(self, inner: Transport, logs: list[list[bytes]], peers: list[str]) -> None:
         self.inner = inner
         self.logs = logs  # one log per connection: a DATAX payload follows its own frame
+        self.peers = peers  # each connection's peer, parallel to ``logs``
 
     def _tap(self, conn: Connection) -> Connection:
         self.logs.append([])
+        self.peers.append(conn.peer_id)
         return _TapConnection(conn, self.logs[-1])
 
     async def connect(self, address: str, *, peer_id: str) -> Connection:
@@ -94,24 +96,32 @@ class TapFabric(MemoryFabric):
     """The in-memory fabric, recording every transport message each party receives."""
 
     received: dict[str, list[list[bytes]]] = field(default_factory=lambda: defaultdict(list))
+    #: Each of a party's connection logs' peer, parallel to ``received[party]``.
+    senders: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     def __post_init__(self) -> None:
         super().__init__()
 
     def transport(self, party: str, peers: Iterable[str]) -> Transport:
-        return _TapTransport(super().transport(party, peers), self.received[party])
+        inner = super().transport(party, peers)
+        return _TapTransport(inner, self.received[party], self.senders[party])
 
     def mark(self, party: str) -> list[int]:
         """Where each of ``party``'s connection logs stands now (see :func:`decoded`)."""
         return [len(log) for log in self.received[party]]
 
 
-def decoded(fabric: TapFabric, party: str, since: list[int] | None = None) -> list[Any]:
-    """Every codec-encoded message ``party`` received (after ``since``, a :meth:`TapFabric.mark`),
-    decoded as its node decodes it; raw blobs and end-of-stream markers are left out."""
+def decoded(
+    fabric: TapFabric, party: str, since: list[int] | None = None, sender: str | None = None
+) -> list[Any]:
+    """Every codec-encoded message ``party`` received (after ``since``, a :meth:`TapFabric.mark`;
+    from ``sender`` only, when given), decoded as its node decodes it; raw blobs and
+    end-of-stream markers are left out."""
     out: list[Any] = []
     seen: set[tuple[int, int]] = set()  # (connection, seq): a resent frame counts once
     for c, log in enumerate(fabric.received[party]):
+        if sender is not None and fabric.senders[party][c] != sender:
+            continue
         start = since[c] if since is not None and c < len(since) else 0
         partial: dict[tuple[str, str], list[bytes]] = defaultdict(list)
         pending: Data | None = None
