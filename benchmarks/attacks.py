@@ -156,9 +156,14 @@ MODES = (
 
 
 def run_mode(
-    split: HeteroSplit, params: BoostParams, settings: dict[str, Any], args: argparse.Namespace
+    split: HeteroSplit,
+    params: BoostParams,
+    settings: dict[str, Any],
+    args: argparse.Namespace,
+    private_rows: int = 0,
 ) -> Run:
-    """Train one mode's federation (its settings from :func:`_modes`)."""
+    """Train one mode's federation (its settings from :func:`_modes`); ``private_rows``:
+    test rows scored again by private inference (see :func:`~p2pboost.audit.suite.federate`)."""
     config = HeteroConfig(
         key_bits=args.key_bits,
         allow_insecure_key=args.key_bits < 2048,
@@ -178,6 +183,7 @@ def run_mode(
         mode_params,
         config,
         args.workers,
+        private_rows=private_rows,
     )
 
 
@@ -203,8 +209,32 @@ def _scores_attack(run: Run, feature: np.ndarray) -> dict[str, Any]:
     return {"spearman": round(abs(spearman(run.proba, feature)), 4)}
 
 
+def _private_attack(run: Run, feature: np.ndarray) -> dict[str, Any]:
+    """The same guest after private inference of the first ``--private-rows`` test rows: the
+    bits attack on whatever host splits its received messages hold (none, if private
+    inference keeps its promise), else the best it can do with what it decrypted, the
+    scores. ``scores_only_same_rows`` is the scores-only attack on those rows (the fair
+    reference: the sample is smaller than the test set)."""
+    if run.private_proba is None or run.private_bits is None:
+        return {"spearman": None, "rows": 0}
+    m = run.private_proba.size
+    received = sum(int(b[0].size) for b in run.private_bits)
+    if received:
+        attack = feature_order(run.private_bits[0], feature[:m])
+    else:
+        attack = {"spearman": round(abs(spearman(run.private_proba, feature[:m])), 4)}
+    return {
+        **attack,
+        "rows": m,
+        "host_splits_received": received,
+        "scores_only_same_rows": round(abs(spearman(run.proba[:m], feature[:m])), 4),
+        "max_abs_score_diff": float(np.max(np.abs(run.private_proba - run.proba[:m]))),
+    }
+
+
 FEATURE_ATTACKS: dict[str, FeatureAttack] = {
     "default": _bits_attack,
+    "private": _private_attack,
     "scores_only": _scores_attack,
 }
 
@@ -227,6 +257,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     ap.add_argument("--rows", type=int, default=None, help="use the first N training rows")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--private-rows",
+        type=int,
+        default=400,
+        help="test rows scored again by private inference for feature_order.private (0: skip)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     args = ap.parse_args(argv)
@@ -286,7 +322,13 @@ def main(argv: list[str]) -> int:
         }
 
     for name in (m for m in MODES if m in chosen):
-        run = runs[name] = run_mode(split, params, modes[name], args)
+        run = runs[name] = run_mode(
+            split,
+            params,
+            modes[name],
+            args,
+            private_rows=args.private_rows if name == "standard" else 0,
+        )
         label[name] = {
             **figures(flat_groups(run.view)),
             "test_auc": round(auc(split.y_test, run.proba), 4),

@@ -79,6 +79,11 @@ class Run:
     proba: F64  # the model's probability of the positive class on the test rows
     bits: list[tuple[I64, I64, B8]]  # per host: the bits of its splits the guest received
     seconds: float
+    #: With ``private_rows``: the first that many test rows scored again by private
+    #: inference: the guest's scores there, and the host splits' bits its received messages
+    #: hold (none, when private inference keeps its promise).
+    private_proba: F64 | None = None
+    private_bits: list[tuple[I64, I64, B8]] | None = None
 
     @property
     def host(self) -> HostModel:
@@ -99,6 +104,7 @@ async def _federate(
     config: HeteroConfig,
     workers: int,
     executor: AnyExecutor | None,
+    private_rows: int = 0,
 ) -> Run:
     names = [f"host{i + 1}" for i in range(len(X_hosts))]
     fabric = TapFabric()
@@ -122,6 +128,22 @@ async def _federate(
         )
         n_test = test_guest.shape[0]
         bits = [guest_bits(decoded(fabric, GUEST, since=mark, sender=n), n_test) for n in names]
+        private_proba: F64 | None = None
+        private_bits: list[tuple[I64, I64, B8]] | None = None
+        if private_rows > 0:
+            m = min(private_rows, n_test)
+            mark = fabric.mark(GUEST)
+            scored, *_ = await asyncio.gather(
+                guest.apredict(fed[GUEST], test_guest[:m], private=True),
+                *(
+                    h.aserve_predict(fed[n], X[:m], private=True)
+                    for h, n, X in zip(hosts, names, test_hosts, strict=True)
+                ),
+            )
+            private_proba = np.asarray(scored, dtype=np.float64).reshape(m, -1)[:, -1]
+            private_bits = [
+                guest_bits(decoded(fabric, GUEST, since=mark, sender=n), m) for n in names
+            ]
     return Run(
         guest.model_,
         [h.model_ for h in hosts],
@@ -129,6 +151,8 @@ async def _federate(
         np.asarray(proba, dtype=np.float64).reshape(n_test, -1)[:, -1],
         bits,
         seconds,
+        private_proba,
+        private_bits,
     )
 
 
@@ -142,13 +166,27 @@ def federate(
     config: HeteroConfig,
     workers: int = 1,
     executor: AnyExecutor | None = None,
+    private_rows: int = 0,
 ) -> Run:
     """Train the federation (the guest's ``X_guest``, ``y``; one host per ``X_hosts``) in
     this process and score the test rows, recording what every party received. ``executor``:
     one pool for every party (a :func:`~p2pboost.workers.pinned_pool`, started once for many
-    federations), else each party starts its own of ``workers`` processes."""
+    federations), else each party starts its own of ``workers`` processes. ``private_rows``:
+    also score that many test rows by private inference (a fresh 2048-bit key, ``trees x
+    2**depth`` encryptions a row, so a sample), recording what the guest received there."""
     return asyncio.run(
-        _federate(X_guest, y, X_hosts, test_guest, test_hosts, params, config, workers, executor)
+        _federate(
+            X_guest,
+            y,
+            X_hosts,
+            test_guest,
+            test_hosts,
+            params,
+            config,
+            workers,
+            executor,
+            private_rows,
+        )
     )
 
 

@@ -82,7 +82,7 @@ def test_benchmark_finds_planted_leaks(tmp_path: Path, capsys: pytest.CaptureFix
     write_csv(tmp_path / "breast_hetero_host.csv", ["id", "x0", "x1"], np.c_[ids, h])
     argv = ["--dataset", "breast", "--trees", "4", "--depth", "3", "--bins", "16"]
     argv += ["--modes", "standard,mix,layered_1_purity_gate", "--shares", "0.05"]
-    argv += ["--data-dir", str(tmp_path)]
+    argv += ["--data-dir", str(tmp_path), "--private-rows", "40"]
     assert attacks.main(argv) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["benchmark"] == "attacks"
@@ -108,4 +108,8 @@ def test_benchmark_finds_planted_leaks(tmp_path: Path, capsys: pytest.CaptureFix
     assert order["host_feature"] == 0
     assert order["default"]["spearman"] > 0.8
     assert order["default"]["spearman"] > order["scores_only"]["spearman"] + 0.2
-    assert "private" not in order
+    private = order["private"]  # the same guest after private inference: scores only
+    assert private["rows"] == 40
+    assert private["host_splits_received"] == 0
+    assert private["max_abs_score_diff"] < 1e-9
+    assert private["spearman"] == private["scores_only_same_rows"]
