@@ -2,11 +2,12 @@
 selection by IV), ``p2pboost audit`` (what each partner could infer, before a real run) and
 ``p2pboost stability`` (population stability of a new batch against the training rows).
 
-Apart from :mod:`p2pboost.app.cli` because they are a concept of their own: each studies the
-parties' rows around a model rather than training or serving one. Their work is in
-:mod:`p2pboost.app.binning`, :mod:`p2pboost.app.audit` and :mod:`p2pboost.app.stability`,
-imported inside each command (a command pays only for what it uses).
-:mod:`p2pboost.app.cli` registers them on the top-level group.
+Apart from :mod:`p2pboost.app.cli` because they are a concept of their own: each examines
+the parties' data (what it says about the label, what it would leak, how it drifts) rather
+than producing the model or the scores that ``party``, ``predict`` and ``serve`` produce.
+Their work is in :mod:`p2pboost.app.binning`, :mod:`p2pboost.app.audit` and
+:mod:`p2pboost.app.stability`, imported inside each command (a command pays only for what it
+uses). :mod:`p2pboost.app.cli` registers them on the top-level group.
 """
 
 from __future__ import annotations

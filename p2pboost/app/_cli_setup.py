@@ -3,7 +3,7 @@ federation's CA and each party's certificate), ``p2pboost init`` (a ready federa
 machine) and ``p2pboost config check`` (a party's file and what it points to).
 
 Apart from :mod:`p2pboost.app.cli` because they are a concept of their own: none of them
-starts a node or reads a model, and each runs once per party, before its first ``party``.
+starts a node or reads a model, and each is done before a party's first ``party``.
 :mod:`p2pboost.app.cli` registers them on the top-level group.
 """
 
