@@ -22,6 +22,11 @@ The session names are the estimators', so a party run from here and one embedded
 facade still find each other.
 
 Progress goes to a :class:`Reporter` (the CLI draws bars; the default logs), never to stdout.
+
+This module runs PSI and training and dispatches every task; prediction and serving, which
+use a trained model rather than make one, are in :mod:`p2pboost.app._party_predict`, and the
+run's context that every task runner is given (:class:`~p2pboost.app._party_run.Run`) in
+:mod:`p2pboost.app._party_run`.
 """
 
 from __future__ import annotations
@@ -31,16 +36,18 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.app import _party_predict as predicting
 from p2pboost.app._contribution import measure
-from p2pboost.app._plan import Plan, agree
-from p2pboost.app._probe import NodeCollector, host_routes, probing
+from p2pboost.app._party_predict import feature_store
+from p2pboost.app._party_run import HETERO_SESSION, HOMO_SESSION, Run
+from p2pboost.app._plan import agree
 from p2pboost.app._progress import (
     LogReporter,
     Meter,
@@ -50,21 +57,14 @@ from p2pboost.app._progress import (
     host_progress,
 )
 from p2pboost.app._recovery import explain, resume_hint, resume_on_restart
-from p2pboost.app._tables import Table, check_id_column, load_table, write_csv, write_scores
+from p2pboost.app._tables import Table, load_table, write_csv
 from p2pboost.app._validation import VALID, eval_sets, valid_rows
-from p2pboost.app._waits import first_session, hosts_up
 from p2pboost.app.config import PartyConfig, Role, Task
-from p2pboost.app.explain import check_explanations, record_tokens, write_explanations
 from p2pboost.exceptions import ConfigError, PeerDisconnected, SessionClosed
 from p2pboost.gbdt.binning import is_sparse
 from p2pboost.gbdt.callbacks import CallbackEnv
-from p2pboost.metrics import EndpointMetrics, endpoint_metrics
 from p2pboost.net.node import Node
 from p2pboost.workers import ClusterPool, connect_cluster
-
-if TYPE_CHECKING:
-    from p2pboost.hetero.inference.feature_store import ArrayStore, FeatureStore
-    from p2pboost.hetero.inference.predictor import GuestPredictor
 
 __all__ = [
     "LogReporter",
@@ -76,14 +76,13 @@ __all__ = [
     "run_party",
 ]
 
-F64 = npt.NDArray[np.float64]
+#: The run's context and a host's feature store, under the names they had in this module
+#: before they moved (tests import them from here).
+_Run = Run
+_store = feature_store
+
 logger = logging.getLogger("p2pboost.app.party")
 
-#: The estimators' session names (:mod:`p2pboost.hetero.estimators`,
-#: :mod:`p2pboost.homo.estimators`).
-HETERO_SESSION = "p2pboost-hetero"
-HOMO_SESSION = "p2pboost-homo"
-SERVE_PREFIX = "p2pboost-serve"
 INTERSECTION_FILE = "intersection.csv"
 
 
@@ -121,7 +120,7 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
             f"{config.source}: a {config.role.value} has no {config.task.value!r} task "
             f"(it can: {', '.join(can)})"
         )
-    run = _Run(config, reporter or LogReporter())
+    run = Run(config, reporter or LogReporter())
     if key in _LOCAL_TASKS:
         return await _LOCAL_TASKS[key](run)
     node = build_node(config)
@@ -148,7 +147,7 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
 
 
 @contextlib.asynccontextmanager
-async def _compute(run: _Run) -> AsyncIterator[ClusterPool | None]:
+async def _compute(run: Run) -> AsyncIterator[ClusterPool | None]:
     """The party's Dask cluster when ``[compute]`` names one (connected in a thread, so the
     loop stays free), else None: the protocols then start their own process pools."""
     compute = run.config.compute
@@ -170,69 +169,11 @@ async def _compute(run: _Run) -> AsyncIterator[ClusterPool | None]:
         await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    config: PartyConfig
-    reporter: Reporter
-    #: The party's cluster (``[compute]``), or None for the protocols' own pools.
-    executor: ClusterPool | None = None
-    #: The peers' plans, once agreed (:func:`agree`): a host learns the guest's tree count.
-    plans: dict[str, Plan] = field(default_factory=dict)
-
-    def result(self, outputs: Sequence[Path] = (), **summary: Any) -> PartyResult:
-        c = self.config
-        return PartyResult(c.id, c.role.value, c.task.value, tuple(map(str, outputs)), summary)
-
-    def table(
-        self,
-        *,
-        require_label: bool,
-        path: Path | None = None,
-        model_features: Sequence[str] | None = None,
-        sparse: bool | str = False,
-    ) -> Table:
-        if self.config.data is None:  # the config check makes this unreachable for data roles
-            raise ConfigError(f"{self.config.source}: a {self.config.role.value} needs [data]")
-        return load_table(
-            self.config.data,
-            path,
-            require_label=require_label,
-            model_features=model_features,
-            sparse=sparse,
-        )
-
-    async def read(
-        self,
-        *,
-        require_label: bool,
-        path: Path | None = None,
-        model_features: Sequence[str] | None = None,
-        sparse: bool | str = False,
-    ) -> Table:
-        """:meth:`table` in a worker thread: reading a large file must not hold the event
-        loop, which keeps the node's connections and heart-beats going."""
-        return await asyncio.to_thread(
-            self.table,
-            require_label=require_label,
-            path=path,
-            model_features=model_features,
-            sparse=sparse,
-        )
-
-    @property
-    def hosts(self) -> list[str]:
-        return list(self.config.peers)
-
-    @property
-    def peer(self) -> str:
-        return next(iter(self.config.peers))
-
-
 # -- psi --------------------------------------------------------------------------------------
 
 
 async def _align(
-    run: _Run, node: Node, ids: npt.NDArray[Any], of: str = ""
+    run: Run, node: Node, ids: npt.NDArray[Any], of: str = ""
 ) -> npt.NDArray[np.int64]:
     """PSI with the peers; positions of this party's common rows, in the guest's order.
     ``of``: another file's ids (``"valid"``: the validation rows), in a session of its own
@@ -266,7 +207,7 @@ async def _align(
     return result.positions
 
 
-def _peer_names(run: _Run, peers: Sequence[str]) -> str:
+def _peer_names(run: Run, peers: Sequence[str]) -> str:
     """``host at wss://...`` for a peer this party dials; a peer that dials here by name."""
     addresses = run.config.peers
     return ", ".join(
@@ -274,14 +215,14 @@ def _peer_names(run: _Run, peers: Sequence[str]) -> str:
     )
 
 
-def _write_intersection(run: _Run, ids: npt.NDArray[Any]) -> Path:
+def _write_intersection(run: Run, ids: npt.NDArray[Any]) -> Path:
     data = run.config.data
     path = run.config.workdir / INTERSECTION_FILE
     write_csv(path, [data.id_column if data else "id"], [[i] for i in ids.tolist()])
     return path
 
 
-async def _psi(run: _Run, node: Node) -> PartyResult:
+async def _psi(run: Run, node: Node) -> PartyResult:
     table = await run.read(require_label=False)
     keep = await _align(run, node, table.ids)
     path = _write_intersection(run, table.ids[keep])
@@ -291,7 +232,7 @@ async def _psi(run: _Run, node: Node) -> PartyResult:
 # -- hetero training --------------------------------------------------------------------------
 
 
-def _tree_callback(run: _Run) -> Any:
+def _tree_callback(run: Run) -> Any:
     """Advance the bar after every tree, with the training metric when it is evaluated and
     the tree's own time (the run's total beside it)."""
     clock = TreeClock()
@@ -308,7 +249,7 @@ def _tree_callback(run: _Run) -> Any:
     return on_tree
 
 
-async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Path]]:
+async def _aligned(run: Run, node: Node, table: Table) -> tuple[Table, list[Path]]:
     """The training rows (PSI first, unless ``train.psi = false``), after the parties agreed
     on their settings (in :func:`_align` when PSI runs)."""
     if not run.config.train.psi:
@@ -320,12 +261,12 @@ async def _aligned(run: _Run, node: Node, table: Table) -> tuple[Table, list[Pat
     return aligned, [_write_intersection(run, aligned.ids)]
 
 
-async def _valid(run: _Run, node: Node, table: Table) -> Table | None:
+async def _valid(run: Run, node: Node, table: Table) -> Table | None:
     """The validation rows (``[data] valid_path``), aligned like the training rows."""
     return await valid_rows(run.config, table, run.read, lambda i: _align(run, node, i, VALID))
 
 
-async def _train_guest(run: _Run, node: Node) -> PartyResult:
+async def _train_guest(run: Run, node: Node) -> PartyResult:
     from p2pboost.hetero.config import HeteroConfig
     from p2pboost.hetero.estimators import HeteroGuest
 
@@ -384,7 +325,7 @@ async def _train_guest(run: _Run, node: Node) -> PartyResult:
     )
 
 
-async def _train_host(run: _Run, node: Node) -> PartyResult:
+async def _train_host(run: Run, node: Node) -> PartyResult:
     from p2pboost.hetero.estimators import HeteroHost
 
     data = run.config.data
@@ -428,7 +369,7 @@ async def _train_host(run: _Run, node: Node) -> PartyResult:
 # -- homo training ----------------------------------------------------------------------------
 
 
-async def _train_server(run: _Run, node: Node) -> PartyResult:
+async def _train_server(run: Run, node: Node) -> PartyResult:
     from p2pboost.homo.estimators import HomoServer
 
     clients = list(run.config.peers)
@@ -467,7 +408,7 @@ async def _train_server(run: _Run, node: Node) -> PartyResult:
     )
 
 
-async def _train_client(run: _Run, node: Node) -> PartyResult:
+async def _train_client(run: Run, node: Node) -> PartyResult:
     from p2pboost.homo.estimators import HomoClient
 
     table, train = await run.read(require_label=True), run.config.train
@@ -502,187 +443,17 @@ def _filtered(count: int | None) -> dict[str, int]:
     return {} if count is None else {"filtered_rows": count}
 
 
-# -- prediction and serving -------------------------------------------------------------------
-
-
-def _guest_predictor(
-    run: _Run, node: Node, guest_store: FeatureStore | None = None, model: Any = None
-) -> GuestPredictor:
-    """The serving layer's predictor for this guest's model (``model``, or the model file),
-    tuned by ``[serve]``."""
-    from p2pboost.hetero.inference.predictor import GuestPredictor
-    from p2pboost.hetero.model import GuestModel
-
-    serve = run.config.serve
-    return GuestPredictor(
-        node,
-        model if model is not None else GuestModel.load(run.config.model_path),
-        guest_store=guest_store,
-        max_batch=serve.max_batch,
-        max_wait=serve.max_wait_ms / 1000.0,
-        host_timeout=serve.host_timeout,
-        session_prefix=SERVE_PREFIX,
-        executor=run.executor,
-        private=bool(run.config.private_inference),
-    )
-
-
-async def _predict_guest(run: _Run, node: Node) -> PartyResult:
-    from p2pboost.hetero.model import GuestModel
-
-    model = GuestModel.load(run.config.model_path)
-    table = await run.read(
-        require_label=False, path=run.config.predict.path, model_features=model.feature_names
-    )
-    align = run.config.predict.align
-    explanations = check_explanations(run.config)
-    run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
-    await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
-    t0 = time.perf_counter()
-    async with _guest_predictor(run, node, model=model) as predictor:
-        scores = np.asarray(
-            await predictor.predict_batch(table.ids, table.X, align=align), dtype=np.float64
-        )
-        if explanations is not None:
-            contributions = await predictor.explain_batch(table.ids, table.X)
-    seconds = time.perf_counter() - t0
-    result = _scored(run, table, scores, seconds)
-    if explanations is None:
-        return result
-    id_column = run.config.data.id_column if run.config.data else "id"
-    write_explanations(explanations, id_column, table.ids, contributions, run.config.predict)
-    run.reporter.info(f"wrote the rows' explanations to {explanations}")
-    return replace(result, outputs=(*result.outputs, str(explanations)))
-
-
-def _scored(run: _Run, table: Table, scores: F64, seconds: float) -> PartyResult:
-    """Write the scores; with labels in the CSV, also report the AUC (binary models)."""
-    data = run.config.data
-    write_scores(run.config.output_path, data.id_column if data else "id", table.ids, scores)
-    summary: dict[str, Any] = {"rows": int(table.ids.size), "seconds": round(seconds, 6)}
-    flat = scores.reshape(table.ids.size, -1)
-    scored = ~np.isnan(flat).any(axis=1)
-    summary["scored"] = int(scored.sum())
-    if table.y is not None and flat.shape[1] == 1 and np.isin(table.y, (0.0, 1.0)).all():
-        from p2pboost.gbdt.metrics import auc
-
-        y, p = table.y[scored], flat[scored, 0]
-        if 0 < y.sum() < y.size:
-            summary["auc"] = round(float(auc(y, p)), 6)
-    run.reporter.info(f"wrote {summary['scored']} scores to {run.config.output_path}")
-    return run.result([run.config.output_path], **summary)
-
-
-def _store(run: _Run, model_features: Sequence[str] | None) -> ArrayStore:
-    """This party's features by id, from ``predict.path`` (default ``data.path``): the
-    model's columns by name when it has names."""
-    from p2pboost.hetero.inference.feature_store import ArrayStore
-    from p2pboost.tables import read_header
-
-    data = run.config.data
-    if data is None:
-        raise ConfigError(f"{run.config.source}: a {run.config.role.value} needs [data]")
-    path = run.config.predict.path or data.path
-    label = [data.label_column] if data.label_column else []
-    features = model_features or data.features or None
-    check_id_column(path, read_header(path), data.id_column)
-    return ArrayStore.from_csv(path, data.id_column, features=features, exclude=label)
-
-
-async def _answer(
-    run: _Run, node: Node, sessions: int | None, on_session: Callable[[str], None] | None = None
-) -> PartyResult:
-    """A host answering the guest's bit queries: ``sessions`` of them, or forever."""
-    from p2pboost.hetero.inference.predictor import serve_host
-    from p2pboost.hetero.model import HostModel
-
-    model = HostModel.load(run.config.model_path)
-    store = await asyncio.to_thread(_store, run, model.feature_names)
-    run.reporter.info(
-        f"answering {run.peer}'s queries for {store.n_features} features"
-        + ("" if sessions is None else f" ({sessions} session)")
-    )
-    predict = run.config.predict
-    tokens = record_tokens(run.config.workdir / predict.feature_tokens, run.config.id)
-    async with probing(run.config.serve.probe, host_routes(node, run.peer)):
-        await serve_host(
-            node,
-            model,
-            store,
-            session_prefix=SERVE_PREFIX,
-            sessions=sessions,
-            executor=run.executor,
-            on_session=on_session,
-            private=run.config.private_inference,
-            explain_features=predict.explain_features,
-            on_tokens=tokens if predict.explain_features else None,
-        )
-    return run.result()
-
-
-async def _predict_host(run: _Run, node: Node) -> PartyResult:
-    """One prediction session for the guest, which must open it within
-    ``node.reconnect_timeout`` (the one setting both sides of ``predict`` wait by): a guest
-    that never comes, or whose ``predict`` failed before it asked, ends this run with an
-    error saying so instead of a wait without end."""
-    wait = run.config.node.reconnect_timeout
-    return await first_session(lambda on: _answer(run, node, 1, on), run.peer, wait)
-
-
-async def _serve_host(run: _Run, node: Node) -> PartyResult:
-    return await _answer(run, node, None)
-
-
-async def _predict_client(run: _Run) -> PartyResult:
-    """Homo models are whole at every client: prediction is local, no node is started."""
-    from p2pboost.gbdt.booster import Booster
-
-    model = Booster.load(run.config.model_path)
-    table = await run.read(
-        require_label=False, path=run.config.predict.path, model_features=model.feature_names
-    )
-    t0 = time.perf_counter()
-    scores = model.predict(table.X)
-    return _scored(run, table, np.asarray(scores, dtype=np.float64), time.perf_counter() - t0)
-
-
-async def _serve_guest(run: _Run, node: Node) -> PartyResult:
-    """The endpoint for external clients, with mutual TLS from this party's certificates
-    (clients need a certificate from the federation's CA; the hosts' are refused). Requests
-    may carry only an id: the guest's own features are then looked up in its CSV."""
-    from p2pboost.certs import TLSConfig
-    from p2pboost.hetero.inference.endpoint import probe_routes, serve_endpoint
-    from p2pboost.hetero.model import GuestModel
-
-    listen = run.config.serve.listen
-    model = GuestModel.load(run.config.model_path)
-    store = await asyncio.to_thread(_store, run, model.feature_names)
-    run.reporter.info(f"{len(store)} ids of ours loaded; starting the endpoint on {listen}")
-    await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
-    metrics = endpoint_metrics()
-    if isinstance(metrics, EndpointMetrics):
-        metrics.add_collector(NodeCollector(node))
-    async with _guest_predictor(run, node, store, model) as predictor:
-        tls = TLSConfig.from_dir(run.config.certs)
-        async with probing(run.config.serve.probe, probe_routes(predictor, metrics)):
-            await serve_endpoint(predictor, listen, tls=tls, metrics=metrics)
-    return run.result()
-
-
-_TASKS: dict[tuple[Role, Task], Callable[[_Run, Node], Awaitable[PartyResult]]] = {
+_TASKS: dict[tuple[Role, Task], Callable[[Run, Node], Awaitable[PartyResult]]] = {
     (Role.GUEST, Task.PSI): _psi,
     (Role.HOST, Task.PSI): _psi,
     (Role.GUEST, Task.TRAIN): _train_guest,
     (Role.HOST, Task.TRAIN): _train_host,
     (Role.SERVER, Task.TRAIN): _train_server,
     (Role.CLIENT, Task.TRAIN): _train_client,
-    (Role.GUEST, Task.PREDICT): _predict_guest,
-    (Role.HOST, Task.PREDICT): _predict_host,
-    (Role.GUEST, Task.SERVE): _serve_guest,
-    (Role.HOST, Task.SERVE): _serve_host,
+    **predicting.TASKS,
 }
-_LOCAL_TASKS: dict[tuple[Role, Task], Callable[[_Run], Awaitable[PartyResult]]] = {
-    (Role.CLIENT, Task.PREDICT): _predict_client,
+_LOCAL_TASKS: dict[tuple[Role, Task], Callable[[Run], Awaitable[PartyResult]]] = {
+    **predicting.LOCAL_TASKS,
 }
 
 
