@@ -260,8 +260,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument(
         "--private-rows",
         type=int,
-        default=400,
-        help="test rows scored again by private inference for feature_order.private (0: skip)",
+        default=None,
+        help="test rows scored again by private inference for feature_order.private "
+        "(default: all of them; 0: skip)",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
@@ -327,7 +328,13 @@ def main(argv: list[str]) -> int:
             params,
             modes[name],
             args,
-            private_rows=args.private_rows if name == "standard" else 0,
+            private_rows=(
+                0
+                if name != "standard"
+                else split.y_test.size
+                if args.private_rows is None
+                else args.private_rows
+            ),
         )
         label[name] = {
             **figures(flat_groups(run.view)),
