@@ -27,7 +27,6 @@ from tests.cli.conftest import free_port
 ROOT = Path(__file__).resolve().parents[1]
 HOWTO = ROOT / "docs" / "how-to" / "credit-scoring.md"
 #: Vertical monotone constraints in the party files (the host's own key) are supported here.
-MONOTONE = "monotone_constraints" in getattr(app_config, "_HOST_TRAIN", ())
 _BLOCK = re.compile(r"```(console|toml)\n(.*?)```", re.S)
 
 
@@ -112,8 +111,6 @@ def test_the_credit_scoring_howto_runs(tmp_path: Path) -> None:
     port = free_port()
     for kind, text in blocks():
         if kind == "toml":
-            if "monotone_constraints" in text and not MONOTONE:
-                continue  # applied once the host's key exists (test_monotone_keys below)
             merge_toml(fed / text.splitlines()[0].removeprefix("# ").strip(), text)
         else:
             run_block(text, tmp_path, fed, port)
@@ -147,9 +144,6 @@ def test_the_credit_scoring_howto_runs(tmp_path: Path) -> None:
     assert (fed / "report" / "model_stability.png").exists()
 
 
-@pytest.mark.xfail(
-    not MONOTONE, strict=True, reason="the host's monotone_constraints key is not merged yet"
-)
 def test_monotone_keys_of_the_howto_load(tmp_path: Path) -> None:
     """Both party files of the page, with its monotone blocks, are accepted."""
     fed = tmp_path / "credit"

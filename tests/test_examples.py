@@ -189,6 +189,9 @@ def test_two_laptops(
         "key.pem",
     ]
     ex.make_fast()
+    audit = ex.run("p2pboost audit guest.toml host.toml", capsys)  # before any training
+    assert "359 aligned rows" in audit
+    assert "[STAND-IN]" not in audit  # on one machine both files are there
 
     trained = ex.together("p2pboost party --config host.toml", "p2pboost party --config guest.toml")
     assert trained["guest"]["rows"] == trained["host"]["rows"] == 359  # as the README says
