@@ -51,7 +51,6 @@ from p2pboost.hetero._messages import (
 )
 from p2pboost.hetero.inference.private import (
     PrivateForest,
-    SlotRanges,
 )
 from p2pboost.hetero.inference.private_host import PrivateHost, context, plain_executor
 from p2pboost.hetero.model import GuestModel, HostModel
@@ -169,18 +168,7 @@ async def host_predict_private(
         raise ModelError("the guest's model is from another training (fingerprints differ)")
     if msg.n != arr.n_rows:
         raise InputError(f"the guest predicts {msg.n!r} rows, this host has {arr.n_rows}")
-    host = PrivateHost(
-        model,
-        key=msg.key,
-        slots=msg.slots,
-        n_outputs=msg.n_outputs,
-        widths=msg.widths,
-        outputs=msg.outputs,
-        ranges=SlotRanges(msg.tree, msg.node, msg.lo, msg.mid, msg.hi),
-        first=msg.first,
-        last=msg.last,
-        executor=executor,
-    )
+    host = PrivateHost.from_setup(model, msg, executor)
     try:
         await send(ctl, PrivateReady(host.seal_key.public))
         keep = host.selection(arr)

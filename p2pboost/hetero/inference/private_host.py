@@ -23,6 +23,7 @@ from p2pboost.crypto.keys import AnyPublicKey
 from p2pboost.crypto.residues import Residues
 from p2pboost.exceptions import CodecError, InputError, KeyMismatchError
 from p2pboost.gbdt.features import Features
+from p2pboost.hetero._messages import PrivatePredict, ServePrivate
 from p2pboost.hetero.inference.forest import HostSplits, host_bits
 from p2pboost.hetero.inference.private import SealKey, SlotRanges, host_selection, seal
 from p2pboost.hetero.model import HostModel
@@ -32,6 +33,8 @@ from p2pboost.workers import AnyExecutor
 __all__ = ["PrivateHost", "context", "plain_executor"]
 
 B8 = npt.NDArray[np.bool_]
+#: The guest's setup of a private prediction, batch or session (the same fields).
+PrivateSetup = PrivatePredict | ServePrivate
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
@@ -102,6 +105,26 @@ class PrivateHost:
         ).astype(np.int64)
         self.seal_key = SealKey()
         self.engine = CryptoEngine(key, executor=plain_executor(executor))
+
+    @classmethod
+    def from_setup(
+        cls, model: HostModel, msg: PrivateSetup, executor: AnyExecutor | None = None
+    ) -> PrivateHost:
+        """The host's state from a guest's setup message (a batch request's
+        ``PrivatePredict`` or a session's ``ServePrivate``: the same fields), checked against
+        this host's model."""
+        return cls(
+            model,
+            key=msg.key,
+            slots=msg.slots,
+            n_outputs=msg.n_outputs,
+            widths=msg.widths,
+            outputs=msg.outputs,
+            ranges=SlotRanges(msg.tree, msg.node, msg.lo, msg.mid, msg.hi),
+            first=msg.first,
+            last=msg.last,
+            executor=executor,
+        )
 
     def close(self) -> None:
         self.engine.close()

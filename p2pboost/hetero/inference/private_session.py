@@ -33,7 +33,7 @@ from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey
 from p2pboost.exceptions import CodecError, InputError, KeyMismatchError
 from p2pboost.hetero._messages import PrivateAnswer, PrivateQuery, ServePrivate
 from p2pboost.hetero.inference.feature_store import FeatureStore
-from p2pboost.hetero.inference.private import PrivateForest, SlotRanges
+from p2pboost.hetero.inference.private import PrivateForest
 from p2pboost.hetero.inference.private_batch import CHUNK_CIPHERTEXTS
 from p2pboost.hetero.inference.private_host import PrivateHost, context, plain_executor
 from p2pboost.hetero.model import HostModel
@@ -62,18 +62,7 @@ def host_private_setup(
     """The host's state for a private session (checked against its model)."""
     if msg.widths.size != trees:
         raise reject(model.guest, "private setup for another number of trees than the hello's")
-    return PrivateHost(
-        model,
-        key=msg.key,
-        slots=msg.slots,
-        n_outputs=msg.n_outputs,
-        widths=msg.widths,
-        outputs=msg.outputs,
-        ranges=SlotRanges(msg.tree, msg.node, msg.lo, msg.mid, msg.hi),
-        first=msg.first,
-        last=msg.last,
-        executor=executor,
-    )
+    return PrivateHost.from_setup(model, msg, executor)
 
 
 async def host_private_query(
