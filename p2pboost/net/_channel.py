@@ -97,6 +97,11 @@ class ChannelSession(Protocol):
         """``peer``'s side of the session: a channel to a peer that left raises on use."""
         ...
 
+    def open_to(self, peer: str) -> bool:
+        """Whether the session and ``peer``'s side of it are both open (one lookup: every
+        message a channel sends or receives asks it)."""
+        ...
+
 
 def ended_error(session: ChannelSession) -> P2PBoostError:
     """The error that using ``session`` (no longer open) raises."""
@@ -210,6 +215,8 @@ class Channel:
     def _check_open(self) -> None:
         """Raise unless both the session and the peer's side of it are still open."""
         session = self.session
+        if session.open_to(self.peer):
+            return
         if session.state is not SessionState.OPEN:
             raise ended_error(session)
         if session.side(self.peer) is not PeerSide.OPEN:

@@ -251,15 +251,18 @@ class Mux:
     def _on_data(self, peer: str, frame: Data, batched: bool) -> None:
         sid = frame.session
         session = self._sessions.get(sid)
-        if session is None or not session.is_member(peer):
-            session = self._pending.get((sid, peer)) or self._admit(peer, sid)
-            if session is None:
+        if session is None or not session.open_to(peer):  # the common case skips all of this
+            if session is None or not session.is_member(peer):
+                session = self._pending.get((sid, peer)) or self._admit(peer, sid)
+                if session is None:
+                    return
+            if session.state is not SessionState.OPEN:
                 return
-        if session.state is not SessionState.OPEN:
-            return
-        if session.has_left(peer):
-            session.fail(RemoteProtocolError(f"sent data after closing session {sid!r}", peer=peer))
-            return
+            if session.has_left(peer):
+                session.fail(
+                    RemoteProtocolError(f"sent data after closing session {sid!r}", peer=peer)
+                )
+                return
         ch = session.find_channel(peer, frame.channel)
         if ch is None:
             if session.channel_count >= self.config.max_channels_per_session:

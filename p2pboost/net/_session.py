@@ -176,6 +176,11 @@ class Session:
         """``peer``'s side of the session (every channel to that peer reads it)."""
         return self._states.side(peer)
 
+    def open_to(self, peer: str) -> bool:
+        """Whether the session is open and ``peer`` a member whose side is open: the one
+        question every data frame and every send asks, answered by one lookup."""
+        return self._states.open_to(peer)
+
     # -- the multiplexer's side (p2pboost.net._mux; applications never call these) ------------
     # Each method is one event of the tables in p2pboost.net._states, named after it.
 

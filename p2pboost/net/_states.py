@@ -146,6 +146,11 @@ class SessionStates:
         """``peer``'s side of the session (KeyError for a party not in it)."""
         return self._sides[peer]
 
+    def open_to(self, peer: str) -> bool:
+        """Whether the session is OPEN and ``peer`` a member whose side is OPEN (False for a
+        party not in it): the per-message question, without building anything."""
+        return self.session is SessionState.OPEN and self._sides.get(peer) is PeerSide.OPEN
+
     @property
     def sides(self) -> Mapping[str, PeerSide]:
         """Every member's side, by peer."""

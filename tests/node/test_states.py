@@ -240,3 +240,19 @@ async def test_a_declared_session_keeps_its_peers_sides() -> None:
     pending.peer_restarted("c")
     pending.peer_restarted("c")  # a peer may restart again before the session is closed
     assert pending.ended_for() == ["b"]  # a restarted peer may reopen the id to resume
+
+
+@pytest.mark.parametrize(("session", "side"), list(itertools.product(SessionState, PeerSide)))
+def test_open_to_is_the_session_and_the_side_both_open(
+    session: SessionState, side: PeerSide
+) -> None:
+    # The per-message shortcut agrees with the two states it summarises, for every pair.
+    states = _reach(side)
+    if session is SessionState.FAILED:
+        states.apply(Event.FAIL)
+    elif session is SessionState.CLOSED:
+        states.apply(Event.CLOSE)
+    assert states.session is session
+    expected = session is SessionState.OPEN and side is PeerSide.OPEN
+    assert states.open_to("b") is expected
+    assert states.open_to("x") is False  # a party not in the session
