@@ -65,9 +65,13 @@ async def _run(
     params: BoostParams = PARAMS,
     evals: bool = True,
     init: Federated | None = None,
+    host_monotone: Any = None,
+    host_first: bool = False,
 ) -> Federated:
     """Guest ``a`` and host ``b`` with checkpoints in ``dirs`` (``init``: the model a warm
-    start continues); raises what either raised."""
+    start continues, ``host_monotone``: the host's declared directions); raises what either
+    raised (the guest's first; with ``host_first`` the host's, when the host's refusal is the
+    point and the guest's error only says its peer aborted)."""
     X_eval, y_eval = X[:100], y[:100]
 
     async def guest() -> GuestModel:
@@ -100,12 +104,15 @@ async def _run(
                 checkpoint=dirs["b"],
                 resume=resume,
                 init_model=None if init is None else init.hosts[0],
+                monotone_constraints=host_monotone,
             )
 
     g, h = await asyncio.gather(guest(), host(), return_exceptions=True)
     for outcome in (g, h):
         if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
             raise outcome
+    if host_first and isinstance(h, Exception):
+        raise h
     if isinstance(g, Exception):
         raise g
     if isinstance(h, Exception):
@@ -272,6 +279,38 @@ async def test_foreign_damaged_or_other_checkpoints_are_refused(
                 resume=True,
                 params=replace(small, max_depth=3),
                 evals=False,
+            )
+    # Other declared constraints: the host's digest covers them.
+    X_host = X[:, SPLIT:]
+    directions = [1] + [0] * (X_host.shape[1] - 1)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        declared = _dirs(tmp_path / "declared")
+        await _run(
+            c,
+            X,
+            y,
+            declared,
+            pool,
+            keys,
+            session="t5",
+            resume=False,
+            params=small,
+            evals=False,
+            host_monotone=directions,
+        )
+        with pytest.raises(CheckpointError, match="declared constraints differ"):
+            await _run(
+                c,
+                X,
+                y,
+                declared,
+                pool,
+                keys,
+                session="t6",
+                resume=True,
+                params=small,
+                evals=False,
+                host_first=True,
             )
     # Other data, and a damaged file.
     saved = GuestCheckpoint.load(other["a"])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -78,6 +79,17 @@ class HostDeclaration:
     token: I64
     directions: I8 | None
     groups: list[U8]
+
+    def settings(self) -> list[dict[str, list[Any]]]:
+        """What was declared, by feature (not by token, which changes every session), for the
+        host's checkpoint digest: a resume after changing its constraints is then refused
+        like one after changing its data. Empty when nothing is declared, so a host without
+        constraints digests exactly what it did before constraints existed."""
+        if self.directions is None and not self.groups:
+            return []
+        monotone = [] if self.directions is None else self.directions[self.token].tolist()
+        groups = [g[self.token].tolist() for g in self.groups]
+        return [{"monotone": monotone, "interactions": groups}]
 
 
 def host_declaration(

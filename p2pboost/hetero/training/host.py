@@ -92,9 +92,15 @@ async def host_train(
     pinned pool and uses it for everything.
     """
     run = _HostRun(session, guest, progress or Progress(HostPhase.SETUP), checkpoint, init_model)
-    await _setup(run, X, eval_sets, sparse, resume, feature_names, memory_budget_mb)
-    run.declared = host_declaration(
-        monotone_constraints, interaction_constraints, run.names, run.n_features
+    await _setup(
+        run,
+        X,
+        eval_sets,
+        sparse,
+        resume,
+        feature_names,
+        memory_budget_mb,
+        (monotone_constraints, interaction_constraints),
     )
     setup = await _handshake(run, dp_replay)
     kept, chain = await _warm_start(run, setup)
@@ -135,11 +141,13 @@ async def _setup(
     resume: bool,
     feature_names: Sequence[str] | None,
     memory_budget_mb: float | None,
+    constraints: tuple[Any, Any],
 ) -> None:
     """Setup: check every argument before the guest is answered (features and their names, a
-    continued model's guest, the sparse and memory settings, the evaluation sets), open the
-    three channels to the guest, digest the data and load the checkpoint to resume from,
-    refusing one written for other data. The features (``X`` and the evaluation sets') are
+    continued model's guest, the sparse and memory settings, the evaluation sets, the declared
+    ``(monotone, interaction)`` constraints), open the three channels to the guest, digest the
+    data and the declared constraints and load the checkpoint to resume from, refusing one
+    written for other data or other constraints. The features (``X`` and the evaluation sets') are
     checked here, once, and become :class:`~p2pboost.gbdt.features.Features` (a
     scipy.sparse matrix stays sparse); every later phase takes those."""
     guest, init_model = run.guest, run.init_model
@@ -160,13 +168,14 @@ async def _setup(
         Features.from_user(e, name="eval set", n_features=features.n_features, sparse=True)
         for e in eval_sets
     ]
+    declared = host_declaration(*constraints, run.names, features.n_features)
     run.progress.enter(HostPhase.SETUP)
     ctl, grad, info = (run.session.channel(guest, n) for n in ("ctl", "grad", "info"))
     run.channels = (ctl, grad, info)
     run.n_features = features.n_features
     if resume and run.checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
-    digest = data_digest(features.matrix, *(e.matrix for e in evals))
+    digest = data_digest(features.matrix, *(e.matrix for e in evals), *declared.settings())
     saved = (
         HostCheckpoint.load(run.checkpoint, guest)
         if resume and run.checkpoint is not None
@@ -174,10 +183,12 @@ async def _setup(
     )
     if saved is not None and saved.digest != digest:
         raise CheckpointError(
-            "the host's checkpoint was written for other data (its rows, features or "
-            "evaluation sets differ): resume with the data it was trained on, or start afresh"
+            "the host's checkpoint was written for other data (its rows, features, "
+            "evaluation sets or declared constraints differ): resume with the data and "
+            "constraints it was trained with, or start afresh"
         )
     run.X, run.evals, run.digest, run.saved = features, evals, digest, saved
+    run.declared = declared
 
 
 async def _handshake(run: _HostRun, dp_replay: bool) -> Setup:
