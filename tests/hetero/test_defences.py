@@ -12,6 +12,7 @@ import pytest
 
 from p2pboost.exceptions import InputError
 from p2pboost.gbdt.booster import train
+from p2pboost.gbdt.metrics import leaf_purity
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.config import HeteroConfig
 from p2pboost.hetero.training.defences import PurityGate, gradient_purity, purity_gate
@@ -102,3 +103,9 @@ async def test_purity_gate_federation_equals_the_core_with_the_same_rounds(
     for tree in fed.guest.trees[:k]:
         assert set(tree.owner[tree.left >= 0].tolist()) == {0}
     assert any(1 in set(t.owner[t.left >= 0].tolist()) for t in fed.guest.trees[k:])
+    # The diagnostic of the first instance spaces a host sees is the first tree after the
+    # gate opened (the core's tree k on the same rows), not the run's first tree.
+    first_shared = leaf_purity(y.astype(np.float64), core.trees[k].leaves_raw(X), True)
+    d = fed.guest.diagnostics
+    assert d["leaf_purity_first_shared_tree"] == pytest.approx(first_shared, abs=1e-6)
+    assert d["leaf_purity_first_shared_tree"] != d["leaf_purity_first_tree"]

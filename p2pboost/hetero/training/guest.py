@@ -476,7 +476,8 @@ async def _rounds(
                 tree = margins.update(task, grown.tree, grown.positions, grown.eval_leaves)
                 loop.add_tree(tree, task.out)
                 if params.dp is None:  # a label statistic: not in a private model
-                    _diagnose(run.diagnostics, it, config, y_arr, grown.positions, classification)
+                    shared = bool(task.features[run.data.n_features :].any())
+                    _diagnose(run.diagnostics, it, shared, y_arr, grown.positions, classification)
                 chain.append(chain_next(chain[-1], tree, begin.secret))
             run.progress.enter(GuestPhase.EVALUATE)
             loop.end_round(margins.evaluation())
@@ -559,20 +560,22 @@ def _private_mode(params: BoostParams) -> int:
 def _diagnose(
     diagnostics: dict[str, float],
     round_: int,
-    config: HeteroConfig,
+    shared: bool,
     y: Any,
     positions: Any,
     classification: bool,
 ) -> None:
-    """The leaf purity of the first tree, and of the first tree the hosts take part in (after
-    ``complete_secure``): what a host could infer of the labels from the first instance
-    spaces it sees (:func:`~p2pboost.gbdt.metrics.leaf_purity`)."""
+    """The leaf purity of the first tree, and of the first tree the hosts take part in
+    (``shared``: the round's trees may split on a host's features; after ``complete_secure``,
+    after the purity gate opened, a mix round of theirs): what a host could infer of the
+    labels from the first instance spaces it sees
+    (:func:`~p2pboost.gbdt.metrics.leaf_purity`)."""
     purity = None
-    for key, first in (
-        ("leaf_purity_first_tree", 0),
-        ("leaf_purity_first_shared_tree", config.complete_secure),
+    for key, due in (
+        ("leaf_purity_first_tree", round_ == 0),
+        ("leaf_purity_first_shared_tree", shared),
     ):
-        if key not in diagnostics and round_ == first:
+        if key not in diagnostics and due:
             if purity is None:
                 purity = leaf_purity(y, positions, classification)
             diagnostics[key] = round(purity, 6)
