@@ -11,74 +11,25 @@ integers, labels) are searched as runs of consecutive rows, as an array would ca
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 
 import numpy as np
 import pytest
 
+from p2pboost.audit.views import TapFabric
 from p2pboost.gbdt.binning import BinMapper
 from p2pboost.gbdt.booster import train
 from p2pboost.gbdt.fixedpoint import choose_grid, quantize, to_fixed
 from p2pboost.gbdt.objectives import get_objective
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.testing import TRAINING, MemoryFabric, local_federation
-from p2pboost.transports.base import Connection, ConnectionHandler, Listener, Transport
+from p2pboost.testing import TRAINING, local_federation
 from tests.hetero.conftest import Keys, federate
 
 #: Whole federations of processes or real sockets: seconds each (see CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
 
 _WINDOW = 4
-
-
-class _TapConnection(Connection):
-    def __init__(self, inner: Connection, log: list[bytes]) -> None:
-        self.inner = inner
-        self.peer_id = inner.peer_id
-        self.log = log
-
-    @property
-    def closed(self) -> bool:
-        return self.inner.closed
-
-    async def send(self, message: bytes) -> None:
-        await self.inner.send(message)
-
-    async def receive(self) -> bytes:
-        message = await self.inner.receive()
-        self.log.append(bytes(message))
-        return message
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-class _TapTransport(Transport):
-    """Records every message this party receives."""
-
-    def __init__(self, inner: Transport, log: list[bytes]) -> None:
-        self.inner = inner
-        self.log = log
-
-    async def connect(self, address: str, *, peer_id: str) -> Connection:
-        return _TapConnection(await self.inner.connect(address, peer_id=peer_id), self.log)
-
-    async def serve(self, address: str, handler: ConnectionHandler) -> Listener:
-        async def wrapped(conn: Connection) -> None:
-            await handler(_TapConnection(conn, self.log))
-
-        return await self.inner.serve(address, wrapped)
-
-
-class _TapFabric(MemoryFabric):
-    def __init__(self) -> None:
-        super().__init__()
-        self.received: dict[str, list[bytes]] = defaultdict(list)
-
-    def transport(self, party: str, peers: Iterable[str]) -> Transport:
-        return _TapTransport(super().transport(party, peers), self.received[party])
 
 
 def _distinct(b: bytes) -> bool:
@@ -122,11 +73,11 @@ async def test_no_secret_crosses_the_wire(
     X, y = breast
     Xg, Xh = X[:, :10], X[:, 10:]
     params = BoostParams(n_estimators=2, max_depth=3, max_bin=16)
-    fabric = _TapFabric()
+    fabric = TapFabric()
     async with local_federation(fabric, ["a", "b"], TRAINING) as c:
         fed = await federate(c, Xg, y, [Xh], params, pool, keys)
-    host_blob = b"".join(fabric.received["b"])
-    guest_blob = b"".join(fabric.received["a"])
+    host_blob = b"".join(b"".join(log) for log in fabric.received["b"])
+    guest_blob = b"".join(b"".join(log) for log in fabric.received["a"])
     assert len(host_blob) > 100_000  # the ciphertexts did arrive
 
     # What the guest computed, tree by tree (the federated model equals the core's).
