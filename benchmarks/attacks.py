@@ -46,9 +46,10 @@ Laplace noise on every round's gradients, the whole run epsilon-label-DP towards
 ``label_dp_8_purity_gate`` (with the purity gate, which then reads the noisy gradients). It
 replaces the benchmark-side randomised response of the labels (``label_rr_*``, removed:
 it left the excess where it was, docs/explanation/defences.md). Last,
-``hidden_guest_splits`` (marked ``"simulated": true``): the standard model attacked on the view a host would keep if the
-guest's splits' row sets were hidden from it, i.e. only its own splits' partitions of all
-rows, which its file and features give it (no mode does this yet: no cost is measured).
+``hidden_guest_splits`` (marked ``"simulated": true``): the standard model attacked on the
+view a host would keep if the guest's splits' row sets were hidden from it, i.e. only its own
+splits' partitions of all rows, which its file and features give it (no mode does this yet:
+no cost is measured).
 The purity gate (:mod:`p2pboost.hetero.training.defences`, ``HeteroConfig.purity_bound``):
 ``purity_gate`` (guest-only rounds until the guest's tree's gradient purity is below
 ``--purity-bound``) and ``layered_1_purity_gate`` (the same, then one host layer per tree):

@@ -194,6 +194,30 @@ async def test_federated_trees_equal_the_core_on_the_same_noisy_gradients(
     assert "epsilon = 8 label differential privacy towards the hosts" in format_description(shown)
 
 
+async def test_multiclass_federation_equals_the_core_on_the_same_noisy_gradients(
+    pool: Executor, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(240, 6))
+    y = np.argmax(X[:, :3] + X[:, 3:] + 0.3 * rng.normal(size=(240, 3)), axis=1).astype(float)
+    params = BoostParams(
+        objective="multi:softmax", num_class=3, n_estimators=2, max_depth=2, max_bin=8
+    )
+    config = replace(CONFIG, label_dp_epsilon=6.0, label_dp_noise_seed=2)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+        fed = await federate(c, X[:, :3], y, [X[:, 3:]], params, pool, keys, config=config)
+    noise = LabelNoise(6.0, 2, get_objective(params), None, seed=2, base_public=False)
+    monkeypatch.setattr(booster, "initial_margin", lambda obj, p, labels: noise.base_margin(labels))
+    monkeypatch.setattr(booster, "Margins", partial(NoisyMargins, noise))
+    core = train(params, X, y)
+    assert len(core.trees) == 6  # one tree per class per round
+    np.testing.assert_array_equal(fed.guest.base_margin, core.base_margin)
+    assert_same_trees(fed.joined(), core)
+    record = fed.guest.label_privacy
+    assert record is not None
+    assert record["sensitivity_l1"] == 2.0
+
+
 async def test_refusals_come_before_any_message(breast: tuple[np.ndarray, np.ndarray]) -> None:
     X, y = breast
     session = cast(Any, object())  # never touched

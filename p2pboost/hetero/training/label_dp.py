@@ -25,12 +25,15 @@ every entry of the gradient matrix), by Mironov's snapping mechanism of
 :mod:`p2pboost.gbdt.noise` (textbook floating-point Laplace leaks through the doubles it can
 output), with basic sequential composition over the rounds: ``epsilon_round = epsilon /
 rounds``. Why not Gaussian noise with a zCDP accountant, whose noise grows with
-``sqrt(rounds)`` rather than ``rounds``: at delta ``1e-5`` it needs less noise only past
-about 12 to 15 rounds (at 10 rounds and epsilon 8 its standard deviation is 2.2 against
-Laplace's 1.9; at 50 rounds about half of Laplace's), it costs a delta, and floating-point
-Gaussian sampling has the leak snapping closes for Laplace (the library has no float-safe
-discrete Gaussian sampler); pure epsilon also reads like the DP model's record. The snapping clamp is set far above the noise (``bound + 40 scale``), so
-the noisy gradients stay unbiased; the record's epsilon includes the snapping term.
+``sqrt(rounds)`` rather than ``rounds``: at delta ``1e-5`` it needs less noise only past about
+12 to 15 rounds (at 10 rounds and epsilon 8 its standard deviation is 2.2 against Laplace's
+1.9; at 50 rounds about half of Laplace's), it costs a delta, and floating-point Gaussian
+sampling has the leak snapping closes for Laplace (the library has no float-safe discrete
+Gaussian sampler); pure epsilon also reads like the DP model's record. The snapping clamp is
+set far above the noise (``bound + 40 scale``), so the noisy gradients stay unbiased; the
+record's epsilon includes the snapping term. Snapping rounds each noisy entry to a multiple of
+the smallest power of two (in units of the sensitivity) at least the scale: a little more
+variance (a twelfth of that step squared), no bias.
 
 The base margin. Without ``base_score`` the core starts from the labels' mean, which would
 move every row's gradient when one label changes. A label-DP run spends
