@@ -25,7 +25,7 @@ from p2pboost.app._toml import boost_params
 from p2pboost.crypto.keys import SCHEMES
 from p2pboost.exceptions import ConfigError, InputError
 from p2pboost.gbdt.params import BoostParams
-from p2pboost.hetero.config import check_layered_depth, check_modes
+from p2pboost.hetero.config import check_label_dp, check_layered_depth, check_modes
 from p2pboost.net.node import NodeConfig
 
 __all__ = [
@@ -98,6 +98,9 @@ class TrainConfig:
     #: Hetero guest: guest-only rounds until its tree's gradient purity is below this bound
     #: (0: off; HeteroConfig.purity_bound).
     purity_bound: float = 0.0
+    #: Hetero guest: label differential privacy towards the hosts, the whole run's epsilon
+    #: (0: off; HeteroConfig.label_dp_epsilon).
+    label_dp_epsilon: float = 0.0
     #: Hetero host: bytes of encrypted histograms kept between layers, in MiB (None: no bound).
     memory_budget_mb: float | None = None
     #: Homo server and clients (agreed): the metric aggregated over the clients' validation
@@ -204,6 +207,7 @@ _TRAIN_EXTRA = (
     "host_depth",
     "guest_depth",
     "purity_bound",
+    "label_dp_epsilon",
     "eval_metric",
     "early_stopping_rounds",
     "memory_budget_mb",
@@ -323,6 +327,17 @@ def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
     purity = reader.get_float("purity_bound", 0.0)
     if not 0.0 <= purity < 1.0:
         raise reader.fail("purity_bound", "a gradient purity in [0, 1) (0: off)")
+    label_dp = reader.get_float("label_dp_epsilon", 0.0)
+    try:
+        check_label_dp(label_dp)
+    except InputError as exc:
+        raise reader.fail("label_dp_epsilon", str(exc)) from None
+    if label_dp and params.dp is not None:
+        raise reader.fail(
+            "label_dp_epsilon",
+            "a dp model is already differentially private for whole rows, labels included: "
+            "choose one (leave label_dp_epsilon at 0 with [train.dp])",
+        )
     layered = check_layered_depth(host_depth, guest_depth, params.max_depth)
     if layered is not None:
         raise reader.fail("host_depth", layered)
@@ -349,6 +364,7 @@ def _train(reader: _Reader, role: Role | None = None) -> TrainConfig:
         host_depth=host_depth,
         guest_depth=guest_depth,
         purity_bound=purity,
+        label_dp_epsilon=label_dp,
         memory_budget_mb=budget,
         eval_metric=reader.get_str("eval_metric"),
         early_stopping_rounds=(

@@ -170,6 +170,7 @@ def _settings(guest: PartyConfig, options: AuditOptions) -> list[tuple[str, dict
         "host_depth": t.host_depth,
         "guest_depth": t.guest_depth,
         "purity_bound": t.purity_bound,
+        "label_dp_epsilon": t.label_dp_epsilon,
     }
     off = dict.fromkeys(own, 0)
     depth = t.params.max_depth

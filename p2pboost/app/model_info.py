@@ -194,7 +194,8 @@ def describe(
     ``gain_share`` and, when it had validation rows, the ``validation`` comparison with the
     guest-only model it trained in the same run; see :mod:`p2pboost.app._contribution`;
     None for other files), ``privacy`` (a private model's accountant record, else
-    None), ``holds``, ``does_not_hold``, ``warnings`` (what the file holds that it should not,
+    None), ``label_privacy`` (a vertical guest's label-DP accountant record, else None),
+    ``holds``, ``does_not_hold``, ``warnings`` (what the file holds that it should not,
     e.g. a private model's un-noised count from an older release). Values a file cannot know
     are ``None``.
     """
@@ -217,6 +218,7 @@ def describe(
         "diagnostics": dict(getattr(model, "diagnostics", {})),
         "contribution": _contribution(model),
         "privacy": getattr(model, "privacy", None),
+        "label_privacy": getattr(model, "label_privacy", None),
         "holds": _holds(kind, getattr(model, "privacy", None) is not None),
         "does_not_hold": list(_NOT_HELD[kind]),
         "warnings": _unnoised_warnings(data),
@@ -374,6 +376,8 @@ def _summary(d: Mapping[str, Any]) -> list[tuple[str, str]]:
             rows.append(("diagnostics", f"{name} {value:.4f}"))
     if d.get("privacy"):
         rows.append(("privacy", _privacy_text(d["privacy"])))
+    if d.get("label_privacy"):
+        rows.append(("label privacy", _label_privacy_text(d["label_privacy"])))
     rows += [("WARNING", text) for text in d.get("warnings", [])]
     return rows
 
@@ -401,6 +405,17 @@ def _privacy_text(p: Mapping[str, Any]) -> str:
         f"noise: {p.get('noise')}"
     )
     return text + _understated(p)
+
+
+def _label_privacy_text(p: Mapping[str, Any]) -> str:
+    """The label-DP accountant's statement in one line (docs/explanation/defences.md)."""
+    return (
+        f"epsilon = {p.get('epsilon', float('nan')):.6g} label differential privacy towards "
+        f"the hosts ({p.get('mechanism')}, {p.get('composition')}; {p.get('rounds')} rounds "
+        f"at epsilon {p.get('epsilon_per_round', float('nan')):.6g}, noise scale "
+        f"{p.get('noise_scale', float('nan')):.6g}; base margin: {p.get('base_margin')}; "
+        f"neighbours: {p.get('neighbouring')}); noise: {p.get('noise')}"
+    )
 
 
 def _understated(p: Mapping[str, Any]) -> str:

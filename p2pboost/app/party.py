@@ -283,6 +283,7 @@ async def _train_guest(run: Run, node: Node) -> PartyResult:
         host_depth=train.host_depth,
         guest_depth=train.guest_depth,
         purity_bound=train.purity_bound,
+        label_dp_epsilon=train.label_dp_epsilon or None,
     )
     guest = HeteroGuest(
         train.params,

@@ -14,12 +14,13 @@ application may all read it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from p2pboost.crypto.keys import check_scheme
 from p2pboost.exceptions import InputError
 
-__all__ = ["VERSION", "HeteroConfig", "check_layered_depth", "check_modes"]
+__all__ = ["VERSION", "HeteroConfig", "check_label_dp", "check_layered_depth", "check_modes"]
 
 #: The vertical training protocol's version (2: hello, setup, tree and done carry the run id
 #: and fingerprint chain of checkpoints; 5: a tree's start says how many outputs a row packs;
@@ -62,6 +63,15 @@ class HeteroConfig:
     gradient purity of the guest's own last tree falls below this bound (in (0, 1); the
     guest's decision, the hosts see guest-only rounds as under ``complete_secure``;
     :mod:`p2pboost.hetero.training.defences`, docs/explanation/defences.md).
+    ``label_dp_epsilon`` (None or 0: off): label differential privacy towards the hosts. The
+    guest adds Laplace noise to every round's gradients before anything depends on them, so
+    all the hosts observe (instance spaces, chosen splits, the number of trees) is
+    epsilon-label-DP for the whole run (neighbours: one row's label changed); the epsilon
+    spent is the model's ``label_privacy`` record (:mod:`p2pboost.hetero.training.label_dp`,
+    docs/explanation/defences.md). ``label_dp_noise_seed``: tests and comparisons only (the
+    noise is then reproducible and *not private*; the record says so); never a party-file
+    setting. Without it the noise is keyed by ``os.urandom`` and the key never leaves the
+    guest's process.
     """
 
     key_bits: int = 2048
@@ -78,6 +88,8 @@ class HeteroConfig:
     host_depth: int = 0
     guest_depth: int = 0
     purity_bound: float = 0.0
+    label_dp_epsilon: float | None = None
+    label_dp_noise_seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.complete_secure < 0:
@@ -88,6 +100,7 @@ class HeteroConfig:
         check_scheme(self.scheme)
         if isinstance(self.purity_bound, bool) or not 0.0 <= self.purity_bound < 1.0:
             raise InputError(f"purity_bound must be in [0, 1) (0: off), got {self.purity_bound!r}")
+        check_label_dp(self.label_dp_epsilon, self.label_dp_noise_seed)
         if not self.hello_timeout > 0:
             raise InputError("hello_timeout must be > 0")
         if self.chunk_rows < 1:
@@ -121,6 +134,27 @@ def check_modes(
         raise InputError(
             "choose mix mode (tree_num_per_party) or layered mode (host_depth), not both"
         )
+
+
+def check_label_dp(epsilon: object, seed: object = None) -> None:
+    """InputError naming the setting for a label-DP epsilon that is not None, 0 or a finite
+    number > 0, or a test noise seed that is not a non-negative integer (or is given with
+    label DP off, where it would silently do nothing)."""
+    if epsilon is not None and (
+        isinstance(epsilon, bool)
+        or not isinstance(epsilon, int | float)
+        or not math.isfinite(epsilon)
+        or epsilon < 0
+    ):
+        raise InputError(
+            f"label_dp_epsilon must be a finite number > 0 (None or 0: off), got {epsilon!r}"
+        )
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"label_dp_noise_seed must be an integer >= 0, got {seed!r}")
+    if not epsilon:
+        raise InputError("label_dp_noise_seed seeds label DP's noise: set label_dp_epsilon too")
 
 
 def check_layered_depth(host_depth: int, guest_depth: int, max_depth: int) -> str | None:

@@ -103,6 +103,9 @@ class GuestModel:
     #: A noiseless count of the training rows, outside the guarantee: never written to the
     #: model file (a loaded model has None), so it stays with the guest.
     filtered_rows: int | None = None
+    #: What label differential privacy spent (``HeteroConfig.label_dp_epsilon``;
+    #: :mod:`p2pboost.hetero.training.label_dp`), or None.
+    label_privacy: dict[str, Any] | None = None
 
     @property
     def objective(self) -> Objective:
@@ -205,6 +208,8 @@ class GuestModel:
             out["diagnostics"] = dict(self.diagnostics)
         if self.privacy is not None:
             out["privacy"] = dict(self.privacy)
+        if self.label_privacy is not None:
+            out["label_privacy"] = dict(self.label_privacy)
         return out
 
     @classmethod
@@ -233,6 +238,7 @@ class GuestModel:
                 rng_state=rng_state_from(d.get("rng_state")),
                 diagnostics={str(k): float(v) for k, v in dict(d.get("diagnostics", {})).items()},
                 privacy=privacy_from(d.get("privacy"), params),
+                label_privacy=_label_privacy(d.get("label_privacy")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelError):
@@ -455,6 +461,18 @@ def _guest_tree(d: Any, n_hosts: int, n_features: int) -> Tree:
     if tree.value.ndim != 2 or tree.value.shape[0] != tree.n_nodes:
         raise ModelError("invalid tree: a guest tree has a value per node")
     return tree
+
+
+def _label_privacy(value: object) -> dict[str, Any] | None:
+    """A guest file's label-DP record, checked: a record with a positive epsilon, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ModelError("invalid guest model: label_privacy is not a record")
+    eps = value.get("epsilon")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0:
+        raise ModelError("invalid guest model: label_privacy record without a positive epsilon")
+    return {str(k): v for k, v in value.items()}
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -207,6 +207,29 @@ def test_purity_bound_is_a_purity_below_one(tmp_path: Path) -> None:
             load_config(_guest(tmp_path, train={"purity_bound": bad}))
 
 
+def test_label_dp_epsilon_is_a_finite_epsilon_owned_by_the_guest(tmp_path: Path) -> None:
+    config = load_config(_guest(tmp_path, train={"label_dp_epsilon": 4.0}))
+    assert config.train.label_dp_epsilon == 4.0
+    assert load_config(_guest(tmp_path)).train.label_dp_epsilon == 0.0
+    for bad in (-1.0, float("inf")):
+        with pytest.raises(ConfigError, match="label_dp_epsilon") as err:
+            load_config(_guest(tmp_path, train={"label_dp_epsilon": bad}))
+        assert repr(bad) in str(err.value)
+    dp = {"train.dp": {"epsilon": 1.0}}
+    with pytest.raises(ConfigError, match=r"label_dp_epsilon: a dp model"):
+        load_config(_guest(tmp_path, train={"label_dp_epsilon": 1.0}, **dp))
+    host = {"id": "host", "role": "host", "certs": "c", "listen": "127.0.0.1:1"}
+    path = write_config(
+        tmp_path / "h.toml",
+        host,
+        peers={"guest": ""},
+        data={"path": "h"},
+        train={"label_dp_epsilon": 1.0},
+    )
+    with pytest.raises(ConfigError, match="label_dp_epsilon: the guest owns this setting"):
+        load_config(path)
+
+
 def test_complete_secure_is_a_count_of_rounds(tmp_path: Path) -> None:
     assert load_config(_guest(tmp_path, train={"complete_secure": 1})).train.complete_secure == 1
     assert load_config(_guest(tmp_path)).train.complete_secure == 0

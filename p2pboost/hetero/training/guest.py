@@ -104,6 +104,12 @@ from p2pboost.hetero.training.constraints import (
 from p2pboost.hetero.training.defences import purity_gate
 from p2pboost.hetero.training.guest_layers import HostLink
 from p2pboost.hetero.training.guest_tree import GuestTrainer
+from p2pboost.hetero.training.label_dp import (
+    LabelNoise,
+    NoisyMargins,
+    check_label_dp_run,
+    label_noise,
+)
 from p2pboost.hetero.training.modes import FeatureSchedule
 from p2pboost.hetero.training.start import GuestStart, guest_start, round_loop, warm_margins
 from p2pboost.net.node import Session
@@ -220,6 +226,7 @@ class _GuestRun:
     diagnostics: dict[str, float] = field(init=False)
     chain_end: str = field(init=False)
     constraints: GuestConstraints | None = field(init=False)
+    label_noise: LabelNoise | None = field(init=False, default=None)
 
     def model(self, fingerprint: str, loop: RoundLoop) -> GuestModel:
         """The guest's model as the round loop holds it now."""
@@ -232,6 +239,7 @@ class _GuestRun:
             loop,
             self.names,
             self.diagnostics,
+            None if self.label_noise is None else self.label_noise.record(),
         )
 
 
@@ -282,6 +290,7 @@ async def _setup(
                 "a differentially private run cannot resume: the rows of the current "
                 "ensemble's trees would be drawn again (start it afresh)"
             )
+    check_label_dp_run(config, params, objective, init_model is not None, resume)
     run.progress.enter(GuestPhase.SETUP)
     if init_model is None:
         mapper = BinMapper(params.max_bin).fit(features)
@@ -429,9 +438,12 @@ async def _rounds(
         config.guest_depth,
     )
     gate = purity_gate(config, schedule, params.dp is not None)
-    margins = Margins(
-        objective, y_arr, run.base, run.evals, run.metrics, params.learning_rate, run.weight
-    )
+    # Label DP: noise on every round's gradients before anything reads them (the gate too).
+    noise = run.label_noise = label_noise(config, params, objective, run.weight)
+    if noise is not None and init_model is None and params.base_score is None:
+        run.base = noise.base_margin(y_arr)  # the labels' mean, noisy
+    given = (objective, y_arr, run.base, run.evals, run.metrics, params.learning_rate, run.weight)
+    margins = Margins(*given) if noise is None else NoisyMargins(noise, *given)
     loop, chain, states = round_loop(
         params,
         n_total,
@@ -518,6 +530,7 @@ def _model(
     loop: RoundLoop,
     names: list[str] | None,
     diagnostics: dict[str, float],
+    label_privacy: dict[str, Any] | None = None,
 ) -> GuestModel:
     """The guest's model as the round loop holds it now."""
     return GuestModel(
@@ -536,6 +549,7 @@ def _model(
         diagnostics=dict(diagnostics),
         privacy=None if loop.privacy is None else loop.privacy.record(),
         filtered_rows=None if loop.privacy is None else loop.privacy.filtered_rows,
+        label_privacy=label_privacy,
     )
 
 
