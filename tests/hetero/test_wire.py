@@ -32,6 +32,11 @@ pytestmark = pytest.mark.slow
 _WINDOW = 4
 
 
+def _blob(fabric: TapFabric, party: str) -> bytes:
+    """Every transport message ``party`` received, over all its connections, as one string."""
+    return b"".join(b"".join(log) for log in fabric.received[party])
+
+
 def _distinct(b: bytes) -> bool:
     """Long enough to never occur by chance: at most 3 zero bytes and 5 distinct bytes."""
     return b.count(0) <= 3 and len(set(b)) >= 5
@@ -76,8 +81,8 @@ async def test_no_secret_crosses_the_wire(
     fabric = TapFabric()
     async with local_federation(fabric, ["a", "b"], TRAINING) as c:
         fed = await federate(c, Xg, y, [Xh], params, pool, keys)
-    host_blob = b"".join(b"".join(log) for log in fabric.received["b"])
-    guest_blob = b"".join(b"".join(log) for log in fabric.received["a"])
+    host_blob = _blob(fabric, "b")
+    guest_blob = _blob(fabric, "a")
     assert len(host_blob) > 100_000  # the ciphertexts did arrive
 
     # What the guest computed, tree by tree (the federated model equals the core's).

@@ -12,16 +12,17 @@ import asyncio
 
 import numpy as np
 
+from p2pboost.audit.views import TapFabric
 from p2pboost.hetero.inference.predictor import GuestPredictor, serve_host
 from p2pboost.testing import local_federation
-from tests.hetero.test_wire import _found, _singles, _TapFabric
+from tests.hetero.test_wire import _blob, _found, _singles
 from tests.serving.conftest import HOST_COLS, Trained
 from tests.serving.test_serving import CONFIG
 
 
 async def test_serving_sends_no_secret(trained: Trained) -> None:
     rows = np.arange(0, 200)
-    fabric = _TapFabric()
+    fabric = TapFabric()
     async with local_federation(fabric, ["a", "b", "c"], CONFIG) as c:
         hosts = [
             asyncio.create_task(serve_host(c[h], trained.host(h), trained.store(h)))
@@ -45,11 +46,11 @@ async def test_serving_sends_no_secret(trained: Trained) -> None:
     }
     assert len(guest_secrets) > 1000
     for h in trained.guest.hosts:
-        blob = b"".join(fabric.received[h])
+        blob = _blob(fabric, h)
         assert blob  # the host did receive the queries
         assert _found(blob, guest_secrets) == [], f"guest data reached host {h}"
         assert len(host_secrets[h]) > 100
-        assert _found(b"".join(fabric.received["a"]), host_secrets[h]) == [], h
+        assert _found(_blob(fabric, "a"), host_secrets[h]) == [], h
     # The search is not blind: a secret planted in a host's received bytes is found.
-    planted = b"".join(fabric.received["b"]) + guest_secrets[7]
+    planted = _blob(fabric, "b") + guest_secrets[7]
     assert _found(planted, guest_secrets) == [guest_secrets[7]]
