@@ -109,8 +109,15 @@ def metric_deltas(before: Samples, after: Samples) -> dict[str, Any]:
     for name, (sample, label) in _BY_LABEL.items():
         keys = sorted({k for k in (*before, *after) if k[0] == sample})
         out[name] = {dict(k[1]).get(label, ""): delta(k) for k in keys}
-    out["errors_total"] = sum(out["errors"].values())
-    return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
+    out["errors_total"] = float(sum(out["errors"].values()))
+    return {k: _number(v) if isinstance(v, float) else v for k, v in out.items()} | {
+        k: {label: _number(v) for label, v in out[k].items()} for k in _BY_LABEL
+    }
+
+
+def _number(value: float) -> int | float:
+    """Counts as integers in the JSON (counters of requests, bytes); sums of seconds rounded."""
+    return int(value) if value.is_integer() else round(value, 6)
 
 
 def counters_moved(
