@@ -2,7 +2,7 @@
 
 ``python -m benchmarks inference [--dataset default_credit --trees 25 --depth 5 --hosts 1
 --key-bits 1024 --models DIR --save-models DIR --repeats 5 --clients 100 --requests 50
---max-batch 512 --max-wait-ms 0 --profile DIR --data-dir DIR]``
+--max-batch 512 --max-wait-ms 0 --profile DIR --data-dir DIR --endpoint --group 256]``
 
 The guest holds ``NAME_hetero_guest.csv`` (``id``, ``y`` and its features); the columns of
 ``NAME_hetero_host.csv`` go to one host, or are split into ``--hosts`` contiguous blocks
@@ -45,6 +45,10 @@ kernel, ``max_wait`` and other processes on the same cores), the requests per se
 latency of sequential single requests (no concurrency) and whether every online score
 equals the batch score of its row.
 
+``--endpoint`` sends the online load through the guest's serving endpoint instead (JSON over
+WebSocket + mTLS from a client process) and checks that ``/metrics``, scraped over the probe
+port before and after it, counted every request (:mod:`benchmarks._inference_endpoint`).
+
 ``--profile DIR`` writes ``guest.prof`` and ``hostK.prof`` (:mod:`cProfile` of each serving
 process's event-loop thread; read with :mod:`pstats`); profiled runs are slower, so their
 figures are for finding hot spots, not for the record.
@@ -59,15 +63,17 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from benchmarks import _inference_endpoint as endpoint
 from benchmarks._common import data_dir, emit_json, median_time, print_table, read_csv
+from benchmarks._inference_args import parse
 from benchmarks.hetero import GUEST, PARTY_TIMEOUT
-from benchmarks.lossless import DATASETS
 from p2pboost import certs
 from p2pboost.app._local import LocalParties, Report
 from p2pboost.certs import TLSConfig
@@ -477,48 +483,7 @@ def _cpu_per_batch_ms(cpu: Sequence[float], first: int, last: int) -> float:
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks inference",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--dataset", default="default_credit", choices=DATASETS)
-    parser.add_argument("--hosts", type=int, default=None, help="default 1 (or the model files')")
-    parser.add_argument("--trees", type=int, default=25)
-    parser.add_argument("--depth", type=int, default=5)
-    parser.add_argument("--bins", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--key-bits",
-        type=int,
-        default=1024,
-        choices=[1024, 2048, 3072],
-        help="training only (below 2048: the explicit insecure opt-in)",
-    )
-    parser.add_argument("--workers", type=int, default=None, help="training crypto processes")
-    parser.add_argument("--models", default=None, help="load model files here; skip training")
-    parser.add_argument("--save-models", default=None, help="keep the trained model files here")
-    parser.add_argument("--repeats", type=int, default=5, help="timed batches of every row")
-    parser.add_argument("--clients", type=int, default=100)
-    parser.add_argument("--requests", type=int, default=50, help="timed requests per client")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed requests per client")
-    parser.add_argument("--sequential", type=int, default=200, help="one-at-a-time requests")
-    parser.add_argument("--max-batch", type=int, default=512)
-    parser.add_argument("--max-wait-ms", type=float, default=0.0)
-    parser.add_argument("--profile", default=None, help="write cProfile files here")
-    parser.add_argument("--data-dir", default=None)
-    args = parser.parse_args(argv)
-    if args.models and args.save_models:
-        parser.error("--models loads existing files; --save-models keeps trained ones")
-    for name in ("repeats", "clients", "requests", "sequential"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be at least 1")
-    if args.warmup < 0 or args.max_wait_ms < 0:
-        parser.error("--warmup and --max-wait-ms must be >= 0")
-    if args.hosts is not None and args.hosts < 1:
-        parser.error("--hosts must be at least 1")
-    return args
+    return parse(argv, __doc__)
 
 
 def _params(args: argparse.Namespace) -> BoostParams:
@@ -579,7 +544,7 @@ def main(argv: list[str]) -> int:
             raise SystemExit("--hosts must be between 1 and the number of host features")
         blocks = np.array_split(np.arange(data.host.shape[1]), n_hosts)
         names = [f"host{k}" for k in range(1, n_hosts + 1)]
-        certs.init(fed, [GUEST, *names])
+        certs.init(fed, [GUEST, *names, *([endpoint.APP] if args.endpoint else [])])
         if not args.models:
             workers = args.workers or default_workers()
             train_s = train_models(
@@ -598,6 +563,9 @@ def main(argv: list[str]) -> int:
         if profile is not None:
             profile.mkdir(parents=True, exist_ok=True)
         columns = [[data.host_columns[i] for i in block] for block in blocks]
+        if args.endpoint:
+            margins = partial(_core_margin, guest_model.params, data)
+            return endpoint.run(args, fed, models, directory, columns, load, margins)
         guest, hosts = serve_and_measure(
             fed, models, directory, args.dataset, columns, load, profile
         )

@@ -16,7 +16,8 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     from p2pboost.hetero.inference.feature_store import ArrayStore, FeatureStore
     from p2pboost.hetero.inference.predictor import GuestPredictor
 
-__all__ = ["LOCAL_TASKS", "TASKS", "feature_store"]
+__all__ = ["LOCAL_TASKS", "PREPARE", "TASKS", "feature_store"]
 
 F64 = npt.NDArray[np.float64]
+#: A task's runner on the party's node.
+Runner: TypeAlias = Callable[[Run, Node], Awaitable[PartyResult]]
 
 
 def _guest_predictor(
@@ -63,15 +66,38 @@ def _guest_predictor(
     )
 
 
-async def _predict_guest(run: Run, node: Node) -> PartyResult:
+async def _read_scoring(run: Run, model_features: Sequence[str] | None) -> Table:
+    """The rows to score, read by the model's feature names; a file that cannot be read or
+    lacks a column fails naming the setting that points to it."""
+    predict = run.config.predict
+    try:
+        return await run.read(require_label=False, path=predict.path, model_features=model_features)
+    except ConfigError as exc:
+        setting = "[predict] path" if predict.path is not None else "[data] path"
+        raise ConfigError(f"{exc} (the scoring file: {setting} in {run.config.source})") from exc
+
+
+async def _prepare_guest_predict(run: Run) -> Runner:
+    """Everything the guest's ``predict`` can check alone, before its node starts: the model
+    file, the scoring file and the explanations' settings. A mistake there fails at once,
+    instead of after the node started and dialled the hosts (whose ``predict`` would then
+    wait for a guest that already failed)."""
     from p2pboost.hetero.model import GuestModel
 
     model = GuestModel.load(run.config.model_path)
-    table = await run.read(
-        require_label=False, path=run.config.predict.path, model_features=model.feature_names
-    )
-    align = run.config.predict.align
+    table = await _read_scoring(run, model.feature_names)
     explanations = check_explanations(run.config)
+
+    async def task(run: Run, node: Node) -> PartyResult:
+        return await _predict_guest(run, node, model, table, explanations)
+
+    return task
+
+
+async def _predict_guest(
+    run: Run, node: Node, model: Any, table: Table, explanations: Path | None
+) -> PartyResult:
+    align = run.config.predict.align
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
     await hosts_up(node, run.hosts, run.config.node.reconnect_timeout)
     t0 = time.perf_counter()
@@ -89,6 +115,11 @@ async def _predict_guest(run: Run, node: Node) -> PartyResult:
     write_explanations(explanations, id_column, table.ids, contributions, run.config.predict)
     run.reporter.info(f"wrote the rows' explanations to {explanations}")
     return replace(result, outputs=(*result.outputs, str(explanations)))
+
+
+async def _not_prepared(run: Run, node: Node) -> PartyResult:
+    """The guest's ``predict`` without :data:`PREPARE` (a caller of :data:`TASKS` alone)."""
+    return await (await _prepare_guest_predict(run))(run, node)
 
 
 def _scored(run: Run, table: Table, scores: F64, seconds: float) -> PartyResult:
@@ -174,9 +205,7 @@ async def _predict_client(run: Run) -> PartyResult:
     from p2pboost.gbdt.booster import Booster
 
     model = Booster.load(run.config.model_path)
-    table = await run.read(
-        require_label=False, path=run.config.predict.path, model_features=model.feature_names
-    )
+    table = await _read_scoring(run, model.feature_names)
     t0 = time.perf_counter()
     scores = model.predict(table.X)
     return _scored(run, table, np.asarray(scores, dtype=np.float64), time.perf_counter() - t0)
@@ -205,9 +234,15 @@ async def _serve_guest(run: Run, node: Node) -> PartyResult:
     return run.result()
 
 
+#: Tasks that check their local inputs before the node starts: the runner to use instead
+#: of :data:`TASKS`' own, with what it read (:func:`p2pboost.app.party.run_party` calls these
+#: first).
+PREPARE: dict[tuple[Role, Task], Callable[[Run], Awaitable[Runner]]] = {
+    (Role.GUEST, Task.PREDICT): _prepare_guest_predict,
+}
 #: The runners of the tasks on a node, by role and task (merged into the party's own).
-TASKS: dict[tuple[Role, Task], Callable[[Run, Node], Awaitable[PartyResult]]] = {
-    (Role.GUEST, Task.PREDICT): _predict_guest,
+TASKS: dict[tuple[Role, Task], Runner] = {
+    (Role.GUEST, Task.PREDICT): _not_prepared,
     (Role.HOST, Task.PREDICT): _predict_host,
     (Role.GUEST, Task.SERVE): _serve_guest,
     (Role.HOST, Task.SERVE): _serve_host,

@@ -123,10 +123,11 @@ async def run_party(config: PartyConfig, reporter: Reporter | None = None) -> Pa
     run = Run(config, reporter or LogReporter())
     if key in _LOCAL_TASKS:
         return await _LOCAL_TASKS[key](run)
+    prepare = predicting.PREPARE.get(key)  # local inputs checked before any network
+    task = await prepare(run) if prepare is not None else _TASKS[key]
     node = build_node(config)
     config.workdir.mkdir(parents=True, exist_ok=True)
     started = time.time()  # checkpoints written after this are this run's
-    task = _TASKS[key]
     async with _compute(run) as executor:
         run = replace(run, executor=executor)
         try:

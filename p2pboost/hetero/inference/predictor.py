@@ -65,6 +65,7 @@ from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
 from p2pboost.hetero.inference.forest import FlatForest
 from p2pboost.hetero.inference.private import PrivateForest
 from p2pboost.hetero.inference.private_session import PrivateScorer, setup_message
+from p2pboost.hetero.inference.psi_pool import PsiPool
 from p2pboost.hetero.inference.session import (
     DEFAULT_PREFIX,
     MAX_ID_CHARS,
@@ -187,6 +188,7 @@ class GuestPredictor:
         self.n_rounds = n_rounds
         self.reasons = reasons
         self.window = window
+        self._psi_pool = PsiPool(executor)  # every host's PSIs, one pool (psi_pool.py)
         self._clients = [
             HostClient(
                 node,
@@ -199,6 +201,7 @@ class GuestPredictor:
                 session_prefix=session_prefix,
                 executor=executor,
                 private=setups[k - 1],
+                psi_pool=self._psi_pool,
             )
             for k, host in enumerate(model.hosts, start=1)
         ]
@@ -240,6 +243,7 @@ class GuestPredictor:
             if not request.future.done():
                 request.future.set_exception(SessionClosed("predictor closed"))
         await asyncio.gather(*(c.close() for c in self._clients))
+        await self._psi_pool.close()
         if self._private is not None:
             self._private.close()
 

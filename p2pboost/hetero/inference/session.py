@@ -77,6 +77,7 @@ from p2pboost.hetero.inference.forest import (
 )
 from p2pboost.hetero.inference.private_host import PrivateHost
 from p2pboost.hetero.inference.private_session import host_private_query, host_private_setup
+from p2pboost.hetero.inference.psi_pool import PsiPool
 from p2pboost.hetero.model import HostModel
 from p2pboost.net.node import Channel, Node, Session
 from p2pboost.protocols._messages import Message, recv, reject, send
@@ -190,6 +191,7 @@ async def serve_host(
     done = 0
     errors: list[BaseException] = []
     tasks: set[asyncio.Task[None]] = set()
+    psi_pool = PsiPool(executor)  # one for every session's PSIs (psi_pool.py says why)
     finished = asyncio.Event()
 
     def ended(task: asyncio.Task[None]) -> None:
@@ -226,7 +228,16 @@ async def serve_host(
                 on_session(session.id)
             task = asyncio.create_task(
                 _host_session(
-                    node, session, model, store, splits, max_rows, executor, private, tokens_for
+                    node,
+                    session,
+                    model,
+                    store,
+                    splits,
+                    max_rows,
+                    executor,
+                    psi_pool,
+                    private,
+                    tokens_for,
                 )
             )
             tasks.add(task)
@@ -236,6 +247,7 @@ async def serve_host(
         for fut in [*waiting, *tasks]:
             fut.cancel()
         await asyncio.gather(*waiting, *tasks, return_exceptions=True)
+        await psi_pool.close()
     if errors:
         raise errors[0]
 
@@ -248,6 +260,7 @@ async def _host_session(
     splits: HostSplits,
     max_rows: int,
     executor: AnyExecutor | None,
+    psi_pool: PsiPool,
     private: bool | None,
     tokens_for: Callable[[], FeatureTokens | None],
 ) -> None:
@@ -282,7 +295,7 @@ async def _host_session(
                 if isinstance(msg, ServeBye):
                     return
                 if isinstance(msg, ServePsi):
-                    await _host_psi(node, ch, msg, store, guest, executor)
+                    await _host_psi(node, ch, msg, store, guest, psi_pool)
                     continue
                 if isinstance(msg, ServePrivate):
                     if private is False or secret is not None:
@@ -336,10 +349,11 @@ async def _host_psi(
     msg: ServePsi,
     store: FeatureStore,
     guest: str,
-    executor: AnyExecutor | None,
+    psi_pool: PsiPool,
 ) -> None:
     """Align one batch by PSI: the host learns only which of the batch's ids it holds."""
     ids = store.ids()
+    executor = await psi_pool.ready(len(ids))  # a pool's processes start once, not per PSI
     async with node.session(msg.session, peers=[guest]) as sub:
         await send(ch, ServePsiReady(msg.seq))
         await psi_host(sub, guest, ids, executor=executor)
@@ -372,6 +386,7 @@ class HostClient:
         session_prefix: str = DEFAULT_PREFIX,
         executor: AnyExecutor | None = None,
         private: ServePrivate | None = None,
+        psi_pool: PsiPool | None = None,
     ) -> None:
         self.node = node
         self.host = host
@@ -386,6 +401,9 @@ class HostClient:
         self.timeout = timeout
         self.session_prefix = session_prefix
         self.executor = executor
+        #: The executor of this client's PSIs: the predictor's, shared by every host's client.
+        self.psi_pool = psi_pool if psi_pool is not None else PsiPool(executor)
+        self._own_pool = psi_pool is None
         self.phase = ServePhase.CONNECTING
         self._session: Session | None = None
         self._channel: Channel | None = None
@@ -427,7 +445,8 @@ class HostClient:
 
     async def psi(self, ids: npt.NDArray[Any]) -> I64:
         """Positions of ``ids`` the host holds (PSI: it learns no other id of the batch)."""
-        result: I64 = await self._bounded(lambda: self._psi(ids), "run PSI")
+        executor = await self.psi_pool.ready(ids.size)  # local start-up: not host_timeout's
+        result: I64 = await self._bounded(lambda: self._psi(ids, executor), "run PSI")
         return result
 
     async def close(self) -> None:
@@ -442,6 +461,8 @@ class HostClient:
             if session is not None:
                 await session.close()  # closed, not aborted: the host reads the "bye"
             self.phase = ServePhase.CLOSED
+        if self._own_pool:
+            await self.psi_pool.close()
 
     async def _bounded(self, work: Callable[[], Awaitable[Any]], what: str) -> Any:
         """Run ``work`` within ``timeout``; a stale session (the host restarted, or ended it)
@@ -579,13 +600,13 @@ class HostClient:
             raise reject(self.host, "'unknown' must list increasing row positions")
         return HostAnswer(unpack_bits(bits, self.n_splits, n), unknown, self.tokens)
 
-    async def _psi(self, ids: npt.NDArray[Any]) -> I64:
+    async def _psi(self, ids: npt.NDArray[Any], executor: AnyExecutor) -> I64:
         sid = f"psi-{secrets.token_hex(8)}"
         reply = await self._ask(lambda seq: ServePsi(seq, sid))
         if not isinstance(reply, ServePsiReady):
             raise reject(self.host, "expected 'psi-ready'")
         async with self.node.session(sid, peers=[self.host]) as sub:
-            result = await psi_guest(sub, [self.host], ids.tolist(), executor=self.executor)
+            result = await psi_guest(sub, [self.host], ids.tolist(), executor=executor)
         return result.positions
 
 
