@@ -36,9 +36,9 @@ static int FixedBase_init(FixedBaseObject *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "base must have the modulus' width");
         goto done;
     }
-    if (load_residues(M, &base, &rb, 0) < 0)
+    if (load_elements(M, &base, &rb, 0) < 0)
         goto done;
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     size_t entries = (size_t)windows << w;
     if (entries > ((size_t)1 << 34) / ((size_t)n * sizeof(mp_limb_t))) {
         PyErr_SetString(PyExc_MemoryError, "fixed-base table larger than 16 GiB");
@@ -188,7 +188,7 @@ PyObject *py_fixed_base(PyObject *self, PyObject *args)
             }
     }
     unsigned char *out;
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     mp_limb_t *accs = NULL;
     if (!(t = scratch(M, 1)) || !(result = new_output(M, count, &out)))
         goto done;
@@ -231,11 +231,8 @@ PyObject *py_fixed_base(PyObject *self, PyObject *args)
             mp_limb_t *acc = accs + b * n;
             if (first) /* no window at all: the empty product, 1 (R in Montgomery form) */
                 memcpy(acc, M->one, sizeof(mp_limb_t) * (size_t)n);
-            /* leave Montgomery form: redc(acc * 1) */
-            memset(t, 0, sizeof(mp_limb_t) * (size_t)(2 * n));
-            memcpy(t, acc, sizeof(mp_limb_t) * (size_t)n);
-            redc(M, acc, t, t + 2 * n);
-            limbs_to_be(out + (i0 + b) * (Py_ssize_t)M->width, M->width, acc, n);
+            mont_leave(M, acc, acc, t, t + 2 * n);
+            elem_store(M, out + (i0 + b) * (Py_ssize_t)M->width, acc, t);
         }
     }
     Py_END_ALLOW_THREADS

@@ -34,6 +34,7 @@ static PyMethodDef native_methods[] = {
     {"paillier_mask", py_paillier_mask, METH_VARARGS, paillier_mask_doc},
     {"ou_decrypt", py_ou_decrypt, METH_VARARGS, ou_decrypt_doc},
     {"paillier_decrypt", py_paillier_decrypt, METH_VARARGS, paillier_decrypt_doc},
+    {"product_kind", py_product_kind, METH_NOARGS, product_kind_doc},
     {NULL, NULL, 0, NULL},
 };
 

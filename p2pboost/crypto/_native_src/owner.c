@@ -1,6 +1,122 @@
 /* The key owner's operations: CRT recombination, Paillier's plaintext mask, and decryption
- * with the secret exponent (mpz_powm_sec). */
+ * with the secret exponent: mpz_powm_sec on the mpn path, a constant-time fixed-window
+ * exponentiation on the IFMA product (ifma_powm) when the ciphertext modulus uses it. */
 #include "native.h"
+
+#include <stdlib.h>
+
+/*
+ * A secret modulus (p^2 or q^2) on the IFMA product, for one decryption call. Everything that
+ * touches the modulus or the ciphertext's residue runs in time independent of their values:
+ * the reductions use mpn_sec_div_r (GMP's constant-time division), R' mod m and R'^2 mod m
+ * included, and the product, the exponentiation and the conversions are ifma.c's.
+ */
+typedef struct {
+    IfmaModulus f;
+    mp_size_t n;          /* limbs of the modulus */
+    mp_limb_t *m;         /* the modulus, n limbs */
+    uint64_t *one, *r2, *unit, *x, *table;
+    mp_limb_t *num, *tp;  /* dividend (num_limbs) and mpn_sec_div_r's scratch */
+    mp_size_t num_limbs;
+} SecretModulus;
+
+static void secret_clear(SecretModulus *s)
+{
+    ifma_clear(&s->f);
+    free(s->m);
+    free(s->one);
+    free(s->table);
+    free(s->num);
+    free(s->tp);
+    memset(s, 0, sizeof(*s));
+}
+
+/* x mod m of x's xn limbs into s->num[0 .. n), in constant time. */
+static void secret_reduce(SecretModulus *s, const mp_limb_t *x, mp_size_t xn)
+{
+    memset(s->num, 0, sizeof(mp_limb_t) * (size_t)s->num_limbs);
+    memcpy(s->num, x, sizeof(mp_limb_t) * (size_t)xn);
+    mpn_sec_div_r(s->num, s->num_limbs, s->m, s->n, s->tp);
+}
+
+/* Set up m (odd, secret) for inputs of up to input_limbs limbs. 0, or -1 (out of memory). */
+static int secret_init(SecretModulus *s, const mpz_t m, mp_size_t input_limbs)
+{
+    memset(s, 0, sizeof(*s));
+    s->n = (mp_size_t)mpz_size(m);
+    s->m = calloc((size_t)s->n, sizeof(mp_limb_t));
+    if (!s->m)
+        return -1;
+    mpz_export(s->m, NULL, -1, sizeof(mp_limb_t), 0, 0, m);
+    if (ifma_setup(&s->f, s->m, s->n) < 0) {
+        secret_clear(s);
+        return -1;
+    }
+    size_t words = 8 * (size_t)s->f.nz;
+    mp_size_t r2_limbs = (mp_size_t)(104 * (size_t)s->f.kd / 64 + 1);
+    s->num_limbs = input_limbs > r2_limbs ? input_limbs : r2_limbs;
+    if (s->num_limbs < s->n)
+        s->num_limbs = s->n;
+    s->one = calloc(4 * words, sizeof(uint64_t)); /* one, r2, unit, x */
+    s->table = calloc(words << IFMA_WINDOW, sizeof(uint64_t));
+    s->num = calloc((size_t)s->num_limbs, sizeof(mp_limb_t));
+    s->tp = calloc((size_t)mpn_sec_div_r_itch(s->num_limbs, s->n), sizeof(mp_limb_t));
+    if (!s->one || !s->table || !s->num || !s->tp) {
+        secret_clear(s);
+        return -1;
+    }
+    s->r2 = s->one + words;
+    s->unit = s->r2 + words;
+    s->x = s->unit + words;
+    s->unit[0] = 1;
+    mp_limb_t *power = calloc((size_t)s->num_limbs, sizeof(mp_limb_t));
+    if (!power) {
+        secret_clear(s);
+        return -1;
+    }
+    size_t bit = 52 * (size_t)s->f.kd; /* R' = 2^bit, then R'^2 = 2^(2 bit) */
+    power[bit / 64] = (mp_limb_t)1 << (bit % 64);
+    secret_reduce(s, power, s->num_limbs);
+    ifma_from_limbs(&s->f, s->one, s->num, s->n);
+    memset(power, 0, sizeof(mp_limb_t) * (size_t)s->num_limbs);
+    power[2 * bit / 64] = (mp_limb_t)1 << (2 * bit % 64);
+    secret_reduce(s, power, s->num_limbs);
+    ifma_from_limbs(&s->f, s->r2, s->num, s->n);
+    free(power);
+    return 0;
+}
+
+/* out = (c mod m)^e mod m for c of cn limbs (cn <= the set-up's input_limbs) and e of ebits
+ * bits (e_limbs), in time that depends on the sizes only. */
+static void secret_powm(SecretModulus *s, mpz_t out, const mp_limb_t *c, mp_size_t cn,
+                        const mp_limb_t *e_limbs, size_t ebits)
+{
+    secret_reduce(s, c, cn);
+    ifma_from_limbs(&s->f, s->x, s->num, s->n);
+    ifma_mul(&s->f, s->x, s->x, s->r2); /* into Montgomery form */
+    ifma_powm(&s->f, s->x, s->x, e_limbs, ebits, s->one, s->table);
+    ifma_mul(&s->f, s->x, s->x, s->unit); /* and out of it */
+    ifma_to_limbs(&s->f, s->num, s->n, s->x);
+    mpz_import(out, (size_t)s->n, -1, sizeof(mp_limb_t), 0, 0, s->num);
+}
+
+/* Whether decryption modulo m (a factor's square) runs on the IFMA product: when the
+ * ciphertext modulus M does and m is in the IFMA product's range. */
+static int decrypt_on_ifma(const ModulusObject *M, const mpz_t m)
+{
+    return M->ifma.nz && ifma_fits(mpz_sizeinbase(m, 2));
+}
+
+/* The exponent's limbs (malloc'd, at least one) and bit length. */
+static mp_limb_t *exponent_limbs(const mpz_t e, size_t *bits)
+{
+    size_t count = mpz_size(e) ? mpz_size(e) : 1;
+    mp_limb_t *limbs = calloc(count, sizeof(mp_limb_t));
+    if (limbs)
+        mpz_export(limbs, NULL, -1, sizeof(mp_limb_t), 0, 0, e);
+    *bits = mpz_sizeinbase(e, 2);
+    return limbs;
+}
 
 static void mpz_from_be(mpz_t z, const unsigned char *p, size_t w)
 {
@@ -158,7 +274,8 @@ const char ou_decrypt_doc[] =
              "ou_decrypt(n: Modulus, data, p, p2, exponent, gp_inverse, pwidth) -> bytes: for\n"
              "each ciphertext c in (0, n), m = L(c^exponent mod p^2) gp_inverse mod p with\n"
              "L(x) = (x - 1) / p, big-endian of pwidth bytes. The exponent is secret:\n"
-             "mpz_powm_sec.";
+             "mpz_powm_sec when n's Modulus uses the mpn product, the constant-time IFMA\n"
+             "exponentiation when it uses IFMA.";
 
 PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
 {
@@ -170,6 +287,7 @@ PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
         return NULL;
     PyObject *result = NULL;
     Residues rc = {0};
+    mp_limb_t *e_limbs = NULL;
     mpz_t p, p2, e, inv, c;
     mpz_inits(p, p2, e, inv, c, NULL);
     ModulusObject *M = as_modulus(mo);
@@ -182,16 +300,35 @@ PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
     }
     if (load_residues(M, &data, &rc, 0) < 0)
         goto done;
+    SecretModulus sp;
+    int ifma = decrypt_on_ifma(M, p2);
+    size_t ebits = 0;
+    if (ifma && !(e_limbs = exponent_limbs(e, &ebits))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (ifma && secret_init(&sp, p2, M->n) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
     unsigned char *out;
     result = PyBytes_FromStringAndSize(NULL, rc.count * pwidth);
-    if (!result)
+    if (!result) {
+        if (ifma)
+            secret_clear(&sp);
         goto done;
+    }
     out = (unsigned char *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < rc.count; i++) {
-        mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, rc.limbs + i * M->n);
-        mpz_mod(c, c, p2);
-        mpz_powm_sec(c, c, e, p2);
+        if (ifma) {
+            secret_powm(&sp, c, rc.limbs + i * M->n, M->n, e_limbs, ebits);
+        }
+        else {
+            mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, rc.limbs + i * M->n);
+            mpz_mod(c, c, p2);
+            mpz_powm_sec(c, c, e, p2);
+        }
         mpz_sub_ui(c, c, 1);
         mpz_tdiv_q(c, c, p);
         mpz_mul(c, c, inv);
@@ -199,8 +336,11 @@ PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
         mpz_to_be(out + i * pwidth, (size_t)pwidth, c);
     }
     Py_END_ALLOW_THREADS
+    if (ifma)
+        secret_clear(&sp);
 done:
     PyMem_Free(rc.limbs);
+    free(e_limbs);
     mpz_clears(p, p2, e, inv, c, NULL);
     PyBuffer_Release(&data);
     return result;
@@ -209,7 +349,8 @@ done:
 const char paillier_decrypt_doc[] =
              "paillier_decrypt(n2: Modulus, data, p, q, p2, q2, hp, hq, p_inverse, pwidth) ->\n"
              "bytes: CRT decryption of each ciphertext in (0, n^2) to its plaintext in [0, n),\n"
-             "big-endian of pwidth bytes; exponents p - 1 and q - 1 with mpz_powm_sec.";
+             "big-endian of pwidth bytes; exponents p - 1 and q - 1 with mpz_powm_sec (mpn\n"
+             "product) or the constant-time IFMA exponentiation (when n^2's Modulus uses IFMA).";
 
 PyObject *py_paillier_decrypt(PyObject *self, PyObject *args)
 {
@@ -222,6 +363,7 @@ PyObject *py_paillier_decrypt(PyObject *self, PyObject *args)
     static const char *names[7] = {"p", "q", "p2", "q2", "hp", "hq", "p_inverse"};
     PyObject *result = NULL;
     Residues rc = {0};
+    mp_limb_t *ep_limbs = NULL, *eq_limbs = NULL;
     mpz_t k[7], c, mp, mq, ep, eq, n;
     for (int i = 0; i < 7; i++)
         mpz_init(k[i]);
@@ -242,22 +384,51 @@ PyObject *py_paillier_decrypt(PyObject *self, PyObject *args)
     mpz_sub_ui(eq, k[1], 1);
     if (load_residues(M, &data, &rc, 0) < 0)
         goto done;
+    SecretModulus sp, sq;
+    int ifma = decrypt_on_ifma(M, k[2]) && decrypt_on_ifma(M, k[3]);
+    size_t ep_bits = 0, eq_bits = 0;
+    if (ifma && (!(ep_limbs = exponent_limbs(ep, &ep_bits)) ||
+                 !(eq_limbs = exponent_limbs(eq, &eq_bits)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (ifma && secret_init(&sp, k[2], M->n) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (ifma && secret_init(&sq, k[3], M->n) < 0) {
+        secret_clear(&sp);
+        PyErr_NoMemory();
+        goto done;
+    }
     unsigned char *out;
     result = PyBytes_FromStringAndSize(NULL, rc.count * pwidth);
-    if (!result)
+    if (!result) {
+        if (ifma) {
+            secret_clear(&sp);
+            secret_clear(&sq);
+        }
         goto done;
+    }
     out = (unsigned char *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < rc.count; i++) {
-        mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, rc.limbs + i * M->n);
-        mpz_mod(mp, c, k[2]);
-        mpz_powm_sec(mp, mp, ep, k[2]);
+        const mp_limb_t *ci = rc.limbs + i * M->n;
+        if (ifma) {
+            secret_powm(&sp, mp, ci, M->n, ep_limbs, ep_bits);
+            secret_powm(&sq, mq, ci, M->n, eq_limbs, eq_bits);
+        }
+        else {
+            mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, ci);
+            mpz_mod(mp, c, k[2]);
+            mpz_powm_sec(mp, mp, ep, k[2]);
+            mpz_mod(mq, c, k[3]);
+            mpz_powm_sec(mq, mq, eq, k[3]);
+        }
         mpz_sub_ui(mp, mp, 1);
         mpz_tdiv_q(mp, mp, k[0]);
         mpz_mul(mp, mp, k[4]);
         mpz_mod(mp, mp, k[0]);
-        mpz_mod(mq, c, k[3]);
-        mpz_powm_sec(mq, mq, eq, k[3]);
         mpz_sub_ui(mq, mq, 1);
         mpz_tdiv_q(mq, mq, k[1]);
         mpz_mul(mq, mq, k[5]);
@@ -269,8 +440,14 @@ PyObject *py_paillier_decrypt(PyObject *self, PyObject *args)
         mpz_to_be(out + i * pwidth, (size_t)pwidth, mp);
     }
     Py_END_ALLOW_THREADS
+    if (ifma) {
+        secret_clear(&sp);
+        secret_clear(&sq);
+    }
 done:
     PyMem_Free(rc.limbs);
+    free(ep_limbs);
+    free(eq_limbs);
     for (int i = 0; i < 7; i++)
         mpz_clear(k[i]);
     mpz_clears(c, mp, mq, ep, eq, n, NULL);

@@ -1,0 +1,330 @@
+/*
+ * The Montgomery product with AVX-512 IFMA, in radix 2^52, and its digit layout.
+ *
+ * Why: GMP's mpn layer multiplies 64-bit limbs one scalar mulx at a time; at 2048 bits a
+ * Montgomery product (mpn_mul_n, then the REDC loop) costs about 1.2 us, and the kernels spend
+ * nearly all their time there. The IFMA instructions (vpmadd52luq / vpmadd52huq) multiply
+ * eight pairs of 52-bit digits per instruction and add the low or the high 52 bits of each
+ * 104-bit product into 64-bit lanes, so one digit of b times all of a is ceil(k / 8)
+ * instructions, and the 12 spare bits of each lane absorb the carries of a whole product. This
+ * is the almost-Montgomery multiplication of Gueron and Krasnov ("Accelerating big integer
+ * arithmetic using Intel IFMA extensions", ARITH 2016), as in OpenSSL's rsaz-2k-avx512, written
+ * here with intrinsics for every size up to IFMA_MAX_VECTORS vectors of eight digits.
+ *
+ * Layout: a value is 8 nz 64-bit words, digit i (bits 52 i .. 52 i + 51) in word i, digits at
+ * and above kd zero. The Montgomery radix is R' = 2^(52 kd) with kd the fewest digits for which
+ * 4 m < R': then inputs below 2 m give an output below 2 m (ab + qm < 4m^2 + R'm, divided by
+ * R'), so values stay "almost reduced" between products and are reduced below m only when they
+ * leave the layout (ifma_to_limbs). Every function here runs in time independent of the values
+ * (no branch or address depends on them), so the same product serves the key owner's secret
+ * exponentiations (owner.c).
+ *
+ * Dispatch: the functions are compiled for AVX-512 IFMA with a target attribute, not global
+ * flags, so the module still builds for and runs on any x86-64 (or other) CPU; ifma_usable()
+ * says once per process whether this CPU has the instructions and P2PBOOST_IFMA does not
+ * switch them off, and the Modulus type (modulus.c) chooses its product from that and the size.
+ */
+#include "ifma.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define M52 ((uint64_t)0xfffffffffffffULL)
+
+#if IFMA_COMPILED
+
+#include <immintrin.h>
+
+#define IFMA_TARGET __attribute__((target("avx512f,avx512vl,avx512ifma")))
+#define IFMA_INLINE static inline __attribute__((always_inline)) IFMA_TARGET
+
+int ifma_supported(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                __builtin_cpu_supports("avx512ifma");
+    }
+    return known;
+}
+
+int ifma_usable(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        const char *env = getenv("P2PBOOST_IFMA");
+        int off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 ||
+                          strcmp(env, "no") == 0 || strcmp(env, "false") == 0);
+        known = !off && ifma_supported();
+    }
+    return known;
+}
+
+/*
+ * Carry propagation of a product's lanes into 52-bit digits, without a serial loop over the
+ * lanes: split each lane into its digit and its carry (lane >> 52, below 2^12), add each carry
+ * to the next lane; every lane is then below 2^52 + 2^12, so at most one more carry leaves it.
+ * Which lanes receive that last carry is an integer addition over bit masks (one bit a lane):
+ * a lane generates a carry when above 2^52 - 1 and passes an incoming one on when equal to it,
+ * so the lanes receiving one are ((G << 1) + P) ^ P. Masks and additions only: constant time.
+ */
+IFMA_INLINE void normalise(int nz, __m512i *acc)
+{
+    const __m512i mask = _mm512_set1_epi64((long long)M52);
+    const __m512i one = _mm512_set1_epi64(1);
+    __m512i carry_prev = _mm512_setzero_si512();
+    unsigned __int128 gen = 0, prop = 0;
+    for (int j = 0; j < nz; j++) {
+        __m512i carry = _mm512_srli_epi64(acc[j], 52);
+        __m512i in = _mm512_alignr_epi64(carry, carry_prev, 7); /* carry_prev[7], carry[0..6] */
+        carry_prev = carry;
+        acc[j] = _mm512_add_epi64(_mm512_and_si512(acc[j], mask), in);
+        gen |= (unsigned __int128)_mm512_cmpgt_epu64_mask(acc[j], mask) << (8 * j);
+        prop |= (unsigned __int128)_mm512_cmpeq_epu64_mask(acc[j], mask) << (8 * j);
+    }
+    unsigned __int128 receive = ((gen << 1) + prop) ^ prop;
+    for (int j = 0; j < nz; j++) {
+        __mmask8 k = (__mmask8)(receive >> (8 * j));
+        acc[j] = _mm512_and_si512(_mm512_mask_add_epi64(acc[j], k, acc[j], one), mask);
+    }
+}
+
+/*
+ * r = a b R'^-1 mod m, below 2 m when a and b are (r may alias a or b). Digit by digit of b:
+ * add a b_i to the lanes (low halves), choose y so that the lowest lane becomes a multiple of
+ * 2^52, add m y, drop the lowest lane (a shift by one lane across the vectors), then add the
+ * high halves, which now land on their own lanes. The lowest lane is tracked in a scalar as
+ * well (t, and the carry c0 it leaves), so y comes from scalar arithmetic and the one lane
+ * extracted per digit feeds only that scalar.
+ */
+IFMA_INLINE void amm(int nz, const IfmaModulus *f, uint64_t *r, const uint64_t *a,
+                     const uint64_t *b)
+{
+    __m512i acc[IFMA_MAX_VECTORS], av[IFMA_MAX_VECTORS], mv[IFMA_MAX_VECTORS];
+    const uint64_t *m = f->m;
+    for (int j = 0; j < nz; j++) {
+        acc[j] = _mm512_setzero_si512();
+        av[j] = _mm512_loadu_si512((const void *)(a + 8 * j));
+        mv[j] = _mm512_loadu_si512((const void *)(m + 8 * j));
+    }
+    const uint64_t a0 = a[0], m0 = m[0], k0 = f->k0;
+    uint64_t c0 = 0;
+    const int kd = f->kd;
+    for (int i = 0; i < kd; i++) {
+        const uint64_t bi = b[i];
+        const __m512i bv = _mm512_set1_epi64((long long)bi);
+        uint64_t t = (uint64_t)_mm_cvtsi128_si64(_mm512_castsi512_si128(acc[0])) + c0 +
+                     ((a0 * bi) & M52);
+        const uint64_t y = (t * k0) & M52;
+        const __m512i yv = _mm512_set1_epi64((long long)y);
+        c0 = (t + ((m0 * y) & M52)) >> 52;
+        __m512i hi[IFMA_MAX_VECTORS];
+        for (int j = 0; j < nz; j++) {
+            acc[j] = _mm512_madd52lo_epu64(acc[j], av[j], bv);
+            hi[j] = _mm512_madd52hi_epu64(_mm512_setzero_si512(), av[j], bv);
+            acc[j] = _mm512_madd52lo_epu64(acc[j], mv[j], yv);
+        }
+        for (int j = 0; j < nz - 1; j++)
+            acc[j] = _mm512_alignr_epi64(acc[j + 1], acc[j], 1);
+        acc[nz - 1] = _mm512_alignr_epi64(_mm512_setzero_si512(), acc[nz - 1], 1);
+        for (int j = 0; j < nz; j++)
+            acc[j] = _mm512_madd52hi_epu64(_mm512_add_epi64(acc[j], hi[j]), mv[j], yv);
+    }
+    /* the lowest lane still lacks the scalar's carry */
+    acc[0] = _mm512_add_epi64(acc[0], _mm512_maskz_set1_epi64(1, (long long)c0));
+    normalise(nz, acc);
+    for (int j = 0; j < nz; j++)
+        _mm512_storeu_si512((void *)(r + 8 * j), acc[j]);
+}
+
+/* One instance per vector count, so that each keeps its lanes in registers. */
+#define AMM_INSTANCE(NZ)                                                                       \
+    static IFMA_TARGET void amm_##NZ(const IfmaModulus *f, uint64_t *r, const uint64_t *a,    \
+                                     const uint64_t *b)                                        \
+    {                                                                                          \
+        amm(NZ, f, r, a, b);                                                                   \
+    }
+AMM_INSTANCE(1)
+AMM_INSTANCE(2)
+AMM_INSTANCE(3)
+AMM_INSTANCE(4)
+AMM_INSTANCE(5)
+AMM_INSTANCE(6)
+AMM_INSTANCE(7)
+AMM_INSTANCE(8)
+AMM_INSTANCE(9)
+AMM_INSTANCE(10)
+AMM_INSTANCE(11)
+AMM_INSTANCE(12)
+AMM_INSTANCE(13)
+AMM_INSTANCE(14)
+AMM_INSTANCE(15)
+AMM_INSTANCE(16)
+
+static void (*const amm_by_size[IFMA_MAX_VECTORS + 1])(const IfmaModulus *, uint64_t *,
+                                                        const uint64_t *, const uint64_t *) = {
+    NULL,   amm_1,  amm_2,  amm_3,  amm_4,  amm_5,  amm_6,  amm_7, amm_8,
+    amm_9,  amm_10, amm_11, amm_12, amm_13, amm_14, amm_15, amm_16,
+};
+
+void ifma_mul(const IfmaModulus *f, uint64_t *r, const uint64_t *a, const uint64_t *b)
+{
+    amm_by_size[f->nz](f, r, a, b);
+}
+
+/* Select table[d] (entries of `words` words) into out, reading every entry: the address
+ * sequence and the instructions do not depend on d. */
+static IFMA_TARGET void select_entry(uint64_t *out, const uint64_t *table, size_t entries,
+                                     size_t words, uint64_t d)
+{
+    const __m512i want = _mm512_set1_epi64((long long)d);
+    for (size_t v = 0; v < words; v += 8) {
+        __m512i x = _mm512_setzero_si512();
+        for (size_t e = 0; e < entries; e++) {
+            __mmask8 k = _mm512_cmpeq_epu64_mask(_mm512_set1_epi64((long long)e), want);
+            x = _mm512_mask_loadu_epi64(x, k, (const void *)(table + e * words + v));
+        }
+        _mm512_storeu_si512((void *)(out + v), x);
+    }
+}
+
+#else /* not x86-64 with a compiler that knows the instructions: the mpn path only */
+
+int ifma_supported(void)
+{
+    return 0;
+}
+
+int ifma_usable(void)
+{
+    return 0;
+}
+
+void ifma_mul(const IfmaModulus *f, uint64_t *r, const uint64_t *a, const uint64_t *b)
+{
+    (void)f, (void)r, (void)a, (void)b;
+}
+
+static void select_entry(uint64_t *out, const uint64_t *table, size_t entries, size_t words,
+                         uint64_t d)
+{
+    (void)out, (void)table, (void)entries, (void)words, (void)d;
+}
+
+#endif
+
+/* --- the layout: set-up and conversions (plain C, constant time) --------------------------- */
+
+int ifma_digits_for(mp_size_t n, const mp_limb_t *m)
+{
+    /* the fewest digits kd with 4 m < 2^(52 kd): bits(m) + 2 <= 52 kd */
+    mp_size_t top = n;
+    while (top > 0 && m[top - 1] == 0)
+        top--;
+    size_t bits = top ? 64 * (size_t)(top - 1) + (64 - (size_t)__builtin_clzll(m[top - 1])) : 0;
+    return (int)((bits + 2 + 51) / 52);
+}
+
+int ifma_setup(IfmaModulus *f, const mp_limb_t *m, mp_size_t n)
+{
+    int kd = ifma_digits_for(n, m);
+    int nz = (kd + 7) / 8;
+    if (nz < 1 || nz > IFMA_MAX_VECTORS)
+        return -1;
+    f->kd = kd;
+    f->nz = nz;
+    f->m = calloc((size_t)(8 * nz), sizeof(uint64_t));
+    if (!f->m)
+        return -1;
+    ifma_from_limbs(f, f->m, m, n);
+    /* k0 = -m^-1 mod 2^52, by Newton's iteration modulo 2^64 */
+    uint64_t inv = 1;
+    for (int i = 0; i < 7; i++)
+        inv *= 2 - m[0] * inv;
+    f->k0 = ((uint64_t)0 - inv) & M52;
+    return 0;
+}
+
+void ifma_clear(IfmaModulus *f)
+{
+    free(f->m);
+    f->m = NULL;
+    f->nz = 0;
+}
+
+void ifma_from_limbs(const IfmaModulus *f, uint64_t *d, const mp_limb_t *x, mp_size_t n)
+{
+    size_t words = 8 * (size_t)f->nz;
+    for (size_t i = 0; i < words; i++) {
+        size_t bit = 52 * i, w = bit / 64, off = bit % 64;
+        uint64_t v = 0;
+        if (w < (size_t)n) {
+            v = x[w] >> off;
+            if (off > 12 && w + 1 < (size_t)n)
+                v |= x[w + 1] << (64 - off);
+        }
+        d[i] = v & M52;
+    }
+}
+
+void ifma_to_limbs(const IfmaModulus *f, mp_limb_t *x, mp_size_t n, const uint64_t *d)
+{
+    /* d < 2 m: subtract m, keep the difference unless it borrowed (a masked select) */
+    uint64_t red[8 * IFMA_MAX_VECTORS];
+    uint64_t borrow = 0;
+    for (int i = 0; i < f->kd; i++) {
+        uint64_t v = d[i] - f->m[i] - borrow;
+        borrow = v >> 63; /* digits and m's digits are below 2^52: the sign bit is the borrow */
+        red[i] = v & M52;
+    }
+    uint64_t keep = (uint64_t)0 - borrow; /* all ones: d < m, keep d */
+    for (mp_size_t w = 0; w < n; w++)
+        x[w] = 0;
+    for (int i = 0; i < f->kd; i++) {
+        uint64_t v = (d[i] & keep) | (red[i] & ~keep);
+        size_t bit = 52 * (size_t)i, w = bit / 64, off = bit % 64;
+        if (w < (size_t)n)
+            x[w] |= v << off;
+        if (off > 12 && w + 1 < (size_t)n)
+            x[w + 1] |= v >> (64 - off);
+    }
+}
+
+/*
+ * r = x^e R' mod m for x in Montgomery form (below 2 m) and e of ebits bits (ceil(ebits / 64)
+ * limbs; ebits >= 1), by fixed windows of IFMA_WINDOW bits from bit ebits down: every window
+ * costs IFMA_WINDOW squarings and one product with a table entry chosen by a full masked scan,
+ * whatever its digit, so the time and the addresses touched depend on ebits only (the
+ * exponent's public length), never on its bits. one is R' mod m; table has 2^IFMA_WINDOW
+ * entries of 8 nz words. The key owner's decryption exponents go through here.
+ */
+void ifma_powm(const IfmaModulus *f, uint64_t *r, const uint64_t *x, const mp_limb_t *e,
+               size_t ebits, const uint64_t *one, uint64_t *table)
+{
+    size_t words = 8 * (size_t)f->nz, entries = (size_t)1 << IFMA_WINDOW;
+    memcpy(table, one, words * sizeof(uint64_t));
+    memcpy(table + words, x, words * sizeof(uint64_t));
+    for (size_t k = 2; k < entries; k++)
+        ifma_mul(f, table + k * words, table + (k - 1) * words, x);
+    size_t bits = ebits;
+    size_t windows = (bits + IFMA_WINDOW - 1) / IFMA_WINDOW;
+    uint64_t entry[8 * IFMA_MAX_VECTORS];
+    for (size_t w = windows; w-- > 0;) {
+        size_t low = w * IFMA_WINDOW;
+        uint64_t d = 0;
+        for (int b = IFMA_WINDOW - 1; b >= 0; b--) {
+            size_t bit = low + (size_t)b;
+            uint64_t v = bit < bits ? (e[bit / 64] >> (bit % 64)) & 1 : 0;
+            d = (d << 1) | v;
+        }
+        if (w == windows - 1) {
+            select_entry(r, table, entries, words, d);
+            continue;
+        }
+        for (int s = 0; s < IFMA_WINDOW; s++)
+            ifma_mul(f, r, r, r);
+        select_entry(entry, table, entries, words, d);
+        ifma_mul(f, r, r, entry);
+    }
+}
