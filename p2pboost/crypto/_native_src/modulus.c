@@ -295,3 +295,12 @@ PyObject *py_product_kind(PyObject *self, PyObject *args)
 {
     return PyUnicode_FromString(ifma_by_default(2048) ? "ifma" : "mpn");
 }
+
+const char ifma_supported_doc[] =
+             "ifma_supported() -> bool: whether this CPU (and this build) has the AVX-512 IFMA\n"
+             "product, whatever P2PBOOST_IFMA says; Modulus(..., product='ifma') needs it.";
+
+PyObject *py_ifma_supported(PyObject *self, PyObject *args)
+{
+    return PyBool_FromLong(ifma_supported());
+}

@@ -251,5 +251,6 @@ NATIVE_ENTRY(paillier_mask)
 NATIVE_ENTRY(ou_decrypt)
 NATIVE_ENTRY(paillier_decrypt)
 NATIVE_ENTRY(product_kind)
+NATIVE_ENTRY(ifma_supported)
 
 #endif
