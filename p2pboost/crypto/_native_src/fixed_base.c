@@ -214,15 +214,26 @@ PyObject *py_fixed_base(PyObject *self, PyObject *args)
                 used = T->windows;
             for (Py_ssize_t j = 0; j < used; j++) {
                 const mp_limb_t *row = T->rows + (size_t)j * size * (size_t)n;
-                for (Py_ssize_t b = 0; b < block; b++) {
-                    const unsigned char *e =
-                        (const unsigned char *)ebuf[k].buf + (size_t)(i0 + b) * ebytes[k];
-                    unsigned d = digit_at(e, ebytes[k], (size_t)j * (size_t)w, w);
+                /* two values at a time: two independent products (mont_mul2) */
+                for (Py_ssize_t b = 0; b < block; b += 2) {
+                    Py_ssize_t pair = b + 1 < block ? 2 : 1;
+                    const mp_limb_t *entry[2] = {NULL, NULL};
+                    for (Py_ssize_t q = 0; q < pair; q++) {
+                        const unsigned char *e = (const unsigned char *)ebuf[k].buf +
+                                                 (size_t)(i0 + b + q) * ebytes[k];
+                        unsigned d = digit_at(e, ebytes[k], (size_t)j * (size_t)w, w);
+                        entry[q] = row + d * (size_t)n;
+                    }
                     mp_limb_t *acc = accs + b * n;
-                    if (first)
-                        memcpy(acc, row + d * (size_t)n, sizeof(mp_limb_t) * (size_t)n);
+                    if (first) {
+                        for (Py_ssize_t q = 0; q < pair; q++)
+                            memcpy(acc + q * n, entry[q], sizeof(mp_limb_t) * (size_t)n);
+                    }
+                    else if (pair == 2)
+                        mont_mul2(M, acc, acc, entry[0], acc + n, acc + n, entry[1], t,
+                                  t + 2 * n);
                     else
-                        mont_mul(M, acc, acc, row + d * (size_t)n, t, t + 2 * n);
+                        mont_mul(M, acc, acc, entry[0], t, t + 2 * n);
                 }
                 first = 0;
             }

@@ -33,10 +33,19 @@ int ifma_usable(void);
 int ifma_digits_for(mp_size_t n, const mp_limb_t *m);
 int ifma_setup(IfmaModulus *f, const mp_limb_t *m, mp_size_t n);
 void ifma_clear(IfmaModulus *f);
+/* r = a b R'^-1 mod m (below 2 m for a, b below 2 m; r may alias a or b). */
 void ifma_mul(const IfmaModulus *f, uint64_t *r, const uint64_t *a, const uint64_t *b);
+/* Two independent products at once (r0 = a0 b0 R'^-1, r1 = a1 b1 R'^-1), interleaved. */
+void ifma_mul2(const IfmaModulus *f, uint64_t *r0, const uint64_t *a0, const uint64_t *b0,
+               uint64_t *r1, const uint64_t *a1, const uint64_t *b1);
 void ifma_from_limbs(const IfmaModulus *f, uint64_t *d, const mp_limb_t *x, mp_size_t n);
 void ifma_to_limbs(const IfmaModulus *f, mp_limb_t *x, mp_size_t n, const uint64_t *d);
+/* r = x^e R' mod m in constant time (x in Montgomery form; see ifma.c); ifma_powm2: two bases,
+ * one exponent, each with its own table of 2^IFMA_WINDOW values. */
 void ifma_powm(const IfmaModulus *f, uint64_t *r, const uint64_t *x, const mp_limb_t *e,
                size_t ebits, const uint64_t *one, uint64_t *table);
+void ifma_powm2(const IfmaModulus *f, uint64_t *r0, const uint64_t *x0, uint64_t *r1,
+                const uint64_t *x1, const mp_limb_t *e, size_t ebits, const uint64_t *one,
+                uint64_t *table0, uint64_t *table1);
 
 #endif

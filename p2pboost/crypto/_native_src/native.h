@@ -130,6 +130,21 @@ static inline void mont_mul(const ModulusObject *M, mp_limb_t *rp, const mp_limb
     redc(M, rp, t, tmp);
 }
 
+/* Two independent products, r0 = a0 b0 R^-1 and r1 = a1 b1 R^-1 (each r may alias its own a
+ * or b, not the other pair's): interleaved on the IFMA product, where one product alone
+ * leaves the vector units idle while it chooses each digit's multiple of m. */
+static inline void mont_mul2(const ModulusObject *M, mp_limb_t *r0, const mp_limb_t *a0,
+                             const mp_limb_t *b0, mp_limb_t *r1, const mp_limb_t *a1,
+                             const mp_limb_t *b1, mp_limb_t *t, mp_limb_t *tmp)
+{
+    if (M->ifma.nz) {
+        ifma_mul2(&M->ifma, r0, a0, b0, r1, a1, b1);
+        return;
+    }
+    mont_mul(M, r0, a0, b0, t, tmp);
+    mont_mul(M, r1, a1, b1, t, tmp);
+}
+
 /* rp = a R^-1: out of Montgomery form (t: 2 words, tmp: words of scratch). */
 static inline void mont_leave(const ModulusObject *M, mp_limb_t *rp, const mp_limb_t *a,
                               mp_limb_t *t, mp_limb_t *tmp)

@@ -15,7 +15,7 @@ typedef struct {
     IfmaModulus f;
     mp_size_t n;          /* limbs of the modulus */
     mp_limb_t *m;         /* the modulus, n limbs */
-    uint64_t *one, *r2, *unit, *x, *table;
+    uint64_t *one, *r2, *unit, *x[2], *table[2]; /* two of x and table: two ciphertexts */
     mp_limb_t *num, *tp;  /* dividend (num_limbs) and mpn_sec_div_r's scratch */
     mp_size_t num_limbs;
 } SecretModulus;
@@ -25,7 +25,7 @@ static void secret_clear(SecretModulus *s)
     ifma_clear(&s->f);
     free(s->m);
     free(s->one);
-    free(s->table);
+    free(s->table[0]);
     free(s->num);
     free(s->tp);
     memset(s, 0, sizeof(*s));
@@ -57,17 +57,19 @@ static int secret_init(SecretModulus *s, const mpz_t m, mp_size_t input_limbs)
     s->num_limbs = input_limbs > r2_limbs ? input_limbs : r2_limbs;
     if (s->num_limbs < s->n)
         s->num_limbs = s->n;
-    s->one = calloc(4 * words, sizeof(uint64_t)); /* one, r2, unit, x */
-    s->table = calloc(words << IFMA_WINDOW, sizeof(uint64_t));
+    s->one = calloc(5 * words, sizeof(uint64_t)); /* one, r2, unit, x[0], x[1] */
+    s->table[0] = calloc(2 * (words << IFMA_WINDOW), sizeof(uint64_t));
     s->num = calloc((size_t)s->num_limbs, sizeof(mp_limb_t));
     s->tp = calloc((size_t)mpn_sec_div_r_itch(s->num_limbs, s->n), sizeof(mp_limb_t));
-    if (!s->one || !s->table || !s->num || !s->tp) {
+    if (!s->one || !s->table[0] || !s->num || !s->tp) {
         secret_clear(s);
         return -1;
     }
     s->r2 = s->one + words;
     s->unit = s->r2 + words;
-    s->x = s->unit + words;
+    s->x[0] = s->unit + words;
+    s->x[1] = s->x[0] + words;
+    s->table[1] = s->table[0] + (words << IFMA_WINDOW);
     s->unit[0] = 1;
     mp_limb_t *power = calloc((size_t)s->num_limbs, sizeof(mp_limb_t));
     if (!power) {
@@ -86,18 +88,27 @@ static int secret_init(SecretModulus *s, const mpz_t m, mp_size_t input_limbs)
     return 0;
 }
 
-/* out = (c mod m)^e mod m for c of cn limbs (cn <= the set-up's input_limbs) and e of ebits
- * bits (e_limbs), in time that depends on the sizes only. */
-static void secret_powm(SecretModulus *s, mpz_t out, const mp_limb_t *c, mp_size_t cn,
-                        const mp_limb_t *e_limbs, size_t ebits)
+/* out[k] = (c_k mod m)^e mod m for K = 1 or 2 ciphertexts c_k (c_k at c + k cn, of cn limbs,
+ * cn <= the set-up's input_limbs) and e of ebits bits (e_limbs), in time that depends on the
+ * sizes only; two ciphertexts share the exponentiation's products in pairs (ifma_powm2). */
+static void secret_powm(SecretModulus *s, int K, mpz_ptr *out, const mp_limb_t *c,
+                        mp_size_t cn, const mp_limb_t *e_limbs, size_t ebits)
 {
-    secret_reduce(s, c, cn);
-    ifma_from_limbs(&s->f, s->x, s->num, s->n);
-    ifma_mul(&s->f, s->x, s->x, s->r2); /* into Montgomery form */
-    ifma_powm(&s->f, s->x, s->x, e_limbs, ebits, s->one, s->table);
-    ifma_mul(&s->f, s->x, s->x, s->unit); /* and out of it */
-    ifma_to_limbs(&s->f, s->num, s->n, s->x);
-    mpz_import(out, (size_t)s->n, -1, sizeof(mp_limb_t), 0, 0, s->num);
+    for (int k = 0; k < K; k++) {
+        secret_reduce(s, c + k * cn, cn);
+        ifma_from_limbs(&s->f, s->x[k], s->num, s->n);
+        ifma_mul(&s->f, s->x[k], s->x[k], s->r2); /* into Montgomery form */
+    }
+    if (K == 2)
+        ifma_powm2(&s->f, s->x[0], s->x[0], s->x[1], s->x[1], e_limbs, ebits, s->one,
+                   s->table[0], s->table[1]);
+    else
+        ifma_powm(&s->f, s->x[0], s->x[0], e_limbs, ebits, s->one, s->table[0]);
+    for (int k = 0; k < K; k++) {
+        ifma_mul(&s->f, s->x[k], s->x[k], s->unit); /* and out of it */
+        ifma_to_limbs(&s->f, s->num, s->n, s->x[k]);
+        mpz_import(out[k], (size_t)s->n, -1, sizeof(mp_limb_t), 0, 0, s->num);
+    }
 }
 
 /* Whether decryption modulo m (a factor's square) runs on the IFMA product: when the
@@ -288,8 +299,8 @@ PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Residues rc = {0};
     mp_limb_t *e_limbs = NULL;
-    mpz_t p, p2, e, inv, c;
-    mpz_inits(p, p2, e, inv, c, NULL);
+    mpz_t p, p2, e, inv, c, c1;
+    mpz_inits(p, p2, e, inv, c, c1, NULL);
     ModulusObject *M = as_modulus(mo);
     if (!M || parse_mpz(p_obj, p, "p") < 0 || parse_mpz(p2_obj, p2, "p2") < 0 ||
         parse_mpz(e_obj, e, "exponent") < 0 || parse_mpz(inv_obj, inv, "gp_inverse") < 0)
@@ -320,20 +331,25 @@ PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
     }
     out = (unsigned char *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < rc.count; i++) {
-        if (ifma) {
-            secret_powm(&sp, c, rc.limbs + i * M->n, M->n, e_limbs, ebits);
+    for (Py_ssize_t i = 0; i < rc.count; i += 2) {
+        int K = i + 1 < rc.count ? 2 : 1; /* two ciphertexts at a time */
+        mpz_ptr x[2] = {c, c1};
+        if (ifma)
+            secret_powm(&sp, K, x, rc.limbs + i * M->n, M->n, e_limbs, ebits);
+        else
+            for (int k = 0; k < K; k++) {
+                mpz_import(x[k], (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0,
+                           rc.limbs + (i + k) * M->n);
+                mpz_mod(x[k], x[k], p2);
+                mpz_powm_sec(x[k], x[k], e, p2);
+            }
+        for (int k = 0; k < K; k++) {
+            mpz_sub_ui(x[k], x[k], 1);
+            mpz_tdiv_q(x[k], x[k], p);
+            mpz_mul(x[k], x[k], inv);
+            mpz_mod(x[k], x[k], p);
+            mpz_to_be(out + (i + k) * pwidth, (size_t)pwidth, x[k]);
         }
-        else {
-            mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, rc.limbs + i * M->n);
-            mpz_mod(c, c, p2);
-            mpz_powm_sec(c, c, e, p2);
-        }
-        mpz_sub_ui(c, c, 1);
-        mpz_tdiv_q(c, c, p);
-        mpz_mul(c, c, inv);
-        mpz_mod(c, c, p);
-        mpz_to_be(out + i * pwidth, (size_t)pwidth, c);
     }
     Py_END_ALLOW_THREADS
     if (ifma)
@@ -341,7 +357,7 @@ PyObject *py_ou_decrypt(PyObject *self, PyObject *args)
 done:
     PyMem_Free(rc.limbs);
     free(e_limbs);
-    mpz_clears(p, p2, e, inv, c, NULL);
+    mpz_clears(p, p2, e, inv, c, c1, NULL);
     PyBuffer_Release(&data);
     return result;
 }
@@ -364,10 +380,10 @@ PyObject *py_paillier_decrypt(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     Residues rc = {0};
     mp_limb_t *ep_limbs = NULL, *eq_limbs = NULL;
-    mpz_t k[7], c, mp, mq, ep, eq, n;
+    mpz_t k[7], c, mp, mq, mp1, mq1, ep, eq, n;
     for (int i = 0; i < 7; i++)
         mpz_init(k[i]);
-    mpz_inits(c, mp, mq, ep, eq, n, NULL);
+    mpz_inits(c, mp, mq, mp1, mq1, ep, eq, n, NULL);
     ModulusObject *M = as_modulus(mo);
     if (!M)
         goto done;
@@ -412,32 +428,38 @@ PyObject *py_paillier_decrypt(PyObject *self, PyObject *args)
     }
     out = (unsigned char *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < rc.count; i++) {
-        const mp_limb_t *ci = rc.limbs + i * M->n;
+    for (Py_ssize_t i = 0; i < rc.count; i += 2) {
+        int K = i + 1 < rc.count ? 2 : 1; /* two ciphertexts at a time */
+        mpz_ptr xp[2] = {mp, mp1}, xq[2] = {mq, mq1};
         if (ifma) {
-            secret_powm(&sp, mp, ci, M->n, ep_limbs, ep_bits);
-            secret_powm(&sq, mq, ci, M->n, eq_limbs, eq_bits);
+            secret_powm(&sp, K, xp, rc.limbs + i * M->n, M->n, ep_limbs, ep_bits);
+            secret_powm(&sq, K, xq, rc.limbs + i * M->n, M->n, eq_limbs, eq_bits);
         }
-        else {
-            mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, ci);
-            mpz_mod(mp, c, k[2]);
-            mpz_powm_sec(mp, mp, ep, k[2]);
-            mpz_mod(mq, c, k[3]);
-            mpz_powm_sec(mq, mq, eq, k[3]);
+        else
+            for (int j = 0; j < K; j++) {
+                mpz_import(c, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0,
+                           rc.limbs + (i + j) * M->n);
+                mpz_mod(xp[j], c, k[2]);
+                mpz_powm_sec(xp[j], xp[j], ep, k[2]);
+                mpz_mod(xq[j], c, k[3]);
+                mpz_powm_sec(xq[j], xq[j], eq, k[3]);
+            }
+        for (int j = 0; j < K; j++) {
+            mpz_ptr a = xp[j], b = xq[j];
+            mpz_sub_ui(a, a, 1);
+            mpz_tdiv_q(a, a, k[0]);
+            mpz_mul(a, a, k[4]);
+            mpz_mod(a, a, k[0]);
+            mpz_sub_ui(b, b, 1);
+            mpz_tdiv_q(b, b, k[1]);
+            mpz_mul(b, b, k[5]);
+            mpz_mod(b, b, k[1]);
+            mpz_sub(b, b, a);
+            mpz_mul(b, b, k[6]);
+            mpz_mod(b, b, k[1]);
+            mpz_addmul(a, b, k[0]);
+            mpz_to_be(out + (i + j) * pwidth, (size_t)pwidth, a);
         }
-        mpz_sub_ui(mp, mp, 1);
-        mpz_tdiv_q(mp, mp, k[0]);
-        mpz_mul(mp, mp, k[4]);
-        mpz_mod(mp, mp, k[0]);
-        mpz_sub_ui(mq, mq, 1);
-        mpz_tdiv_q(mq, mq, k[1]);
-        mpz_mul(mq, mq, k[5]);
-        mpz_mod(mq, mq, k[1]);
-        mpz_sub(mq, mq, mp);
-        mpz_mul(mq, mq, k[6]);
-        mpz_mod(mq, mq, k[1]);
-        mpz_addmul(mp, mq, k[0]);
-        mpz_to_be(out + i * pwidth, (size_t)pwidth, mp);
     }
     Py_END_ALLOW_THREADS
     if (ifma) {
@@ -450,7 +472,7 @@ done:
     free(eq_limbs);
     for (int i = 0; i < 7; i++)
         mpz_clear(k[i]);
-    mpz_clears(c, mp, mq, ep, eq, n, NULL);
+    mpz_clears(c, mp, mq, mp1, mq1, ep, eq, n, NULL);
     PyBuffer_Release(&data);
     return result;
 }

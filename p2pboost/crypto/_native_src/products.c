@@ -41,12 +41,20 @@ PyObject *py_mul(PyObject *self, PyObject *args)
     if (load_elements(M, &a, &ra, 0) < 0 || load_elements(M, &b, &rb, 0) < 0)
         goto done;
     unsigned char *out;
-    if (!(t = scratch(M, 1)) || !(result = new_output(M, ra.count, &out)))
+    if (!(t = scratch(M, 2)) || !(result = new_output(M, ra.count, &out)))
         goto done;
     Py_BEGIN_ALLOW_THREADS
     mp_size_t n = M->words;
-    mp_limb_t *acc = t + 3 * n;
-    for (Py_ssize_t i = 0; i < ra.count; i++) {
+    mp_limb_t *acc = t + 3 * n, *acc1 = t + 4 * n;
+    Py_ssize_t i = 0;
+    for (; i + 1 < ra.count; i += 2) { /* two at a time: independent products (mont_mul2) */
+        const mp_limb_t *a0 = ra.limbs + i * n, *b0 = rb.limbs + i * n;
+        mont_mul2(M, acc, a0, b0, acc1, a0 + n, b0 + n, t, t + 2 * n);
+        mont_mul2(M, acc, acc, M->r2, acc1, acc1, M->r2, t, t + 2 * n);
+        elem_store(M, out + i * (Py_ssize_t)M->width, acc, t);
+        elem_store(M, out + (i + 1) * (Py_ssize_t)M->width, acc1, t);
+    }
+    if (i < ra.count) {
         mul_plain(M, acc, ra.limbs + i * n, rb.limbs + i * n, t, t + 2 * n);
         elem_store(M, out + i * (Py_ssize_t)M->width, acc, t);
     }
