@@ -36,8 +36,11 @@ ifma = pytest.mark.skipif(
     reason="this CPU has no AVX-512 IFMA (or the native kernel is not built)",
 )
 
-#: bits of the moduli: OU q / p**2 / n at 2048 and 3072, Paillier n**2, the edges of 52 k
+#: bits of the moduli: OU's q at 1024 bits, q / p**2 / n at 2048 and 3072, Paillier's n**2, the
+#: largest size with paired products (4160) and the smallest without (4576), the edges of 52 k
 _SIZES = [
+    256,
+    341,
     512,
     683,
     1024,
@@ -46,6 +49,8 @@ _SIZES = [
     2048,
     3072,
     4096,
+    4160,
+    4576,
     6144,
     52 * 20 - 2,
     52 * 20 - 1,
@@ -198,10 +203,11 @@ def _odd(bits: int, seed: int) -> int:
 
 
 @ifma
-@pytest.mark.parametrize("p_bits", [256, 342, 512, 683, 1024])
+@pytest.mark.parametrize("p_bits", [128, 256, 342, 512, 683, 1024])
 def test_ou_decryption_agrees_on_both_products(p_bits: int) -> None:
-    """ou_decrypt's formula, L(c**e mod p**2) inv mod p, for OU's p at 768 to 3072 bits
-    (p**2 on the IFMA product from 500 bits), with a short and a full-length exponent."""
+    """ou_decrypt's formula, L(c**e mod p**2) inv mod p, for OU keys of 384 to 3072 bits
+    (p**2 exponentiated on the IFMA product from 500 bits, with mpz_powm_sec below), with a
+    short and a full-length exponent."""
     p, q = _odd(p_bits, 1), _odd(p_bits, 2)
     p2, n = p * p, p * p * q
     inv = _odd(p_bits - 8, 3) % p
@@ -244,9 +250,9 @@ def test_paillier_decryption_agrees_on_both_products(p_bits: int) -> None:
 
 @native
 def test_the_product_is_chosen_by_cpu_size_and_request() -> None:
-    small, big = _modulus(256), _modulus(2048)
+    small, big = _modulus(128), _modulus(2048)
     assert _N.Modulus(big.to_bytes(256, "big"), product="mpn").product == "mpn"
-    assert _N.Modulus(small.to_bytes(32, "big")).product == "mpn"  # mpn is faster there
+    assert _N.Modulus(small.to_bytes(16, "big")).product == "mpn"  # mpn is faster there
     auto = _N.Modulus(big.to_bytes(256, "big")).product
     assert auto == _N.product_kind() == kernels.native_product()
     assert auto == (

@@ -4,9 +4,14 @@
 #include "native.h"
 
 /* The smallest modulus the IFMA product takes by default. Measured on an AMD EPYC (Zen 4),
- * 2026-11-27, one product: 256 bits 0.054 us IFMA against 0.047 us mpn; 512 bits 0.095
- * against 0.109; 1024 bits 0.18 against 0.35; 2048 bits 0.39 against 1.2. */
-#define IFMA_MIN_BITS 500
+ * 2026-11-27, one Montgomery product, mpn against IFMA: 128 bits 0.020 / 0.027 us, 192 bits
+ * 0.032 / 0.032, 256 bits 0.045 / 0.036, 512 bits 0.11 / 0.072, 1024 bits 0.34 / 0.14, 2048
+ * bits 1.23 / 0.33, 4096 bits 4.49 / 1.15. */
+#define IFMA_MIN_BITS 256
+/* The smallest secret modulus (p^2, q^2) decryption exponentiates on the IFMA product: a
+ * 224-bit exponent took 9.8 us with mpz_powm_sec and 11.8 us on IFMA at 256 bits, 30 and 22
+ * us at 512 bits, 100 and 45 us at 1024 bits. */
+#define IFMA_POWM_MIN_BITS 500
 
 static const char *product_name(const ModulusObject *M)
 {
@@ -18,12 +23,17 @@ static const char *product_name(const ModulusObject *M)
  * IFMA_MAX_VECTORS. */
 static int ifma_by_default(size_t bits)
 {
-    return ifma_usable() && ifma_fits(bits);
+    return ifma_usable() && bits >= IFMA_MIN_BITS && ifma_fits(bits);
 }
 
 int ifma_fits(size_t bits)
 {
-    return bits >= IFMA_MIN_BITS && bits + 2 <= 52 * 8 * IFMA_MAX_VECTORS;
+    return bits + 2 <= 52 * 8 * IFMA_MAX_VECTORS;
+}
+
+int ifma_for_powm(size_t bits)
+{
+    return bits >= IFMA_POWM_MIN_BITS && ifma_fits(bits);
 }
 
 static void Modulus_dealloc(ModulusObject *self)
@@ -111,7 +121,7 @@ static int Modulus_init(ModulusObject *self, PyObject *args, PyObject *kwds)
     else if (strcmp(product, "mpn") == 0)
         use_ifma = 0;
     else if (strcmp(product, "ifma") == 0) {
-        if (!ifma_supported() || bits + 2 > 52 * 8 * IFMA_MAX_VECTORS) {
+        if (!ifma_supported() || !ifma_fits(bits)) {
             PyBuffer_Release(&buf);
             PyErr_SetString(PyExc_ValueError, ifma_supported()
                                                   ? "modulus too large for the IFMA product"

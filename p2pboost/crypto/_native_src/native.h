@@ -220,8 +220,10 @@ static inline void elem_store(const ModulusObject *M, unsigned char *out, const 
 
 ModulusObject *as_modulus(PyObject *o);
 
-/* Whether a modulus of `bits` bits is one the IFMA product takes by default (modulus.c). */
+/* Whether a modulus of `bits` bits fits the IFMA product, and whether decryption modulo a
+ * secret modulus of that size is faster on it than with mpz_powm_sec (modulus.c). */
 int ifma_fits(size_t bits);
+int ifma_for_powm(size_t bits);
 
 /* --- checked buffers of residues (modulus.c) --------------------------------------------- */
 

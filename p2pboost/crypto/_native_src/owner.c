@@ -112,10 +112,10 @@ static void secret_powm(SecretModulus *s, int K, mpz_ptr *out, const mp_limb_t *
 }
 
 /* Whether decryption modulo m (a factor's square) runs on the IFMA product: when the
- * ciphertext modulus M does and m is in the IFMA product's range. */
+ * ciphertext modulus M does and m is a size where that is faster (ifma_for_powm). */
 static int decrypt_on_ifma(const ModulusObject *M, const mpz_t m)
 {
-    return M->ifma.nz && ifma_fits(mpz_sizeinbase(m, 2));
+    return M->ifma.nz && ifma_for_powm(mpz_sizeinbase(m, 2));
 }
 
 /* The exponent's limbs (malloc'd, at least one) and bit length. */
