@@ -83,9 +83,7 @@ setup(
                 f"p2pboost/crypto/_native_src/{name}.c"
                 for name in ("module", "modulus", "ifma", "products", "fixed_base", "owner")
             ],
-            depends=[
-                f"p2pboost/crypto/_native_src/{name}.h" for name in ("native", "ifma")
-            ],
+            depends=[f"p2pboost/crypto/_native_src/{name}.h" for name in ("native", "ifma")],
             libraries=["gmp"],
             extra_compile_args=[
                 "-O3",
