@@ -225,8 +225,9 @@ void ifma_mul2(const IfmaModulus *f, uint64_t *r0, const uint64_t *a0, const uin
     amm_by_size[1][f->nz](f, r, a, b);
 }
 
-/* Select table[d] (entries of `words` words) into out, reading every entry: the address
- * sequence and the instructions do not depend on d. */
+/* Select table[d] (entries of `words` words) into out, loading every entry in full and
+ * keeping the wanted one with a masked move (not a masked load, which may skip the memory of
+ * the entries it masks off): the addresses read and the instructions do not depend on d. */
 static IFMA_TARGET void select_entry(uint64_t *out, const uint64_t *table, size_t entries,
                                      size_t words, uint64_t d)
 {
@@ -235,7 +236,8 @@ static IFMA_TARGET void select_entry(uint64_t *out, const uint64_t *table, size_
         __m512i x = _mm512_setzero_si512();
         for (size_t e = 0; e < entries; e++) {
             __mmask8 k = _mm512_cmpeq_epu64_mask(_mm512_set1_epi64((long long)e), want);
-            x = _mm512_mask_loadu_epi64(x, k, (const void *)(table + e * words + v));
+            __m512i entry = _mm512_loadu_si512((const void *)(table + e * words + v));
+            x = _mm512_mask_mov_epi64(x, k, entry);
         }
         _mm512_storeu_si512((void *)(out + v), x);
     }

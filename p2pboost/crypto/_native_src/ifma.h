@@ -9,8 +9,10 @@
 #include <gmp.h>
 #include <stdint.h>
 
-/* Whether this build has the IFMA functions at all (x86-64 with GCC or Clang). */
-#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
+/* Whether this build has the IFMA functions at all (x86-64 with GCC or Clang; defining
+ * P2PBOOST_NO_IFMA builds the mpn path alone, as on other CPUs). */
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8)) &&   \
+    !defined(P2PBOOST_NO_IFMA)
 #define IFMA_COMPILED 1
 #else
 #define IFMA_COMPILED 0
