@@ -226,18 +226,19 @@ void ifma_mul2(const IfmaModulus *f, uint64_t *r0, const uint64_t *a0, const uin
 }
 
 /* Select table[d] (entries of `words` words) into out, loading every entry in full and
- * keeping the wanted one with a masked move (not a masked load, which may skip the memory of
- * the entries it masks off): the addresses read and the instructions do not depend on d. */
+ * keeping the wanted one with an AND against an all-ones or all-zeros word: the addresses read
+ * and the instructions do not depend on d. (A masked move is not used: compilers fold it into
+ * a masked load, which need not read the memory of the entries it masks off.) */
 static IFMA_TARGET void select_entry(uint64_t *out, const uint64_t *table, size_t entries,
                                      size_t words, uint64_t d)
 {
-    const __m512i want = _mm512_set1_epi64((long long)d);
     for (size_t v = 0; v < words; v += 8) {
         __m512i x = _mm512_setzero_si512();
         for (size_t e = 0; e < entries; e++) {
-            __mmask8 k = _mm512_cmpeq_epu64_mask(_mm512_set1_epi64((long long)e), want);
+            uint64_t diff = (uint64_t)e ^ d;
+            uint64_t keep = ((diff | ((uint64_t)0 - diff)) >> 63) - 1; /* ~0 when e == d */
             __m512i entry = _mm512_loadu_si512((const void *)(table + e * words + v));
-            x = _mm512_mask_mov_epi64(x, k, entry);
+            x = _mm512_or_si512(x, _mm512_and_si512(entry, _mm512_set1_epi64((long long)keep)));
         }
         _mm512_storeu_si512((void *)(out + v), x);
     }
