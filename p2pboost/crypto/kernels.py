@@ -253,9 +253,11 @@ def horner(mod: Any, cts: Residues, shifts: npt.ArrayLike, offsets: npt.ArrayLik
 def decrypt(private_key: Any, cts: Residues) -> list[int]:
     """Decrypt ciphertexts (checked residues of the key's modulus) to plaintext integers.
 
-    Native: the key owner's exponentiations with the secret exponent use ``mpz_powm_sec``
-    (Paillier: ``p - 1`` and ``q - 1`` modulo ``p**2`` and ``q**2``, by CRT; OU: the key's
-    decryption exponent modulo ``p**2``).
+    Native: the key owner's exponentiations with the secret exponent (Paillier: ``p - 1`` and
+    ``q - 1`` modulo ``p**2`` and ``q**2``, by CRT; OU: the key's decryption exponent modulo
+    ``p**2``) are constant-time: ``mpz_powm_sec`` on GMP's mpn product, a fixed-window
+    exponentiation with full table scans on the AVX-512 IFMA product (:func:`native_product`;
+    docs/explanation/native-kernel.md says what each leaves visible).
     """
     pk = private_key.public_key
     _check(pk.modulus, cts)
