@@ -17,13 +17,33 @@ typedef struct {
     mp_limb_t *m;         /* the modulus, n limbs */
     uint64_t *one, *r2, *unit, *x[2], *table[2]; /* two of x and table: two ciphertexts */
     mp_limb_t *num, *tp;  /* dividend (num_limbs) and mpn_sec_div_r's scratch */
-    mp_size_t num_limbs;
+    mp_size_t num_limbs, tp_limbs;
 } SecretModulus;
 
+/* Zero n words that held secrets before their memory is freed (a volatile store each, which
+ * the compiler may not drop as dead). */
+static void wipe(void *p, size_t words)
+{
+    volatile uint64_t *v = p;
+    for (size_t i = 0; p && i < words; i++)
+        v[i] = 0;
+}
+
+/* Free the set-up, zeroing what held the secret modulus, its constants and the powers of the
+ * ciphertexts first. */
 static void secret_clear(SecretModulus *s)
 {
+    size_t words = 8 * (size_t)s->f.nz;
+    wipe(s->f.m, words);
     ifma_clear(&s->f);
+    wipe(s->m, (size_t)s->n);
     free(s->m);
+    if (s->one) {
+        wipe(s->one, 5 * words);
+        wipe(s->table[0], 2 * (words << IFMA_WINDOW));
+        wipe(s->num, (size_t)s->num_limbs);
+        wipe(s->tp, (size_t)s->tp_limbs);
+    }
     free(s->one);
     free(s->table[0]);
     free(s->num);
@@ -60,7 +80,8 @@ static int secret_init(SecretModulus *s, const mpz_t m, mp_size_t input_limbs)
     s->one = calloc(5 * words, sizeof(uint64_t)); /* one, r2, unit, x[0], x[1] */
     s->table[0] = calloc(2 * (words << IFMA_WINDOW), sizeof(uint64_t));
     s->num = calloc((size_t)s->num_limbs, sizeof(mp_limb_t));
-    s->tp = calloc((size_t)mpn_sec_div_r_itch(s->num_limbs, s->n), sizeof(mp_limb_t));
+    s->tp_limbs = mpn_sec_div_r_itch(s->num_limbs, s->n);
+    s->tp = calloc((size_t)s->tp_limbs, sizeof(mp_limb_t));
     if (!s->one || !s->table[0] || !s->num || !s->tp) {
         secret_clear(s);
         return -1;
