@@ -7,8 +7,8 @@ every kernel must give the same bytes on either. The sizes are the library's: OU
 edges of the 52-bit digit count (the product needs 4 m < 2**(52 k), so m of 52 k - 2 and
 52 k - 1 bits fall on either side of a step). The values include 1, m - 1 and numbers next to
 2**(52 j). The IFMA tests need a CPU with AVX-512 IFMA and are skipped, with that reason, on
-one without; the others (the switch, the choice, the refusals) run everywhere the native
-kernel is built.
+one without; the others (the switch, the choice, the refusals, whole encryptors and
+decryption on the process' product against gmpy2) run everywhere the native kernel is built.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from p2pboost.crypto import kernels
+from p2pboost.crypto.additive import CiphertextBatch
+from p2pboost.crypto.encryptors import make_encryptor
+from p2pboost.crypto.keys import make_keypair
 
 native = pytest.mark.skipif(
     not kernels.native_available(), reason="native kernel not built (no compiler or GMP headers)"
@@ -282,3 +286,35 @@ def test_the_environment_switch_forces_mpn() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["mpn", "mpn", "mpn"]
+
+
+@pytest.fixture
+def restore_kernel() -> Iterator[None]:
+    previous = kernels.active()
+    yield
+    kernels.use(previous)
+
+
+@native
+@pytest.mark.parametrize("bits", [1024, 2048])
+@pytest.mark.parametrize("scheme", ["ou", "paillier"])
+def test_encryption_and_decryption_match_gmpy2(
+    restore_kernel: None, scheme: str, bits: int
+) -> None:
+    """Whole encryptors and decryption on the process' product (IFMA where the CPU has it)
+    against the gmpy2 kernel: the same randomisers give the same ciphertext bytes, and both
+    decrypt them to the plaintexts."""
+    pk, sk = make_keypair(scheme, bits, allow_insecure=True)
+    plain = [0, 1, 2**60 + 7]
+    kernels.use("native")
+    factors = make_encryptor(pk, sk).factors(len(plain))
+    out = {}
+    for kernel in ("native", "gmpy2"):
+        kernels.use(kernel)
+        for owner in (sk, None):
+            out[kernel, owner is None] = make_encryptor(pk, owner).encrypt(plain, factors)
+    assert len(set(out.values())) == 1
+    cts = CiphertextBatch.of(pk, out["native", False]).residues(pk)
+    for kernel in ("native", "gmpy2"):
+        kernels.use(kernel)
+        assert kernels.decrypt(sk, cts) == plain
