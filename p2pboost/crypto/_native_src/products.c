@@ -68,6 +68,27 @@ done:
     return result;
 }
 
+/* One segment of segment_products in progress: rows first .. end of the index, the next at
+ * k, its accumulator and a row's scratch (`words` words each). */
+typedef struct {
+    int64_t first, end, k;
+    mp_limb_t *acc, *row;
+} Segment;
+
+/* Load the segment's next row (data[index[k]]) into x and advance; 0 when it is outside
+ * (0, m). The row four ahead is prefetched. tmp: n limbs of scratch. */
+static inline int segment_row(const ModulusObject *M, Segment *g, mp_limb_t *x,
+                              const unsigned char *base, const int64_t *idx, mp_limb_t *tmp)
+{
+    size_t w = M->width;
+    if (g->k + 4 < g->end) {
+        const unsigned char *ahead = base + (size_t)idx[g->k + 4] * w;
+        __builtin_prefetch(ahead);
+        __builtin_prefetch(ahead + w - 1);
+    }
+    return elem_load(M, x, base + (size_t)idx[g->k++] * w, tmp, 0);
+}
+
 const char segment_products_doc[] =
              "segment_products(modulus, data, index, offsets) -> bytes: for each segment s, the\n"
              "product mod m of data[index[k]] for offsets[s] <= k < offsets[s+1] (1 if empty).";
@@ -105,38 +126,49 @@ PyObject *py_segment_products(PyObject *self, PyObject *args)
             goto done;
         }
     unsigned char *out;
-    if (!(t = scratch(M, 2)) || !(result = new_output(M, n_seg, &out)))
+    if (!(t = scratch(M, 4)) || !(result = new_output(M, n_seg, &out)))
         goto done;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    /* Only the rows the index names are read (a child's rows among a shard's), each parsed
-     * and range-checked as it is used; the next few rows are prefetched, since a cell's rows
-     * lie anywhere in the buffer. */
+    /* Two segments at a time, so that their products run as independent pairs (mont_mul2)
+     * while both have rows left, then the longer one's tail alone. Only the rows the index
+     * names are read (a child's rows among a shard's), each parsed and range-checked as it is
+     * used; the next few rows are prefetched, since a cell's rows lie anywhere in the buffer. */
     mp_size_t n = M->words;
     size_t w = M->width;
-    const unsigned char *base = data.buf;
-    mp_limb_t *acc = t + 3 * n, *row = t + 4 * n;
-    for (Py_ssize_t s = 0; s < n_seg && !bad; s++) {
-        int64_t a = off[s], b = off[s + 1];
-        memcpy(acc, M->unit, sizeof(mp_limb_t) * (size_t)n);
-        for (int64_t k = a; k < b; k++) {
-            if (k + 4 < b) {
-                const unsigned char *ahead = base + (size_t)idx[k + 4] * w;
-                __builtin_prefetch(ahead);
-                __builtin_prefetch(ahead + w - 1);
-            }
-            mp_limb_t *x = k == a ? acc : row;
-            if (!elem_load(M, x, base + (size_t)idx[k] * w, t, 0)) {
+    for (Py_ssize_t s = 0; s < n_seg && !bad; s += 2) {
+        int pair = s + 1 < n_seg ? 2 : 1;
+        Segment seg[2];
+        for (int q = 0; q < pair; q++) {
+            seg[q] = (Segment){off[s + q], off[s + q + 1], off[s + q], t + (3 + 2 * q) * n,
+                               t + (4 + 2 * q) * n};
+            memcpy(seg[q].acc, M->unit, sizeof(mp_limb_t) * (size_t)n);
+            /* the first row goes straight into the accumulator */
+            if (seg[q].k < seg[q].end && !segment_row(M, &seg[q], seg[q].acc, data.buf, idx, t))
                 bad = 1;
-                break;
-            }
-            if (k > a)
-                mont_mul(M, acc, acc, row, t, t + 2 * n);
         }
-        /* acc = product * R^-(b-a-1): put the missing powers of R back */
-        if (b > a)
-            times_r_power(M, acc, (uint64_t)(b - a - 1), t, t + 2 * n);
-        elem_store(M, out + s * (Py_ssize_t)w, acc, t);
+        while (!bad && pair == 2 && seg[0].k < seg[0].end && seg[1].k < seg[1].end) {
+            if (!segment_row(M, &seg[0], seg[0].row, data.buf, idx, t) ||
+                !segment_row(M, &seg[1], seg[1].row, data.buf, idx, t))
+                bad = 1;
+            else
+                mont_mul2(M, seg[0].acc, seg[0].acc, seg[0].row, seg[1].acc, seg[1].acc,
+                          seg[1].row, t, t + 2 * n);
+        }
+        for (int q = 0; q < pair && !bad; q++) {
+            Segment *g = &seg[q];
+            while (g->k < g->end) {
+                if (!segment_row(M, g, g->row, data.buf, idx, t)) {
+                    bad = 1;
+                    break;
+                }
+                mont_mul(M, g->acc, g->acc, g->row, t, t + 2 * n);
+            }
+            /* acc = product * R^-(rows - 1): put the missing powers of R back */
+            if (!bad && g->end > g->first)
+                times_r_power(M, g->acc, (uint64_t)(g->end - g->first - 1), t, t + 2 * n);
+            elem_store(M, out + (s + q) * (Py_ssize_t)w, g->acc, t);
+        }
     }
     Py_END_ALLOW_THREADS
     if (bad) {
