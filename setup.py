@@ -81,9 +81,9 @@ setup(
             "p2pboost.crypto._native",
             sources=[
                 f"p2pboost/crypto/_native_src/{name}.c"
-                for name in ("module", "modulus", "products", "fixed_base", "owner")
+                for name in ("module", "modulus", "ifma", "products", "fixed_base", "owner")
             ],
-            depends=["p2pboost/crypto/_native_src/native.h"],
+            depends=[f"p2pboost/crypto/_native_src/{name}.h" for name in ("native", "ifma")],
             libraries=["gmp"],
             extra_compile_args=[
                 "-O3",

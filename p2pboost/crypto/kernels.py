@@ -8,7 +8,9 @@ by Horner's rule (:func:`horner`), decryption (:func:`decrypt`) and fixed-base e
 
 **Two kernels.** ``native`` is the C extension :mod:`p2pboost.crypto._native` over GMP: the
 loops run over contiguous fixed-width big-endian buffers with the GIL released (Montgomery
-products on GMP's mpn layer; decryption with ``mpz_powm_sec``). ``gmpy2`` is the reference
+products on GMP's mpn layer, or with AVX-512 IFMA where the CPU has it: :func:`native_product`;
+decryption with ``mpz_powm_sec`` or, on the IFMA product, a constant-time fixed-window
+exponentiation). ``gmpy2`` is the reference
 (:mod:`p2pboost.crypto._kernel_gmpy2`), pure Python over gmpy2, always available. The choice
 is made once per process, at import, from the environment variable ``P2PBOOST_KERNEL``:
 ``auto`` (the default: native when the extension was built), ``native`` (an error if it was
@@ -48,6 +50,7 @@ __all__ = [
     "multiply",
     "native_available",
     "native_modulus",
+    "native_product",
     "prefer",
     "prefix_products",
     "segment_products",
@@ -74,6 +77,14 @@ I64 = npt.NDArray[np.int64]
 def native_available() -> bool:
     """Whether the native extension was built and imports."""
     return _native is not None
+
+
+def native_product() -> str | None:
+    """The Montgomery product the native kernel uses in this process for the library's key
+    sizes: ``"ifma"`` (AVX-512 IFMA, radix 2**52) where the CPU has it, else ``"mpn"`` (GMP's
+    mpn layer); ``None`` without the extension. ``P2PBOOST_IFMA=0`` in the environment (read
+    once per process, inherited by workers) forces ``"mpn"``; results are the same bytes."""
+    return None if _native is None else str(_native.product_kind())
 
 
 def _from_env() -> str:
@@ -242,9 +253,11 @@ def horner(mod: Any, cts: Residues, shifts: npt.ArrayLike, offsets: npt.ArrayLik
 def decrypt(private_key: Any, cts: Residues) -> list[int]:
     """Decrypt ciphertexts (checked residues of the key's modulus) to plaintext integers.
 
-    Native: the key owner's exponentiations with the secret exponent use ``mpz_powm_sec``
-    (Paillier: ``p - 1`` and ``q - 1`` modulo ``p**2`` and ``q**2``, by CRT; OU: the key's
-    decryption exponent modulo ``p**2``).
+    Native: the key owner's exponentiations with the secret exponent (Paillier: ``p - 1`` and
+    ``q - 1`` modulo ``p**2`` and ``q**2``, by CRT; OU: the key's decryption exponent modulo
+    ``p**2``) are constant-time: ``mpz_powm_sec`` on GMP's mpn product, a fixed-window
+    exponentiation with full table scans on the AVX-512 IFMA product (:func:`native_product`;
+    docs/explanation/native-kernel.md says what each leaves visible).
     """
     pk = private_key.public_key
     _check(pk.modulus, cts)

@@ -233,27 +233,47 @@ _ASAN_SCRIPT = textwrap.dedent(
     spec = importlib.util.spec_from_file_location("p2pboost.crypto._native", sys.argv[1])
     n = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(n)
+
+
+    def be(v):
+        return v.to_bytes((v.bit_length() + 7) // 8, "big")
+
+
+    def check(m, mod, w):
+        vals = [int.from_bytes(os.urandom(w), "big") % mod or 3 for _ in range(200)]
+        data = b"".join(v.to_bytes(w, "big") for v in vals)
+        idx = np.random.default_rng(0).permutation(200).astype(np.int64)
+        assert n.segment_products(m, data, idx, np.array([0, 0, 7, 200], dtype=np.int64))
+        assert n.prefix_products(m, data, 50) and n.mul(m, data, data)
+        assert n.divide(m, data[: 3 * w], data[w : 4 * w])
+        assert n.horner(m, data, np.full(200, 9, dtype=np.int64), np.array([0, 3, 200]))
+        t = n.FixedBase(m, data[:w], 5, 10)
+        assert n.fixed_base((t, t), (os.urandom(6 * 20), bytes(6 * 20)), 20)
+        assert n.crt(data[:w], data[w : 2 * w], m, m, (5).to_bytes(1, "big"), 2 * w + 1)
+        for bad in (lambda: n.mul(m, data, data[:-1]), lambda: n.mul(m, bytes(w), data[:w]),
+                    lambda: n.segment_products(m, data, np.array([200]), np.array([0, 1])),
+                    lambda: n.fixed_base((t,), (b"\\xff" * 7,), 1)):
+            try:
+                bad()
+            except (ValueError, TypeError):
+                pass
+            else:
+                raise SystemExit("accepted a bad call")
+
+
+    # every product this CPU has: AVX-512 IFMA (where it has it) and GMP's mpn layer
+    products = ["ifma", "mpn"] if n.ifma_supported() else ["mpn"]
     mod = (1 << 1023) + 1155  # odd
-    w = 128
-    m = n.Modulus(mod.to_bytes(w, "big"))
-    vals = [int.from_bytes(os.urandom(w), "big") % mod or 3 for _ in range(200)]
-    data = b"".join(v.to_bytes(w, "big") for v in vals)
-    idx = np.random.default_rng(0).permutation(200).astype(np.int64)
-    assert n.segment_products(m, data, idx, np.array([0, 0, 7, 200], dtype=np.int64))
-    assert n.prefix_products(m, data, 50) and n.mul(m, data, data)
-    assert n.horner(m, data, np.full(200, 9, dtype=np.int64), np.array([0, 3, 200]))
-    t = n.FixedBase(m, data[:w], 5, 10)
-    assert n.fixed_base((t, t), (os.urandom(6 * 20), bytes(6 * 20)), 20)
-    assert n.crt(data[:w], data[w : 2 * w], m, m, (5).to_bytes(1, "big"), 2 * w + 1)
-    for bad in (lambda: n.mul(m, data, data[:-1]), lambda: n.mul(m, bytes(w), data[:w]),
-                lambda: n.segment_products(m, data, np.array([200]), np.array([0, 1])),
-                lambda: n.fixed_base((t,), (b"\\xff" * 7,), 1)):
-        try:
-            bad()
-        except (ValueError, TypeError):
-            pass
-        else:
-            raise SystemExit("accepted a bad call")
+    for product in products:
+        check(n.Modulus(mod.to_bytes(128, "big"), product=product), mod, 128)
+    p, q = (1 << 511) + 187, (1 << 510) + 321  # odd; decryption's formula needs no primes
+    for product in products:
+        nn = n.Modulus((p * p * q).to_bytes(192, "big"), product=product)
+        c = (12345).to_bytes(192, "big") * 3
+        assert n.ou_decrypt(nn, c, be(p), be(p * p), be((1 << 223) + 5), be(7), 64)
+        n2 = n.Modulus((p * q * p * q).to_bytes(256, "big"), product=product)
+        keys = [be(v) for v in (p, q, p * p, q * q, 3, 5, 7)]
+        assert n.paillier_decrypt(n2, (99).to_bytes(256, "big") * 2, *keys, 128)
     print("asan-ok")
     """
 )

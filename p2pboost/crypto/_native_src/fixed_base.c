@@ -36,9 +36,9 @@ static int FixedBase_init(FixedBaseObject *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "base must have the modulus' width");
         goto done;
     }
-    if (load_residues(M, &base, &rb, 0) < 0)
+    if (load_elements(M, &base, &rb, 0) < 0)
         goto done;
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     size_t entries = (size_t)windows << w;
     if (entries > ((size_t)1 << 34) / ((size_t)n * sizeof(mp_limb_t))) {
         PyErr_SetString(PyExc_MemoryError, "fixed-base table larger than 16 GiB");
@@ -188,7 +188,7 @@ PyObject *py_fixed_base(PyObject *self, PyObject *args)
             }
     }
     unsigned char *out;
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     mp_limb_t *accs = NULL;
     if (!(t = scratch(M, 1)) || !(result = new_output(M, count, &out)))
         goto done;
@@ -214,15 +214,26 @@ PyObject *py_fixed_base(PyObject *self, PyObject *args)
                 used = T->windows;
             for (Py_ssize_t j = 0; j < used; j++) {
                 const mp_limb_t *row = T->rows + (size_t)j * size * (size_t)n;
-                for (Py_ssize_t b = 0; b < block; b++) {
-                    const unsigned char *e =
-                        (const unsigned char *)ebuf[k].buf + (size_t)(i0 + b) * ebytes[k];
-                    unsigned d = digit_at(e, ebytes[k], (size_t)j * (size_t)w, w);
+                /* two values at a time: two independent products (mont_mul2) */
+                for (Py_ssize_t b = 0; b < block; b += 2) {
+                    Py_ssize_t pair = b + 1 < block ? 2 : 1;
+                    const mp_limb_t *entry[2] = {NULL, NULL};
+                    for (Py_ssize_t q = 0; q < pair; q++) {
+                        const unsigned char *e = (const unsigned char *)ebuf[k].buf +
+                                                 (size_t)(i0 + b + q) * ebytes[k];
+                        unsigned d = digit_at(e, ebytes[k], (size_t)j * (size_t)w, w);
+                        entry[q] = row + d * (size_t)n;
+                    }
                     mp_limb_t *acc = accs + b * n;
-                    if (first)
-                        memcpy(acc, row + d * (size_t)n, sizeof(mp_limb_t) * (size_t)n);
+                    if (first) {
+                        for (Py_ssize_t q = 0; q < pair; q++)
+                            memcpy(acc + q * n, entry[q], sizeof(mp_limb_t) * (size_t)n);
+                    }
+                    else if (pair == 2)
+                        mont_mul2(M, acc, acc, entry[0], acc + n, acc + n, entry[1], t,
+                                  t + 2 * n);
                     else
-                        mont_mul(M, acc, acc, row + d * (size_t)n, t, t + 2 * n);
+                        mont_mul(M, acc, acc, entry[0], t, t + 2 * n);
                 }
                 first = 0;
             }
@@ -231,11 +242,8 @@ PyObject *py_fixed_base(PyObject *self, PyObject *args)
             mp_limb_t *acc = accs + b * n;
             if (first) /* no window at all: the empty product, 1 (R in Montgomery form) */
                 memcpy(acc, M->one, sizeof(mp_limb_t) * (size_t)n);
-            /* leave Montgomery form: redc(acc * 1) */
-            memset(t, 0, sizeof(mp_limb_t) * (size_t)(2 * n));
-            memcpy(t, acc, sizeof(mp_limb_t) * (size_t)n);
-            redc(M, acc, t, t + 2 * n);
-            limbs_to_be(out + (i0 + b) * (Py_ssize_t)M->width, M->width, acc, n);
+            mont_leave(M, acc, acc, t, t + 2 * n);
+            elem_store(M, out + (i0 + b) * (Py_ssize_t)M->width, acc, t);
         }
     }
     Py_END_ALLOW_THREADS

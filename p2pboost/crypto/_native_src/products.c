@@ -38,17 +38,25 @@ PyObject *py_mul(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "operands differ in length");
         goto done;
     }
-    if (load_residues(M, &a, &ra, 0) < 0 || load_residues(M, &b, &rb, 0) < 0)
+    if (load_elements(M, &a, &ra, 0) < 0 || load_elements(M, &b, &rb, 0) < 0)
         goto done;
     unsigned char *out;
-    if (!(t = scratch(M, 1)) || !(result = new_output(M, ra.count, &out)))
+    if (!(t = scratch(M, 2)) || !(result = new_output(M, ra.count, &out)))
         goto done;
     Py_BEGIN_ALLOW_THREADS
-    mp_size_t n = M->n;
-    mp_limb_t *acc = t + 3 * n;
-    for (Py_ssize_t i = 0; i < ra.count; i++) {
+    mp_size_t n = M->words;
+    mp_limb_t *acc = t + 3 * n, *acc1 = t + 4 * n;
+    Py_ssize_t i = 0;
+    for (; i + 1 < ra.count; i += 2) { /* two at a time: independent products (mont_mul2) */
+        const mp_limb_t *a0 = ra.limbs + i * n, *b0 = rb.limbs + i * n;
+        mont_mul2(M, acc, a0, b0, acc1, a0 + n, b0 + n, t, t + 2 * n);
+        mont_mul2(M, acc, acc, M->r2, acc1, acc1, M->r2, t, t + 2 * n);
+        elem_store(M, out + i * (Py_ssize_t)M->width, acc, t);
+        elem_store(M, out + (i + 1) * (Py_ssize_t)M->width, acc1, t);
+    }
+    if (i < ra.count) {
         mul_plain(M, acc, ra.limbs + i * n, rb.limbs + i * n, t, t + 2 * n);
-        limbs_to_be(out + i * (Py_ssize_t)M->width, M->width, acc, n);
+        elem_store(M, out + i * (Py_ssize_t)M->width, acc, t);
     }
     Py_END_ALLOW_THREADS
 done:
@@ -58,6 +66,27 @@ done:
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
     return result;
+}
+
+/* One segment of segment_products in progress: rows first .. end of the index, the next at
+ * k, its accumulator and a row's scratch (`words` words each). */
+typedef struct {
+    int64_t first, end, k;
+    mp_limb_t *acc, *row;
+} Segment;
+
+/* Load the segment's next row (data[index[k]]) into x and advance; 0 when it is outside
+ * (0, m). The row four ahead is prefetched. tmp: n limbs of scratch. */
+static inline int segment_row(const ModulusObject *M, Segment *g, mp_limb_t *x,
+                              const unsigned char *base, const int64_t *idx, mp_limb_t *tmp)
+{
+    size_t w = M->width;
+    if (g->k + 4 < g->end) {
+        const unsigned char *ahead = base + (size_t)idx[g->k + 4] * w;
+        __builtin_prefetch(ahead);
+        __builtin_prefetch(ahead + w - 1);
+    }
+    return elem_load(M, x, base + (size_t)idx[g->k++] * w, tmp, 0);
 }
 
 const char segment_products_doc[] =
@@ -97,40 +126,49 @@ PyObject *py_segment_products(PyObject *self, PyObject *args)
             goto done;
         }
     unsigned char *out;
-    if (!(t = scratch(M, 2)) || !(result = new_output(M, n_seg, &out)))
+    if (!(t = scratch(M, 4)) || !(result = new_output(M, n_seg, &out)))
         goto done;
     int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    /* Only the rows the index names are read (a child's rows among a shard's), each parsed
-     * and range-checked as it is used; the next few rows are prefetched, since a cell's rows
-     * lie anywhere in the buffer. */
-    mp_size_t n = M->n;
+    /* Two segments at a time, so that their products run as independent pairs (mont_mul2)
+     * while both have rows left, then the longer one's tail alone. Only the rows the index
+     * names are read (a child's rows among a shard's), each parsed and range-checked as it is
+     * used; the next few rows are prefetched, since a cell's rows lie anywhere in the buffer. */
+    mp_size_t n = M->words;
     size_t w = M->width;
-    const unsigned char *base = data.buf;
-    mp_limb_t *acc = t + 3 * n, *row = t + 4 * n;
-    for (Py_ssize_t s = 0; s < n_seg && !bad; s++) {
-        int64_t a = off[s], b = off[s + 1];
-        memset(acc, 0, sizeof(mp_limb_t) * (size_t)n);
-        acc[0] = 1;
-        for (int64_t k = a; k < b; k++) {
-            if (k + 4 < b) {
-                const unsigned char *ahead = base + (size_t)idx[k + 4] * w;
-                __builtin_prefetch(ahead);
-                __builtin_prefetch(ahead + w - 1);
-            }
-            mp_limb_t *x = k == a ? acc : row;
-            be_to_limbs(x, n, base + (size_t)idx[k] * w, w);
-            if (limbs_is_zero(x, n) || mpn_cmp(x, M->m, n) >= 0) {
+    for (Py_ssize_t s = 0; s < n_seg && !bad; s += 2) {
+        int pair = s + 1 < n_seg ? 2 : 1;
+        Segment seg[2];
+        for (int q = 0; q < pair; q++) {
+            seg[q] = (Segment){off[s + q], off[s + q + 1], off[s + q], t + (3 + 2 * q) * n,
+                               t + (4 + 2 * q) * n};
+            memcpy(seg[q].acc, M->unit, sizeof(mp_limb_t) * (size_t)n);
+            /* the first row goes straight into the accumulator */
+            if (seg[q].k < seg[q].end && !segment_row(M, &seg[q], seg[q].acc, data.buf, idx, t))
                 bad = 1;
-                break;
-            }
-            if (k > a)
-                mont_mul(M, acc, acc, row, t, t + 2 * n);
         }
-        /* acc = product * R^-(b-a-1): put the missing powers of R back */
-        if (b > a)
-            times_r_power(M, acc, (uint64_t)(b - a - 1), t, t + 2 * n);
-        limbs_to_be(out + s * (Py_ssize_t)w, w, acc, n);
+        while (!bad && pair == 2 && seg[0].k < seg[0].end && seg[1].k < seg[1].end) {
+            if (!segment_row(M, &seg[0], seg[0].row, data.buf, idx, t) ||
+                !segment_row(M, &seg[1], seg[1].row, data.buf, idx, t))
+                bad = 1;
+            else
+                mont_mul2(M, seg[0].acc, seg[0].acc, seg[0].row, seg[1].acc, seg[1].acc,
+                          seg[1].row, t, t + 2 * n);
+        }
+        for (int q = 0; q < pair && !bad; q++) {
+            Segment *g = &seg[q];
+            while (g->k < g->end) {
+                if (!segment_row(M, g, g->row, data.buf, idx, t)) {
+                    bad = 1;
+                    break;
+                }
+                mont_mul(M, g->acc, g->acc, g->row, t, t + 2 * n);
+            }
+            /* acc = product * R^-(rows - 1): put the missing powers of R back */
+            if (!bad && g->end > g->first)
+                times_r_power(M, g->acc, (uint64_t)(g->end - g->first - 1), t, t + 2 * n);
+            elem_store(M, out + (s + q) * (Py_ssize_t)w, g->acc, t);
+        }
     }
     Py_END_ALLOW_THREADS
     if (bad) {
@@ -164,7 +202,7 @@ PyObject *py_prefix_products(PyObject *self, PyObject *args)
     ModulusObject *M = as_modulus(mo);
     if (!M)
         goto done;
-    if (load_residues(M, &data, &rd, 0) < 0)
+    if (load_elements(M, &data, &rd, 0) < 0)
         goto done;
     if (run <= 0 || rd.count % run) {
         PyErr_SetString(PyExc_ValueError, "run must be positive and divide the count");
@@ -174,14 +212,14 @@ PyObject *py_prefix_products(PyObject *self, PyObject *args)
     if (!(t = scratch(M, 1)) || !(result = new_output(M, rd.count, &out)))
         goto done;
     Py_BEGIN_ALLOW_THREADS
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     mp_limb_t *acc = t + 3 * n;
     for (Py_ssize_t i = 0; i < rd.count; i++) {
         if (i % run == 0)
             memcpy(acc, rd.limbs + i * n, sizeof(mp_limb_t) * (size_t)n);
         else
             mul_plain(M, acc, acc, rd.limbs + i * n, t, t + 2 * n);
-        limbs_to_be(out + i * (Py_ssize_t)M->width, M->width, acc, n);
+        elem_store(M, out + i * (Py_ssize_t)M->width, acc, t);
     }
     Py_END_ALLOW_THREADS
 done:
@@ -212,12 +250,12 @@ PyObject *py_divide(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "operands differ in length");
         goto done;
     }
-    if (load_residues(M, &a, &ra, 0) < 0 || load_residues(M, &b, &rb, 0) < 0)
+    if (load_elements(M, &a, &ra, 0) < 0 || load_elements(M, &b, &rb, 0) < 0)
         goto done;
     unsigned char *out;
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     Py_ssize_t count = ra.count;
-    if (!(t = scratch(M, 2)) || !(result = new_output(M, count, &out)))
+    if (!(t = scratch(M, 3)) || !(result = new_output(M, count, &out)))
         goto done;
     if (count == 0)
         goto done;
@@ -229,27 +267,29 @@ PyObject *py_divide(PyObject *self, PyObject *args)
     }
     int singular = 0;
     Py_BEGIN_ALLOW_THREADS
-    mp_limb_t *inv = t + 3 * n, *x = t + 4 * n;
+    mp_limb_t *inv = t + 3 * n, *x = t + 4 * n, *limbs = t + 5 * n;
     memcpy(prefix, rb.limbs, sizeof(mp_limb_t) * (size_t)n);
     for (Py_ssize_t i = 1; i < count; i++)
         mul_plain(M, prefix + i * n, prefix + (i - 1) * n, rb.limbs + i * n, t, t + 2 * n);
     mpz_t z;
     mpz_init(z);
-    mpz_import(z, (size_t)n, -1, sizeof(mp_limb_t), 0, 0, prefix + (count - 1) * n);
+    elem_to_limbs(M, limbs, prefix + (count - 1) * n);
+    mpz_import(z, (size_t)M->n, -1, sizeof(mp_limb_t), 0, 0, limbs);
     if (!mpz_invert(z, z, M->value)) {
         singular = 1;
     }
     else {
-        memset(inv, 0, sizeof(mp_limb_t) * (size_t)n);
-        mpz_export(inv, NULL, -1, sizeof(mp_limb_t), 0, 0, z);
+        memset(limbs, 0, sizeof(mp_limb_t) * (size_t)M->n);
+        mpz_export(limbs, NULL, -1, sizeof(mp_limb_t), 0, 0, z);
+        elem_from_limbs(M, inv, limbs);
         for (Py_ssize_t i = count - 1; i > 0; i--) {
             mul_plain(M, x, inv, prefix + (i - 1) * n, t, t + 2 * n); /* b_i^-1 */
             mul_plain(M, x, x, ra.limbs + i * n, t, t + 2 * n);
-            limbs_to_be(out + i * (Py_ssize_t)M->width, M->width, x, n);
+            elem_store(M, out + i * (Py_ssize_t)M->width, x, t);
             mul_plain(M, inv, inv, rb.limbs + i * n, t, t + 2 * n);
         }
         mul_plain(M, x, inv, ra.limbs, t, t + 2 * n);
-        limbs_to_be(out, M->width, x, n);
+        elem_store(M, out, x, t);
     }
     mpz_clear(z);
     Py_END_ALLOW_THREADS
@@ -291,7 +331,7 @@ PyObject *py_horner(PyObject *self, PyObject *args)
     if (int64_buffer(offsets_obj, &offsets, "offsets") < 0)
         goto done;
     have_offsets = 1;
-    if (load_residues(M, &data, &rd, 0) < 0)
+    if (load_elements(M, &data, &rd, 0) < 0)
         goto done;
     const int64_t *sh = shifts.buf, *off = offsets.buf;
     Py_ssize_t n_groups = offsets.len / 8 - 1;
@@ -310,7 +350,7 @@ PyObject *py_horner(PyObject *self, PyObject *args)
     if (!(t = scratch(M, 1)) || !(result = new_output(M, n_groups, &out)))
         goto done;
     Py_BEGIN_ALLOW_THREADS
-    mp_size_t n = M->n;
+    mp_size_t n = M->words;
     mp_limb_t *acc = t + 3 * n;
     for (Py_ssize_t g = 0; g < n_groups; g++) {
         memcpy(acc, rd.limbs + off[g] * n, sizeof(mp_limb_t) * (size_t)n);
@@ -320,7 +360,7 @@ PyObject *py_horner(PyObject *self, PyObject *args)
                 mont_mul(M, acc, acc, acc, t, t + 2 * n); /* squarings stay in that form */
             mont_mul(M, acc, acc, rd.limbs + k * n, t, t + 2 * n); /* and leave it */
         }
-        limbs_to_be(out + g * (Py_ssize_t)M->width, M->width, acc, n);
+        elem_store(M, out + g * (Py_ssize_t)M->width, acc, t);
     }
     Py_END_ALLOW_THREADS
 done:
