@@ -565,7 +565,7 @@ def main(argv: list[str]) -> int:
         columns = [[data.host_columns[i] for i in block] for block in blocks]
         if args.endpoint:
             margins = partial(_core_margin, guest_model.params, data)
-            return endpoint.run(args, fed, models, directory, columns, load, margins)
+            return endpoint.run(args, fed, models, directory, columns, load, margins, profile)
         guest, hosts = serve_and_measure(
             fed, models, directory, args.dataset, columns, load, profile
         )
