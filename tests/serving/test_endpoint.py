@@ -179,6 +179,28 @@ async def test_bad_requests_get_error_replies_and_the_connection_goes_on(
     assert good == {"id": int(trained.ids[5]), "score": expected}
 
 
+async def test_a_list_message_is_checked_as_its_requests_one_by_one(
+    memory_fabric: Fabric, trained: Trained, app_tls: TLSConfig, guest_tls: TLSConfig
+) -> None:
+    """A list message's rows are validated together (one conversion): every request must
+    still get the reply it gets alone, in place, whatever its neighbours hold."""
+    objects = [m for m, _, text in BAD if isinstance(m, str) and text != "invalid JSON"]
+    goods = [json.dumps(request(trained, r)) for r in (3, 4, 4)]
+    with_null = request(trained, 6)
+    with_null["features"][2] = None
+    members = [goods[0], *objects, goods[1], json.dumps(with_null), '"x"', "7", goods[2]]
+    async with (
+        served(memory_fabric, trained, guest_tls) as (_, url),
+        ws_connect(url, ssl=_ssl(app_tls), max_size=None) as ws,
+    ):
+        alone = [await ask(ws, m) for m in members]
+        together = await ask(ws, "[" + ",".join(members) + "]")
+        clean = await ask(ws, "[" + ",".join(goods) + "]")  # the one-conversion path
+    assert together == alone
+    assert clean == [alone[0], alone[len(objects) + 1], alone[-1]]
+    assert sum("score" in r for r in together) == 4
+
+
 async def test_a_garbage_client_does_not_affect_another(
     memory_fabric: Fabric, trained: Trained, app_tls: TLSConfig, guest_tls: TLSConfig
 ) -> None:

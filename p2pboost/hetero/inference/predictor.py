@@ -112,13 +112,63 @@ class ServingStats:
     messages_to_hosts: dict[str, int]
 
 
+class _Group:
+    """The outcomes of the requests of one :meth:`GuestPredictor.submit_many` call, and the
+    one future that resolves when the last of them is known.
+
+    A list message of a few hundred requests then costs one future and one wake-up of its
+    waiter, not one per request; its requests still ride the micro-batches one by one.
+    """
+
+    __slots__ = ("future", "outcomes", "pending")
+
+    def __init__(self, future: asyncio.Future[list[Any]], n: int) -> None:
+        self.future = future
+        self.outcomes: list[Any] = [_PENDING] * n
+        self.pending = n
+
+    def settle(self, index: int, outcome: Any) -> None:
+        if self.outcomes[index] is not _PENDING:
+            return
+        self.outcomes[index] = outcome
+        self.pending -= 1
+        if not self.pending and not self.future.done():
+            self.future.set_result(self.outcomes)
+
+
+#: An outcome of a group's request not known yet.
+_PENDING: Any = object()
+
+
 @dataclass(slots=True)
 class _Request:
+    """One queued request: its own ``future``, or a place ``index`` in a ``group``."""
+
     id: Any
     x: F64 | None
-    future: asyncio.Future[Any]
+    future: asyncio.Future[Any] | None
     #: Resolve to ``(score, reasons)`` rather than the score.
     reasons: bool = False
+    group: _Group | None = None
+    index: int = 0
+
+    def done(self) -> bool:
+        if self.group is not None:
+            return self.group.future.done() or self.group.outcomes[self.index] is not _PENDING
+        assert self.future is not None
+        return self.future.done()
+
+    def set_result(self, value: Any) -> None:
+        if self.group is not None:
+            self.group.settle(self.index, value)
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(value)
+
+    def set_exception(self, exc: BaseException) -> None:
+        if self.group is not None:
+            self.group.settle(self.index, exc)
+        elif self.future is not None and not self.future.done():
+            self.future.set_exception(exc)
 
 
 class GuestPredictor:
@@ -240,8 +290,8 @@ class GuestPredictor:
         await asyncio.gather(*tasks, return_exceptions=True)
         while not self._queue.empty():
             request = self._queue.get_nowait()
-            if not request.future.done():
-                request.future.set_exception(SessionClosed("predictor closed"))
+            if not request.done():
+                request.set_exception(SessionClosed("predictor closed"))
         await asyncio.gather(*(c.close() for c in self._clients))
         await self._psi_pool.close()
         if self._private is not None:
@@ -455,6 +505,46 @@ class GuestPredictor:
             future.set_exception(exc)
         return future
 
+    def submit_many(self, ids: Sequence[Any], X: Any = None) -> asyncio.Future[list[Any]]:
+        """Queue several requests now, as :meth:`submit` would one by one, with one future
+        for all: it resolves to a list in the order of ``ids`` holding each request's score
+        or the :class:`~p2pboost.exceptions.P2PBoostError` it met (as a value: one request's
+        error never fails the others). ``X``: their guest features, ``(len(ids),
+        n_features)``, or ``None`` with a ``guest_store``; a bad ``X`` fails every request.
+
+        For callers that receive requests in groups (the endpoint's list messages): the
+        requests still ride the micro-batches one by one, but the group costs one future
+        and one wake-up of its waiter rather than one per request.
+        """
+        self._check_open()
+        if self._dispatcher is None:
+            raise LocalProtocolError("start the predictor first (async with / start())")
+        n = len(ids)
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        group = _Group(future, n)
+        if not n:
+            future.set_result([])
+            return future
+        try:
+            rows = self._check_rows(X, n)
+        except P2PBoostError as exc:
+            for i in range(n):
+                group.settle(i, exc)
+            return future
+        queue = self._queue
+        for i, rid in enumerate(ids):
+            try:
+                _check_id(rid)
+            except P2PBoostError as exc:
+                group.settle(i, exc)
+                continue
+            if queue.full():
+                group.settle(i, InputError("too many queued requests (max_queue)"))
+                continue
+            x = None if rows is None else rows[i]
+            queue.put_nowait(_Request(rid, x, None, False, group, i))
+        return future
+
     async def stream(
         self, requests: AsyncIterable[tuple[Any, Any]] | AsyncIterable[Any]
     ) -> AsyncIterator[Prediction]:
@@ -505,6 +595,19 @@ class GuestPredictor:
             )
         return row
 
+    def _check_rows(self, X: Any, n: int) -> F64 | None:
+        if X is None:
+            if self.guest_store is None:
+                raise InputError("give the guest's features X, or a guest_store to look them up")
+            return None
+        rows = np.asarray(X, dtype=np.float64)
+        if rows.shape != (n, self.model.n_features):
+            raise InputError(
+                f"X must be ({n}, {self.model.n_features}) (one row of guest features per "
+                f"id), got {rows.shape}"
+            )
+        return rows
+
     async def _dispatch(self) -> None:
         """Form batches and keep up to ``max_inflight`` of them in flight.
 
@@ -529,7 +632,7 @@ class GuestPredictor:
                         break
                 else:
                     batch.append(self._queue.get_nowait())
-            live = [r for r in batch if not r.future.done()]  # cancelled by their caller
+            live = [r for r in batch if not r.done()]  # cancelled by their caller
             if not live:
                 slots.release()
                 continue
@@ -566,13 +669,12 @@ class GuestPredictor:
         values: list[Any] = scores.tolist() if scores.ndim == 1 else list(scores)
         reasons = contributions.reasons(self.reasons) if contributions is not None else None
         for i, (r, value) in enumerate(zip(batch, values, strict=True)):
-            if not r.future.done():
-                r.future.set_result((value, reasons[i]) if r.reasons and reasons else value)
+            r.set_result((value, reasons[i]) if r.reasons and reasons else value)
 
     def _fail(self, request: _Request, exc: P2PBoostError) -> None:
-        if not request.future.done():
+        if not request.done():
             self._failed += 1
-            request.future.set_exception(exc)
+            request.set_exception(exc)
 
     async def _batch_rows(self, batch: Sequence[_Request], keys: npt.NDArray[Any]) -> F64:
         need = [i for i, r in enumerate(batch) if r.x is None]

@@ -6,16 +6,16 @@ import asyncio
 import contextlib
 import http
 import ipaddress
+import itertools
 import json
 import logging
 import ssl
 from collections.abc import (
     Callable,
     Collection,
-    Iterable,
     Mapping,
 )
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -238,40 +238,113 @@ class _IdKind:
             self.kind = type(rid)
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """One request of a message: its id, and the predictor's future or why it was refused."""
-
-    id: RequestId | None
-    future: asyncio.Future[Score] | None = None
-    error: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Message:
-    """One message's requests, replied to together (as a list when ``many``)."""
+    """One message's requests, replied to together (as a list when ``many``).
 
-    items: list[_Item]
+    ``ids`` holds each request's id (``None`` where it had none readable), ``errors`` the
+    requests refused before the predictor, by position, and ``parts`` the groups handed to
+    the predictor: their positions and the one future of each (``submit_many``).
+    """
+
+    ids: list[RequestId | None]
     many: bool
     received: float = 0.0
+    errors: dict[int, BaseException] = field(default_factory=dict)
+    parts: list[tuple[list[int], asyncio.Future[list[Any]]]] = field(default_factory=list)
 
 
-def _submit(request: object, predictor: GuestPredictor, ids: _IdKind) -> _Item:
-    """Validate one request and hand it to the micro-batcher; never raises for bad input."""
-    rid: RequestId | None = None
+_KEYS = frozenset(("id", "features"))
+#: The JSON types a feature may have (``bool`` is refused: it is not a number here).
+_NUMBER_TYPES = frozenset((int, float, type(None)))
+
+
+def _check_request(request: object) -> tuple[RequestId, object]:
+    """A request's id and its ``"features"`` value (unchecked); raises for the rest."""
+    if not isinstance(request, dict):
+        raise InputError('a request must be a JSON object {"id": ..., "features": [...]}')
+    if len(request) > 2 or not request.keys() <= _KEYS:
+        extra = set(request) - _KEYS
+        raise InputError(f"unknown request key(s): {', '.join(sorted(map(str, extra)))}")
+    return _request_id(request), request.get("features")
+
+
+def _rows(
+    rows: list[list[Any]], positions: list[int], n_features: int, errors: dict[int, BaseException]
+) -> tuple[list[int], npt.NDArray[np.float64]]:
+    """The feature rows of a message as one matrix, checked as :func:`_features` checks one:
+    one conversion for the whole message, then per row only for messages with a bad value
+    (those rows' errors go to ``errors``). The positions kept, and their rows."""
+    matrix: npt.NDArray[np.float64] | None = None
+    if set(map(type, itertools.chain.from_iterable(rows))) <= _NUMBER_TYPES:
+        with contextlib.suppress(OverflowError):  # a huge integer: find it row by row
+            matrix = np.array(rows, dtype=np.float64).reshape(len(rows), n_features)
+    if matrix is None:
+        kept, good = [], []
+        for position, row in zip(positions, rows, strict=True):
+            try:
+                good.append(_features(row, n_features))
+                kept.append(position)
+            except InputError as exc:
+                errors[position] = exc
+        return kept, np.array(good, dtype=np.float64).reshape(len(kept), n_features)
+    infinite = np.asarray(np.isinf(matrix).any(axis=1))  # json reads 1e999 as inf
+    if not infinite.any():
+        return positions, matrix
+    for i in np.flatnonzero(infinite).tolist():
+        errors[positions[i]] = InputError('"features" must be finite numbers or null (missing)')
+    finite = ~infinite
+    return [p for p, ok in zip(positions, finite.tolist(), strict=True) if ok], matrix[finite]
+
+
+def _submit(
+    requests: list[Any], many: bool, received: float, predictor: GuestPredictor, ids: _IdKind
+) -> _Message:
+    """Validate a message's requests and hand the valid ones to the micro-batcher as (at
+    most) two groups, those with features and those to look up; never raises for bad input.
+    """
+    n_features = predictor.model.n_features
+    message = _Message([None] * len(requests), many, received)
+    errors = message.errors
+    with_x: list[int] = []
+    rows: list[list[Any]] = []
+    lookup: list[int] = []
+    for i, request in enumerate(requests):
+        try:
+            rid, features = _check_request(request)
+            message.ids[i] = rid
+            ids.check(rid)
+            if features is None:
+                lookup.append(i)
+            elif type(features) is not list or len(features) != n_features:
+                _features(features, n_features)  # raises, saying why
+            else:
+                with_x.append(i)
+                rows.append(features)
+        except P2PBoostError as exc:
+            errors[i] = exc
+    if rows:
+        with_x, matrix = _rows(rows, with_x, n_features, errors)
+        _hand_over(message, with_x, matrix, predictor)
+    if lookup:
+        _hand_over(message, lookup, None, predictor)
+    return message
+
+
+def _hand_over(
+    message: _Message,
+    positions: list[int],
+    X: npt.NDArray[np.float64] | None,
+    predictor: GuestPredictor,
+) -> None:
+    if not positions:
+        return
     try:
-        if not isinstance(request, dict):
-            raise InputError('a request must be a JSON object {"id": ..., "features": [...]}')
-        extra = set(request) - {"id", "features"}
-        if extra:
-            raise InputError(f"unknown request key(s): {', '.join(sorted(map(str, extra)))}")
-        rid = _request_id(request)
-        ids.check(rid)
-        features = request.get("features")
-        x = None if features is None else _features(features, predictor.model.n_features)
-        return _Item(rid, predictor.submit(rid, x))
-    except P2PBoostError as exc:
-        return _Item(rid, error=exc)
+        future = predictor.submit_many([message.ids[p] for p in positions], X)
+    except P2PBoostError as exc:  # closed, not started: every request says so
+        message.errors.update(dict.fromkeys(positions, exc))
+        return
+    message.parts.append((positions, future))
 
 
 # -- replies ----------------------------------------------------------------------------------
@@ -288,29 +361,36 @@ def _score_json(score: Score) -> float | list[float]:
     return float(score) if np.ndim(score) == 0 else [float(v) for v in np.ravel(score)]
 
 
-async def _reply(item: _Item, ids: _IdKind) -> dict[str, Any]:
-    if item.future is None:
-        assert item.error is not None
-        return {"id": item.id, "error": _error(item.error)}
-    try:
-        score = await item.future
-    except Exception as exc:  # the predictor sets P2PBoostErrors; anything else is a bug
-        return {"id": item.id, "error": _error(exc)}
-    assert item.id is not None
-    ids.learn(item.id)
-    return {"id": item.id, "score": _score_json(score)}
-
-
-def _discard(items: Iterable[_Item]) -> None:
-    """Cancel what is still queued; read what already failed (no 'never retrieved' noise)."""
-    for item in items:
-        if item.future is None:
-            continue
-        if item.future.done():
-            if not item.future.cancelled():
-                item.future.exception()
+async def _replies(message: _Message, ids: _IdKind) -> list[dict[str, Any]]:
+    """Every request's reply, in order: its score, or its error."""
+    outcomes: list[Any] = [None] * len(message.ids)
+    for position, exc in message.errors.items():
+        outcomes[position] = exc
+    for positions, future in message.parts:
+        try:
+            results = await future
+        except Exception as exc:  # submit_many resolves to values; anything else is a bug
+            results = [exc] * len(positions)
+        for position, result in zip(positions, results, strict=True):
+            outcomes[position] = result
+    replies: list[dict[str, Any]] = []
+    for rid, outcome in zip(message.ids, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            replies.append({"id": rid, "error": _error(outcome)})
         else:
-            item.future.cancel()
+            score = outcome if type(outcome) is float else _score_json(outcome)
+            replies.append({"id": rid, "score": score})
+            if ids.kind is None:
+                assert rid is not None
+                ids.learn(rid)
+    return replies
+
+
+def _discard(message: _Message) -> None:
+    """Cancel what is still queued (the predictor skips it)."""
+    for _, future in message.parts:
+        if not future.done():
+            future.cancel()
 
 
 class _Credit:
@@ -318,17 +398,17 @@ class _Credit:
 
     def __init__(self, total: int) -> None:
         self._free = total
-        self._changed = asyncio.Condition()
+        self._given = asyncio.Event()
 
     async def take(self, n: int) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._free >= n)
-            self._free -= n
+        while self._free < n:  # rare: the client pipelines more than max_in_flight
+            self._given.clear()
+            await self._given.wait()
+        self._free -= n
 
-    async def give(self, n: int) -> None:
-        async with self._changed:
-            self._free += n
-            self._changed.notify_all()
+    def give(self, n: int) -> None:
+        self._free += n
+        self._given.set()
 
 
 # -- one connection ---------------------------------------------------------------------------
@@ -356,7 +436,7 @@ class _Connection:
                 task.cancel()
             results = await asyncio.gather(reader, writer, return_exceptions=True)
             while not queue.empty():
-                _discard(queue.get_nowait().items)
+                _discard(queue.get_nowait())
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, ConnectionClosed):
                 raise result
@@ -365,32 +445,35 @@ class _Connection:
         loop = asyncio.get_running_loop()
         async for message in self.ws:  # ends when the client closes
             received = loop.time()
-            size = len(message.encode() if isinstance(message, str) else message)
+            if isinstance(message, str):
+                size = len(message) if message.isascii() else len(message.encode())
+            else:
+                size = len(message)
             try:
                 requests, many = _decode(message, self.limits.max_in_flight)
             except InputError as exc:
                 self.metrics.received(size, 1)
                 await credit.take(1)
-                queue.put_nowait(_Message([_Item(None, error=exc)], False, received))
+                queue.put_nowait(_Message([None], False, received, {0: exc}))
                 continue
             self.metrics.received(size, len(requests))
             await credit.take(len(requests))  # before submitting: bounds what is queued
-            items = [_submit(r, self.predictor, self.ids) for r in requests]
-            queue.put_nowait(_Message(items, many, received))
+            queue.put_nowait(_submit(requests, many, received, self.predictor, self.ids))
 
     async def _write(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             message = await queue.get()
             try:
-                replies = [await _reply(item, self.ids) for item in message.items]
+                replies = await _replies(message, self.ids)
             finally:
-                _discard(message.items)
+                _discard(message)
             text = json.dumps(replies if message.many else replies[0])
             await self.ws.send(text)
             errors = [r["error"]["type"] for r in replies if "error" in r]
-            seconds = asyncio.get_running_loop().time() - message.received
-            self.metrics.replied(len(text.encode()), seconds, errors)
-            await credit.give(len(message.items))
+            size = len(text) if text.isascii() else len(text.encode())
+            self.metrics.replied(size, loop.time() - message.received, errors)
+            credit.give(len(message.ids))
 
 
 # -- the server -------------------------------------------------------------------------------
