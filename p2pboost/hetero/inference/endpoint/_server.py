@@ -358,7 +358,10 @@ def _error(exc: BaseException) -> dict[str, str]:
 
 
 def _score_json(score: Score) -> float | list[float]:
-    return float(score) if np.ndim(score) == 0 else [float(v) for v in np.ravel(score)]
+    if np.ndim(score) == 0:
+        return float(score)
+    values: list[float] = np.ravel(np.asarray(score, dtype=np.float64)).tolist()
+    return values
 
 
 async def _replies(message: _Message, ids: _IdKind) -> list[dict[str, Any]]:
