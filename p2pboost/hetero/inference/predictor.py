@@ -66,6 +66,7 @@ from p2pboost.hetero.inference.forest import FlatForest
 from p2pboost.hetero.inference.private import PrivateForest
 from p2pboost.hetero.inference.private_session import PrivateScorer, setup_message
 from p2pboost.hetero.inference.psi_pool import PsiPool
+from p2pboost.hetero.inference.queued import Group, Request
 from p2pboost.hetero.inference.session import (
     DEFAULT_PREFIX,
     MAX_ID_CHARS,
@@ -110,65 +111,6 @@ class ServingStats:
     rows: int
     failed: int
     messages_to_hosts: dict[str, int]
-
-
-class _Group:
-    """The outcomes of the requests of one :meth:`GuestPredictor.submit_many` call, and the
-    one future that resolves when the last of them is known.
-
-    A list message of a few hundred requests then costs one future and one wake-up of its
-    waiter, not one per request; its requests still ride the micro-batches one by one.
-    """
-
-    __slots__ = ("future", "outcomes", "pending")
-
-    def __init__(self, future: asyncio.Future[list[Any]], n: int) -> None:
-        self.future = future
-        self.outcomes: list[Any] = [_PENDING] * n
-        self.pending = n
-
-    def settle(self, index: int, outcome: Any) -> None:
-        if self.outcomes[index] is not _PENDING:
-            return
-        self.outcomes[index] = outcome
-        self.pending -= 1
-        if not self.pending and not self.future.done():
-            self.future.set_result(self.outcomes)
-
-
-#: An outcome of a group's request not known yet.
-_PENDING: Any = object()
-
-
-@dataclass(slots=True)
-class _Request:
-    """One queued request: its own ``future``, or a place ``index`` in a ``group``."""
-
-    id: Any
-    x: F64 | None
-    future: asyncio.Future[Any] | None
-    #: Resolve to ``(score, reasons)`` rather than the score.
-    reasons: bool = False
-    group: _Group | None = None
-    index: int = 0
-
-    def done(self) -> bool:
-        if self.group is not None:
-            return self.group.future.done() or self.group.outcomes[self.index] is not _PENDING
-        assert self.future is not None
-        return self.future.done()
-
-    def set_result(self, value: Any) -> None:
-        if self.group is not None:
-            self.group.settle(self.index, value)
-        elif self.future is not None and not self.future.done():
-            self.future.set_result(value)
-
-    def set_exception(self, exc: BaseException) -> None:
-        if self.group is not None:
-            self.group.settle(self.index, exc)
-        elif self.future is not None and not self.future.done():
-            self.future.set_exception(exc)
 
 
 class GuestPredictor:
@@ -255,7 +197,7 @@ class GuestPredictor:
             )
             for k, host in enumerate(model.hosts, start=1)
         ]
-        self._queue: asyncio.Queue[_Request] = asyncio.Queue(maxsize=max_queue)
+        self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=max_queue)
         self._dispatcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -498,7 +440,7 @@ class GuestPredictor:
         try:
             row = self._check_row(x)
             _check_id(id)
-            self._queue.put_nowait(_Request(id, row, future, reasons))
+            self._queue.put_nowait(Request(id, row, future, reasons))
         except asyncio.QueueFull:
             future.set_exception(InputError("too many queued requests (max_queue)"))
         except P2PBoostError as exc:
@@ -521,7 +463,7 @@ class GuestPredictor:
             raise LocalProtocolError("start the predictor first (async with / start())")
         n = len(ids)
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        group = _Group(future, n)
+        group = Group(future, n)
         if not n:
             future.set_result([])
             return future
@@ -542,7 +484,7 @@ class GuestPredictor:
                 group.settle(i, InputError("too many queued requests (max_queue)"))
                 continue
             x = None if rows is None else rows[i]
-            queue.put_nowait(_Request(rid, x, None, False, group, i))
+            queue.put_nowait(Request(rid, x, None, False, group, i))
         return future
 
     async def stream(
@@ -641,8 +583,8 @@ class GuestPredictor:
             task.add_done_callback(self._inflight.discard)
             task.add_done_callback(lambda _: slots.release())
 
-    async def _run_batch(self, batch: Sequence[_Request]) -> None:
-        by_kind: dict[bool, list[_Request]] = {}
+    async def _run_batch(self, batch: Sequence[Request]) -> None:
+        by_kind: dict[bool, list[Request]] = {}
         for r in batch:  # integer and string ids never share a query
             by_kind.setdefault(isinstance(r.id, str | np.str_), []).append(r)
         try:
@@ -653,7 +595,7 @@ class GuestPredictor:
                 self._fail(r, SessionClosed("predictor closed"))
             raise
 
-    async def _run_group(self, batch: Sequence[_Request]) -> None:
+    async def _run_group(self, batch: Sequence[Request]) -> None:
         try:
             keys = normalise_ids([r.id for r in batch])
             rows = await self._batch_rows(batch, keys)
@@ -671,12 +613,12 @@ class GuestPredictor:
         for i, (r, value) in enumerate(zip(batch, values, strict=True)):
             r.set_result((value, reasons[i]) if r.reasons and reasons else value)
 
-    def _fail(self, request: _Request, exc: P2PBoostError) -> None:
+    def _fail(self, request: Request, exc: P2PBoostError) -> None:
         if not request.done():
             self._failed += 1
             request.set_exception(exc)
 
-    async def _batch_rows(self, batch: Sequence[_Request], keys: npt.NDArray[Any]) -> F64:
+    async def _batch_rows(self, batch: Sequence[Request], keys: npt.NDArray[Any]) -> F64:
         need = [i for i, r in enumerate(batch) if r.x is None]
         if not need:
             return np.stack([r.x for r in batch if r.x is not None])

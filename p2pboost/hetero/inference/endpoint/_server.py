@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http
 import ipaddress
-import itertools
 import json
 import logging
 import ssl
 from collections.abc import (
     Callable,
     Collection,
-    Mapping,
 )
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from dataclasses import dataclass
+from typing import TypeAlias
 from urllib.parse import urlsplit
 
-import numpy as np
-import numpy.typing as npt
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
@@ -31,11 +26,17 @@ from p2pboost.exceptions import (
     ConfigError,
     HandshakeError,
     InputError,
-    P2PBoostError,
     TransportError,
 )
+from p2pboost.hetero.inference.endpoint._requests import (
+    IdKind,
+    Message,
+    decode,
+    discard,
+    reply_to,
+    submit,
+)
 from p2pboost.hetero.inference.predictor import GuestPredictor
-from p2pboost.hetero.inference.session import MAX_ID_CHARS
 from p2pboost.metrics import CONTENT_TYPE, MISSING, Metrics, endpoint_metrics
 from p2pboost.transports.websocket import describe_tls_error
 
@@ -60,10 +61,6 @@ READY_PATH = "/readyz"
 #: Prometheus text (p2pboost.metrics); 501 without the ``metrics`` extra.
 METRICS_PATH = "/metrics"
 _WS_PATH = "/"
-_INT64_MAX = 2**63 - 1
-
-RequestId: TypeAlias = int | str
-Score: TypeAlias = float | npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,244 +155,6 @@ def _url(scheme: str, server: Server) -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-# -- parsing requests ---------------------------------------------------------------------------
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _decode(message: str | bytes, max_items: int) -> tuple[list[Any], bool]:
-    """A message's requests and whether it was a list (then the reply is a list too)."""
-    if not isinstance(message, str):
-        raise InputError("send requests as JSON text messages, not binary ones")
-    try:
-        obj = json.loads(message, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"invalid JSON: {str(exc)[:200]}") from None
-    if not isinstance(obj, list):
-        return [obj], False
-    if len(obj) > max_items:
-        raise InputError(f"{len(obj)} requests in one message (at most {max_items})")
-    return obj, True
-
-
-def _request_id(request: Mapping[str, Any]) -> RequestId:
-    if "id" not in request:
-        raise InputError('a request needs an "id"')
-    rid = request["id"]
-    if isinstance(rid, bool) or not isinstance(rid, int | str):
-        raise InputError(f'"id" must be an integer or a string, not {type(rid).__name__}')
-    if isinstance(rid, int) and not -_INT64_MAX - 1 <= rid <= _INT64_MAX:
-        raise InputError('an integer "id" must fit in 64 bits')
-    if isinstance(rid, str) and not 0 < len(rid) <= MAX_ID_CHARS:
-        raise InputError(f'a string "id" must have 1 to {MAX_ID_CHARS} characters')
-    return rid
-
-
-def _features(value: object, n_features: int) -> npt.NDArray[np.float64]:
-    """One row of guest features: numbers, ``null`` for missing, exactly ``n_features``."""
-    if not isinstance(value, list):
-        raise InputError(f'"features" must be a list of {n_features} numbers')
-    if len(value) != n_features:
-        raise InputError(f"expected {n_features} guest features, got {len(value)}")
-    if not all(v is None or (type(v) is int or type(v) is float) for v in value):
-        raise InputError('"features" must hold numbers or null (missing)')
-    try:
-        row = np.array([np.nan if v is None else v for v in value], dtype=np.float64)
-    except OverflowError:
-        raise InputError('a number in "features" is out of range') from None
-    if np.isinf(row).any():  # json reads 1e999 as inf
-        raise InputError('"features" must be finite numbers or null (missing)')
-    return row
-
-
-class _IdKind:
-    """The one kind of id (int or str) this endpoint serves.
-
-    Hosts keep ids of one kind, and a host's store refuses a query of the other kind, which
-    ends that host's serving session: the query fails and the next batch pays for a new
-    session. So that one client's wrong ids cannot make the others pay, the kind is fixed as
-    soon as it is known (the guest's store, or the first request that got a score) and
-    requests of the other kind are refused before they reach the predictor.
-    """
-
-    def __init__(self, predictor: GuestPredictor) -> None:
-        self.kind: type | None = None
-        store = predictor.guest_store
-        if store is not None:
-            with contextlib.suppress(P2PBoostError):
-                ids = store.ids()
-                self.kind = {"i": int, "U": str}.get(ids.dtype.kind) if ids.size else None
-
-    def check(self, rid: RequestId) -> None:
-        if self.kind is not None and not isinstance(rid, self.kind):
-            kind = "integers" if self.kind is int else "strings"
-            raise InputError(f"ids on this endpoint are {kind}")
-
-    def learn(self, rid: RequestId) -> None:
-        if self.kind is None:
-            self.kind = type(rid)
-
-
-@dataclass(slots=True)
-class _Message:
-    """One message's requests, replied to together (as a list when ``many``).
-
-    ``ids`` holds each request's id (``None`` where it had none readable), ``errors`` the
-    requests refused before the predictor, by position, and ``parts`` the groups handed to
-    the predictor: their positions and the one future of each (``submit_many``).
-    """
-
-    ids: list[RequestId | None]
-    many: bool
-    received: float = 0.0
-    errors: dict[int, BaseException] = field(default_factory=dict)
-    parts: list[tuple[list[int], asyncio.Future[list[Any]]]] = field(default_factory=list)
-
-
-_KEYS = frozenset(("id", "features"))
-#: The JSON types a feature may have (``bool`` is refused: it is not a number here).
-_NUMBER_TYPES = frozenset((int, float, type(None)))
-
-
-def _check_request(request: object) -> tuple[RequestId, object]:
-    """A request's id and its ``"features"`` value (unchecked); raises for the rest."""
-    if not isinstance(request, dict):
-        raise InputError('a request must be a JSON object {"id": ..., "features": [...]}')
-    if len(request) > 2 or not request.keys() <= _KEYS:
-        extra = set(request) - _KEYS
-        raise InputError(f"unknown request key(s): {', '.join(sorted(map(str, extra)))}")
-    return _request_id(request), request.get("features")
-
-
-def _rows(
-    rows: list[list[Any]], positions: list[int], n_features: int, errors: dict[int, BaseException]
-) -> tuple[list[int], npt.NDArray[np.float64]]:
-    """The feature rows of a message as one matrix, checked as :func:`_features` checks one:
-    one conversion for the whole message, then per row only for messages with a bad value
-    (those rows' errors go to ``errors``). The positions kept, and their rows."""
-    matrix: npt.NDArray[np.float64] | None = None
-    if set(map(type, itertools.chain.from_iterable(rows))) <= _NUMBER_TYPES:
-        with contextlib.suppress(OverflowError):  # a huge integer: find it row by row
-            matrix = np.array(rows, dtype=np.float64).reshape(len(rows), n_features)
-    if matrix is None:
-        kept, good = [], []
-        for position, row in zip(positions, rows, strict=True):
-            try:
-                good.append(_features(row, n_features))
-                kept.append(position)
-            except InputError as exc:
-                errors[position] = exc
-        return kept, np.array(good, dtype=np.float64).reshape(len(kept), n_features)
-    infinite = np.asarray(np.isinf(matrix).any(axis=1))  # json reads 1e999 as inf
-    if not infinite.any():
-        return positions, matrix
-    for i in np.flatnonzero(infinite).tolist():
-        errors[positions[i]] = InputError('"features" must be finite numbers or null (missing)')
-    finite = ~infinite
-    return [p for p, ok in zip(positions, finite.tolist(), strict=True) if ok], matrix[finite]
-
-
-def _submit(
-    requests: list[Any], many: bool, received: float, predictor: GuestPredictor, ids: _IdKind
-) -> _Message:
-    """Validate a message's requests and hand the valid ones to the micro-batcher as (at
-    most) two groups, those with features and those to look up; never raises for bad input.
-    """
-    n_features = predictor.model.n_features
-    message = _Message([None] * len(requests), many, received)
-    errors = message.errors
-    with_x: list[int] = []
-    rows: list[list[Any]] = []
-    lookup: list[int] = []
-    for i, request in enumerate(requests):
-        try:
-            rid, features = _check_request(request)
-            message.ids[i] = rid
-            ids.check(rid)
-            if features is None:
-                lookup.append(i)
-            elif type(features) is not list or len(features) != n_features:
-                _features(features, n_features)  # raises, saying why
-            else:
-                with_x.append(i)
-                rows.append(features)
-        except P2PBoostError as exc:
-            errors[i] = exc
-    if rows:
-        with_x, matrix = _rows(rows, with_x, n_features, errors)
-        _hand_over(message, with_x, matrix, predictor)
-    if lookup:
-        _hand_over(message, lookup, None, predictor)
-    return message
-
-
-def _hand_over(
-    message: _Message,
-    positions: list[int],
-    X: npt.NDArray[np.float64] | None,
-    predictor: GuestPredictor,
-) -> None:
-    if not positions:
-        return
-    try:
-        future = predictor.submit_many([message.ids[p] for p in positions], X)
-    except P2PBoostError as exc:  # closed, not started: every request says so
-        message.errors.update(dict.fromkeys(positions, exc))
-        return
-    message.parts.append((positions, future))
-
-
-# -- replies ----------------------------------------------------------------------------------
-
-
-def _error(exc: BaseException) -> dict[str, str]:
-    if isinstance(exc, P2PBoostError):
-        return {"type": type(exc).__name__, "message": str(exc)}
-    logger.error("unexpected error while scoring", exc_info=exc)
-    return {"type": "InternalError", "message": "internal error (the server's log says more)"}
-
-
-def _score_json(score: Score) -> float | list[float]:
-    if np.ndim(score) == 0:
-        return float(score)
-    values: list[float] = np.ravel(np.asarray(score, dtype=np.float64)).tolist()
-    return values
-
-
-async def _replies(message: _Message, ids: _IdKind) -> list[dict[str, Any]]:
-    """Every request's reply, in order: its score, or its error."""
-    outcomes: list[Any] = [None] * len(message.ids)
-    for position, exc in message.errors.items():
-        outcomes[position] = exc
-    for positions, future in message.parts:
-        try:
-            results = await future
-        except Exception as exc:  # submit_many resolves to values; anything else is a bug
-            results = [exc] * len(positions)
-        for position, result in zip(positions, results, strict=True):
-            outcomes[position] = result
-    replies: list[dict[str, Any]] = []
-    for rid, outcome in zip(message.ids, outcomes, strict=True):
-        if isinstance(outcome, BaseException):
-            replies.append({"id": rid, "error": _error(outcome)})
-        else:
-            score = outcome if type(outcome) is float else _score_json(outcome)
-            replies.append({"id": rid, "score": score})
-            if ids.kind is None:
-                assert rid is not None
-                ids.learn(rid)
-    return replies
-
-
-def _discard(message: _Message) -> None:
-    """Cancel what is still queued (the predictor skips it)."""
-    for _, future in message.parts:
-        if not future.done():
-            future.cancel()
-
-
 class _Credit:
     """Requests a connection may still have in flight; the reader waits when none is left."""
 
@@ -423,12 +182,12 @@ class _Connection:
 
     ws: ServerConnection
     predictor: GuestPredictor
-    ids: _IdKind
+    ids: IdKind
     limits: EndpointLimits
     metrics: Metrics
 
     async def run(self) -> None:
-        queue: asyncio.Queue[_Message] = asyncio.Queue()
+        queue: asyncio.Queue[Message] = asyncio.Queue()
         credit = _Credit(self.limits.max_in_flight)
         reader = asyncio.create_task(self._read(queue, credit))
         writer = asyncio.create_task(self._write(queue, credit))
@@ -439,12 +198,12 @@ class _Connection:
                 task.cancel()
             results = await asyncio.gather(reader, writer, return_exceptions=True)
             while not queue.empty():
-                _discard(queue.get_nowait())
+                discard(queue.get_nowait())
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, ConnectionClosed):
                 raise result
 
-    async def _read(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
+    async def _read(self, queue: asyncio.Queue[Message], credit: _Credit) -> None:
         loop = asyncio.get_running_loop()
         async for message in self.ws:  # ends when the client closes
             received = loop.time()
@@ -453,24 +212,24 @@ class _Connection:
             else:
                 size = len(message)
             try:
-                requests, many = _decode(message, self.limits.max_in_flight)
+                requests, many = decode(message, self.limits.max_in_flight)
             except InputError as exc:
                 self.metrics.received(size, 1)
                 await credit.take(1)
-                queue.put_nowait(_Message([None], False, received, {0: exc}))
+                queue.put_nowait(Message([None], False, received, {0: exc}))
                 continue
             self.metrics.received(size, len(requests))
             await credit.take(len(requests))  # before submitting: bounds what is queued
-            queue.put_nowait(_submit(requests, many, received, self.predictor, self.ids))
+            queue.put_nowait(submit(requests, many, received, self.predictor, self.ids))
 
-    async def _write(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
+    async def _write(self, queue: asyncio.Queue[Message], credit: _Credit) -> None:
         loop = asyncio.get_running_loop()
         while True:
             message = await queue.get()
             try:
-                replies = await _replies(message, self.ids)
+                replies = await reply_to(message, self.ids)
             finally:
-                _discard(message)
+                discard(message)
             text = json.dumps(replies if message.many else replies[0])
             await self.ws.send(text)
             errors = [r["error"]["type"] for r in replies if "error" in r]
@@ -605,7 +364,7 @@ async def serve_endpoint(
     """
     context, host, port = _server_ssl(listen, tls, allow_plaintext)
     limits = limits or EndpointLimits()
-    ids = _IdKind(predictor)
+    ids = IdKind(predictor)
     metrics = metrics if metrics is not None else endpoint_metrics()
     predictor.on_batch = metrics.batch
 
