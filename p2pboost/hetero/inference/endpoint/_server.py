@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import http
 import ipaddress
 import json
@@ -173,6 +174,67 @@ class _Credit:
         self._given.set()
 
 
+class _Outbox:
+    """A connection's messages awaiting their reply, in arrival order.
+
+    The writer sleeps until the first of them is answered: the message's futures wake it
+    once they are all done, and its arrival does not (a queue would wake the writer on the
+    arrival only for it to wait on the futures again: two wake-ups per message, where one
+    request per message is the common case).
+    """
+
+    def __init__(self) -> None:
+        self._messages: collections.deque[Message] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._armed: Message | None = None
+
+    def put(self, message: Message) -> None:
+        self._messages.append(message)
+        if self._waiter is not None and len(self._messages) == 1:
+            self._arm(message)
+
+    async def get(self) -> Message:
+        """The first message, once every request of it is answered."""
+        loop = asyncio.get_running_loop()
+        while not (self._messages and _answered(self._messages[0])):
+            self._waiter = loop.create_future()
+            try:
+                if self._messages:
+                    self._arm(self._messages[0])
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._messages.popleft()
+
+    def drain(self) -> list[Message]:
+        """Every message left (the connection ends)."""
+        messages = list(self._messages)
+        self._messages.clear()
+        return messages
+
+    def _arm(self, message: Message) -> None:
+        if self._armed is message:
+            return
+        self._armed = message
+        pending = [future for _, future in message.parts if not future.done()]
+        if not pending:
+            self._wake()
+        for future in pending:
+            future.add_done_callback(self._on_done)
+
+    def _on_done(self, _: object) -> None:
+        if self._messages and _answered(self._messages[0]):
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+def _answered(message: Message) -> bool:
+    return all(future.done() for _, future in message.parts)
+
+
 # -- one connection ---------------------------------------------------------------------------
 
 
@@ -187,7 +249,7 @@ class _Connection:
     metrics: Metrics
 
     async def run(self) -> None:
-        queue: asyncio.Queue[Message] = asyncio.Queue()
+        queue = _Outbox()
         credit = _Credit(self.limits.max_in_flight)
         reader = asyncio.create_task(self._read(queue, credit))
         writer = asyncio.create_task(self._write(queue, credit))
@@ -197,13 +259,13 @@ class _Connection:
             for task in (reader, writer):
                 task.cancel()
             results = await asyncio.gather(reader, writer, return_exceptions=True)
-            while not queue.empty():
-                discard(queue.get_nowait())
+            for message in queue.drain():
+                discard(message)
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, ConnectionClosed):
                 raise result
 
-    async def _read(self, queue: asyncio.Queue[Message], credit: _Credit) -> None:
+    async def _read(self, queue: _Outbox, credit: _Credit) -> None:
         loop = asyncio.get_running_loop()
         async for message in self.ws:  # ends when the client closes
             received = loop.time()
@@ -216,13 +278,13 @@ class _Connection:
             except InputError as exc:
                 self.metrics.received(size, 1)
                 await credit.take(1)
-                queue.put_nowait(Message([None], False, received, {0: exc}))
+                queue.put(Message([None], False, received, {0: exc}))
                 continue
             self.metrics.received(size, len(requests))
             await credit.take(len(requests))  # before submitting: bounds what is queued
-            queue.put_nowait(submit(requests, many, received, self.predictor, self.ids))
+            queue.put(submit(requests, many, received, self.predictor, self.ids))
 
-    async def _write(self, queue: asyncio.Queue[Message], credit: _Credit) -> None:
+    async def _write(self, queue: _Outbox, credit: _Credit) -> None:
         loop = asyncio.get_running_loop()
         while True:
             message = await queue.get()
