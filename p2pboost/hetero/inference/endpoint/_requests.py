@@ -42,12 +42,16 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
 
 
+#: One decoder for every message (``json.loads`` with an argument builds one per call).
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def decode(message: str | bytes, max_items: int) -> tuple[list[Any], bool]:
     """A message's requests and whether it was a list (then the reply is a list too)."""
     if not isinstance(message, str):
         raise InputError("send requests as JSON text messages, not binary ones")
     try:
-        obj = json.loads(message, parse_constant=_refuse_constant)
+        obj = _DECODER.decode(message)
     except (ValueError, RecursionError) as exc:
         raise InputError(f"invalid JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, list):
