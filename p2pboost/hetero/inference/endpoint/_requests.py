@@ -239,10 +239,11 @@ def _error(exc: BaseException) -> dict[str, str]:
 
 
 def _score_json(score: Score) -> float | list[float]:
-    if np.ndim(score) == 0:
-        return float(score)
-    values: list[float] = np.ravel(np.asarray(score, dtype=np.float64)).tolist()
-    return values
+    """A score as JSON: a number, or a list of numbers (one row of a multi-output model)."""
+    if type(score) is np.ndarray and score.ndim:
+        values: list[float] = score.ravel().tolist()
+        return values
+    return float(score)
 
 
 async def reply_to(message: Message, ids: IdKind) -> list[dict[str, Any]]:
