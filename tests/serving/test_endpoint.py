@@ -333,3 +333,16 @@ async def test_browsers_are_refused(
         with pytest.raises(InvalidStatus) as info:
             await ws_connect(url, ssl=_ssl(app_tls), origin="https://evil.example")  # type: ignore[arg-type]
     assert info.value.response.status_code == 403
+
+
+def test_scores_become_json_numbers_or_lists() -> None:
+    """Margins of a multi-output model (and the benchmark's ``output="margin"``) are arrays:
+    they must reach the client as lists of plain floats, single scores as numbers."""
+    from p2pboost.hetero.inference.endpoint._requests import _score_json
+
+    assert _score_json(0.25) == 0.25
+    assert _score_json(np.float64(0.5)) == 0.5
+    assert _score_json(np.array(0.75)) == 0.75
+    assert _score_json(np.array([1.5, -2.0])) == [1.5, -2.0]
+    assert all(type(v) is float for v in _score_json(np.array([1.5, -2.0])))  # type: ignore[union-attr]
+    assert json.dumps(_score_json(np.array([[1.0], [2.0]]))) == "[1.0, 2.0]"
