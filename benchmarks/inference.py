@@ -50,8 +50,9 @@ WebSocket + mTLS from a client process) and checks that ``/metrics``, scraped ov
 port before and after it, counted every request (:mod:`benchmarks._inference_endpoint`).
 
 ``--profile DIR`` writes ``guest.prof`` and ``hostK.prof`` (:mod:`cProfile` of each serving
-process's event-loop thread; read with :mod:`pstats`); profiled runs are slower, so their
-figures are for finding hot spots, not for the record.
+process's event-loop thread; read with :mod:`pstats`), and with ``--endpoint`` ``app.prof``
+(the client process's); profiled runs are slower, so their figures are for finding hot
+spots, not for the record.
 """
 
 from __future__ import annotations
