@@ -81,3 +81,21 @@ async def test_submit_many_looks_up_the_guest_store_and_fails_on_close(
     assert [grouped[0], grouped[2]] == alone
     assert isinstance(grouped[1], UnknownIdError)
     assert after == [alone[0]]
+
+
+async def test_max_queue_counts_requests_not_calls(memory_fabric: Fabric, trained: Trained) -> None:
+    ids = [int(trained.ids[r]) for r in range(5)]
+    X = trained.guest_X(np.arange(5))
+    async with (
+        local_federation(memory_fabric, ["a", "b", "c"], CONFIG) as c,
+        serving(c, trained, max_queue=3, max_batch=2) as p,
+    ):
+        grouped = p.submit_many(ids, X)  # nothing runs in between: the queue holds 3
+        alone = p.submit(ids[0], X[0])
+        results = await grouped
+        with pytest.raises(InputError, match="too many queued requests"):
+            await alone
+        later = await p.submit_many(ids[:3], X[:3])  # batches of 2 drained the queue
+    assert [type(r) for r in results] == [float, float, float, InputError, InputError]
+    assert "too many queued requests" in str(results[3])
+    assert later == results[:3]

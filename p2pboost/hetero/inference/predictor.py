@@ -197,7 +197,12 @@ class GuestPredictor:
             )
             for k, host in enumerate(model.hosts, start=1)
         ]
-        self._queue: asyncio.Queue[Request] = asyncio.Queue(maxsize=max_queue)
+        #: Requests in arrival order, a call's (``submit``: one; ``submit_many``: its group)
+        #: per entry; ``_carry``: the rest of an entry that did not fit the last batch.
+        self._queue: asyncio.Queue[list[Request]] = asyncio.Queue()
+        self._carry: list[Request] = []
+        self._queued = 0  # requests in the queue and the carry (bounded by max_queue)
+        self.max_queue = max_queue
         self._dispatcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -230,8 +235,10 @@ class GuestPredictor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        left = self._carry
         while not self._queue.empty():
-            request = self._queue.get_nowait()
+            left.extend(self._queue.get_nowait())
+        for request in left:
             if not request.done():
                 request.set_exception(SessionClosed("predictor closed"))
         await asyncio.gather(*(c.close() for c in self._clients))
@@ -440,9 +447,10 @@ class GuestPredictor:
         try:
             row = self._check_row(x)
             _check_id(id)
-            self._queue.put_nowait(Request(id, row, future, reasons))
-        except asyncio.QueueFull:
-            future.set_exception(InputError("too many queued requests (max_queue)"))
+            if self._queued >= self.max_queue:
+                raise InputError("too many queued requests (max_queue)")
+            self._queue.put_nowait([Request(id, row, future, reasons)])
+            self._queued += 1
         except P2PBoostError as exc:
             future.set_exception(exc)
         return future
@@ -455,8 +463,9 @@ class GuestPredictor:
         n_features)``, or ``None`` with a ``guest_store``; a bad ``X`` fails every request.
 
         For callers that receive requests in groups (the endpoint's list messages): the
-        requests still ride the micro-batches one by one, but the group costs one future
-        and one wake-up of its waiter rather than one per request.
+        group is one entry of the queue (split where a micro-batch is full, so its requests
+        may ride several) and costs one future and one wake-up of its waiter rather than
+        one per request. ``max_queue`` counts its requests, as it counts single ones.
         """
         self._check_open()
         if self._dispatcher is None:
@@ -473,18 +482,20 @@ class GuestPredictor:
             for i in range(n):
                 group.settle(i, exc)
             return future
-        queue = self._queue
+        requests: list[Request] = []
+        room = self.max_queue - self._queued
         for i, rid in enumerate(ids):
             try:
                 _check_id(rid)
+                if len(requests) >= room:
+                    raise InputError("too many queued requests (max_queue)")
             except P2PBoostError as exc:
                 group.settle(i, exc)
                 continue
-            if queue.full():
-                group.settle(i, InputError("too many queued requests (max_queue)"))
-                continue
-            x = None if rows is None else rows[i]
-            queue.put_nowait(Request(rid, x, None, False, group, i))
+            requests.append(Request(rid, None if rows is None else rows[i], None, False, group, i))
+        if requests:  # one queue entry for the group
+            self._queue.put_nowait(requests)
+            self._queued += len(requests)
         return future
 
     async def stream(
@@ -560,20 +571,28 @@ class GuestPredictor:
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
             await slots.acquire()
-            batch = [await self._queue.get()]
+            batch = self._carry or await self._queue.get()
+            self._carry = []
             deadline = loop.time() + self.max_wait
-            while len(batch) < self.max_batch:
-                if self._queue.empty():
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    try:
-                        async with asyncio.timeout(remaining):
-                            batch.append(await self._queue.get())
-                    except TimeoutError:
-                        break
-                else:
-                    batch.append(self._queue.get_nowait())
+            try:
+                while len(batch) < self.max_batch:
+                    if self._queue.empty():
+                        remaining = deadline - loop.time()
+                        if remaining <= 0:
+                            break
+                        try:
+                            async with asyncio.timeout(remaining):
+                                batch.extend(await self._queue.get())
+                        except TimeoutError:
+                            break
+                    else:
+                        batch.extend(self._queue.get_nowait())
+            except asyncio.CancelledError:  # closing: close() fails what was taken
+                self._carry = batch
+                raise
+            if len(batch) > self.max_batch:  # a group's rest waits for the next batch
+                self._carry, batch = batch[self.max_batch :], batch[: self.max_batch]
+            self._queued -= len(batch)
             live = [r for r in batch if not r.done()]  # cancelled by their caller
             if not live:
                 slots.release()

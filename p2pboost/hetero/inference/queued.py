@@ -1,9 +1,10 @@
 """The online requests a :class:`~p2pboost.hetero.inference.predictor.GuestPredictor` queues
 for its micro-batches, each resolved on its own future or as a place in a :class:`Group`.
 
-The dispatcher treats both alike (``done``, ``set_result``, ``set_exception``): a group's
-requests ride the micro-batches one by one, possibly over several, and only the group's one
-future wakes its waiter, once the last outcome is known.
+The dispatcher treats both alike (``done``, ``set_result``, ``set_exception``): a group is
+one entry of the predictor's queue, split where a micro-batch is full (so its requests may
+ride several), and only the group's one future wakes its waiter, once the last outcome is
+known.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class Group:
     :meth:`~p2pboost.hetero.inference.predictor.GuestPredictor.submit_many` call, and the
     one future that resolves when the last of them is known.
 
-    A list message of a few hundred requests then costs one future and one wake-up of its
-    waiter, not one per request; its requests still ride the micro-batches one by one.
+    A list message of a few hundred requests then costs one future, one queue entry and one
+    wake-up of its waiter, not one of each per request.
     """
 
     __slots__ = ("future", "outcomes", "pending")
