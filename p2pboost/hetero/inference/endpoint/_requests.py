@@ -169,9 +169,9 @@ def _rows(
             except InputError as exc:
                 errors[position] = exc
         return kept, np.array(good, dtype=np.float64).reshape(len(kept), n_features)
-    infinite = np.asarray(np.isinf(matrix).any(axis=1))  # json reads 1e999 as inf
-    if not infinite.any():
+    if not np.isinf(matrix).any():  # json reads 1e999 as inf
         return positions, matrix
+    infinite = np.asarray(np.isinf(matrix).any(axis=1))
     for i in np.flatnonzero(infinite).tolist():
         errors[positions[i]] = InputError('"features" must be finite numbers or null (missing)')
     finite = ~infinite
