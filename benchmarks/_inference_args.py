@@ -62,8 +62,6 @@ def parse(argv: list[str], description: str | None) -> argparse.Namespace:
         parser.error("--group must be at most 1024 (the endpoint's requests in flight)")
     if args.warmup < 0 or args.max_wait_ms < 0:
         parser.error("--warmup and --max-wait-ms must be >= 0")
-    if args.endpoint and args.profile:
-        parser.error("--profile profiles the default mode only")
     if args.hosts is not None and args.hosts < 1:
         parser.error("--hosts must be at least 1")
     return args

@@ -336,19 +336,25 @@ def measure(
     blocks: Sequence[list[str]],
     load: Any,
     group: int,
+    profile: Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hosts, the guest's endpoint and a client, each in its own process: the client's
-    results and the guest's."""
+    results and the guest's. ``profile``: write each process's :mod:`cProfile` file there."""
     from benchmarks.inference import _serve_host
     from p2pboost.app._local import LocalParties
 
     names = [f"host{k}" for k in range(1, len(blocks) + 1)]
+
+    def prof(name: str) -> str | None:
+        return str(profile / f"{name}.prof") if profile is not None else None
+
     stop = multiprocessing.get_context("spawn").Event()
     with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
         for name, columns in zip(names, blocks, strict=True):
             parties.start(
                 name,
                 _serve_host,
+                profile=prof(name),
                 fed=str(fed),
                 name=name,
                 model_path=str(models / f"{name}.json"),
@@ -360,6 +366,7 @@ def measure(
         parties.start(
             GUEST,
             _guest,
+            profile=prof(GUEST),
             fed=str(fed),
             addresses=addresses,
             model_path=str(models / "guest.json"),
@@ -371,6 +378,7 @@ def measure(
         parties.start(
             APP,
             _client,
+            profile=prof(APP),
             fed=str(fed),
             url=url,
             probe=probe,
@@ -399,11 +407,13 @@ def run(
     blocks: Sequence[list[str]],
     load: Any,
     core: Any,
+    profile: Path | None = None,
 ) -> int:
-    """Measure, print the table and the JSON line. ``core(ids)``: the core's margins."""
+    """Measure, print the table and the JSON line. ``core(ids)``: the core's margins;
+    ``profile``: where the processes' :mod:`cProfile` files go (slower figures)."""
     from p2pboost.hetero.model import GuestModel
 
-    client, guest = measure(fed, models, directory, args.dataset, blocks, load, args.group)
+    client, guest = measure(fed, models, directory, args.dataset, blocks, load, args.group, profile)
     params = GuestModel.load(models / "guest.json").params
     n = int(client["ids"].size)
     max_abs_diff = float(np.max(np.abs(client["scores"] - core(client["ids"]))))
@@ -439,6 +449,8 @@ def run(
         ("node messages per micro-batch", ", ".join(f"{h} {v:.3g}" for h, v in rounds.items())),
         ("counters_moved", moved),
     ]
+    if profile is not None:
+        rows.append(("cProfile files (profiled: slower)", str(profile)))
     print_table(rows, f"federated inference through the endpoint (mTLS), {args.dataset}")
     emit_json(
         {

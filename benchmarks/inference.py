@@ -50,8 +50,9 @@ WebSocket + mTLS from a client process) and checks that ``/metrics``, scraped ov
 port before and after it, counted every request (:mod:`benchmarks._inference_endpoint`).
 
 ``--profile DIR`` writes ``guest.prof`` and ``hostK.prof`` (:mod:`cProfile` of each serving
-process's event-loop thread; read with :mod:`pstats`); profiled runs are slower, so their
-figures are for finding hot spots, not for the record.
+process's event-loop thread; read with :mod:`pstats`), and with ``--endpoint`` ``app.prof``
+(the client process's); profiled runs are slower, so their figures are for finding hot
+spots, not for the record.
 """
 
 from __future__ import annotations
@@ -565,7 +566,7 @@ def main(argv: list[str]) -> int:
         columns = [[data.host_columns[i] for i in block] for block in blocks]
         if args.endpoint:
             margins = partial(_core_margin, guest_model.params, data)
-            return endpoint.run(args, fed, models, directory, columns, load, margins)
+            return endpoint.run(args, fed, models, directory, columns, load, margins, profile)
         guest, hosts = serve_and_measure(
             fed, models, directory, args.dataset, columns, load, profile
         )

@@ -179,6 +179,28 @@ async def test_bad_requests_get_error_replies_and_the_connection_goes_on(
     assert good == {"id": int(trained.ids[5]), "score": expected}
 
 
+async def test_a_list_message_is_checked_as_its_requests_one_by_one(
+    memory_fabric: Fabric, trained: Trained, app_tls: TLSConfig, guest_tls: TLSConfig
+) -> None:
+    """A list message's rows are validated together (one conversion): every request must
+    still get the reply it gets alone, in place, whatever its neighbours hold."""
+    objects = [m for m, _, text in BAD if isinstance(m, str) and text != "invalid JSON"]
+    goods = [json.dumps(request(trained, r)) for r in (3, 4, 4)]
+    with_null = request(trained, 6)
+    with_null["features"][2] = None
+    members = [goods[0], *objects, goods[1], json.dumps(with_null), '"x"', "7", goods[2]]
+    async with (
+        served(memory_fabric, trained, guest_tls) as (_, url),
+        ws_connect(url, ssl=_ssl(app_tls), max_size=None) as ws,
+    ):
+        alone = [await ask(ws, m) for m in members]
+        together = await ask(ws, "[" + ",".join(members) + "]")
+        clean = await ask(ws, "[" + ",".join(goods) + "]")  # the one-conversion path
+    assert together == alone
+    assert clean == [alone[0], alone[len(objects) + 1], alone[-1]]
+    assert sum("score" in r for r in together) == 4
+
+
 async def test_a_garbage_client_does_not_affect_another(
     memory_fabric: Fabric, trained: Trained, app_tls: TLSConfig, guest_tls: TLSConfig
 ) -> None:
@@ -311,3 +333,16 @@ async def test_browsers_are_refused(
         with pytest.raises(InvalidStatus) as info:
             await ws_connect(url, ssl=_ssl(app_tls), origin="https://evil.example")  # type: ignore[arg-type]
     assert info.value.response.status_code == 403
+
+
+def test_scores_become_json_numbers_or_lists() -> None:
+    """Margins of a multi-output model (and the benchmark's ``output="margin"``) are arrays:
+    they must reach the client as lists of plain floats, single scores as numbers."""
+    from p2pboost.hetero.inference.endpoint._requests import _score_json
+
+    assert _score_json(0.25) == 0.25
+    assert _score_json(np.float64(0.5)) == 0.5
+    assert _score_json(np.array(0.75)) == 0.75
+    assert _score_json(np.array([1.5, -2.0])) == [1.5, -2.0]
+    assert all(type(v) is float for v in _score_json(np.array([1.5, -2.0])))  # type: ignore[union-attr]
+    assert json.dumps(_score_json(np.array([[1.0], [2.0]]))) == "[1.0, 2.0]"

@@ -66,6 +66,7 @@ from p2pboost.hetero.inference.forest import FlatForest
 from p2pboost.hetero.inference.private import PrivateForest
 from p2pboost.hetero.inference.private_session import PrivateScorer, setup_message
 from p2pboost.hetero.inference.psi_pool import PsiPool
+from p2pboost.hetero.inference.queued import Group, Request
 from p2pboost.hetero.inference.session import (
     DEFAULT_PREFIX,
     MAX_ID_CHARS,
@@ -110,15 +111,6 @@ class ServingStats:
     rows: int
     failed: int
     messages_to_hosts: dict[str, int]
-
-
-@dataclass(slots=True)
-class _Request:
-    id: Any
-    x: F64 | None
-    future: asyncio.Future[Any]
-    #: Resolve to ``(score, reasons)`` rather than the score.
-    reasons: bool = False
 
 
 class GuestPredictor:
@@ -205,7 +197,12 @@ class GuestPredictor:
             )
             for k, host in enumerate(model.hosts, start=1)
         ]
-        self._queue: asyncio.Queue[_Request] = asyncio.Queue(maxsize=max_queue)
+        #: Requests in arrival order, a call's (``submit``: one; ``submit_many``: its group)
+        #: per entry; ``_carry``: the rest of an entry that did not fit the last batch.
+        self._queue: asyncio.Queue[list[Request]] = asyncio.Queue()
+        self._carry: list[Request] = []
+        self._queued = 0  # requests in the queue and the carry (bounded by max_queue)
+        self.max_queue = max_queue
         self._dispatcher: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -238,10 +235,12 @@ class GuestPredictor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        left = self._carry
         while not self._queue.empty():
-            request = self._queue.get_nowait()
-            if not request.future.done():
-                request.future.set_exception(SessionClosed("predictor closed"))
+            left.extend(self._queue.get_nowait())
+        for request in left:
+            if not request.done():
+                request.set_exception(SessionClosed("predictor closed"))
         await asyncio.gather(*(c.close() for c in self._clients))
         await self._psi_pool.close()
         if self._private is not None:
@@ -448,11 +447,55 @@ class GuestPredictor:
         try:
             row = self._check_row(x)
             _check_id(id)
-            self._queue.put_nowait(_Request(id, row, future, reasons))
-        except asyncio.QueueFull:
-            future.set_exception(InputError("too many queued requests (max_queue)"))
+            if self._queued >= self.max_queue:
+                raise InputError("too many queued requests (max_queue)")
+            self._queue.put_nowait([Request(id, row, future, reasons)])
+            self._queued += 1
         except P2PBoostError as exc:
             future.set_exception(exc)
+        return future
+
+    def submit_many(self, ids: Sequence[Any], X: Any = None) -> asyncio.Future[list[Any]]:
+        """Queue several requests now, as :meth:`submit` would one by one, with one future
+        for all: it resolves to a list in the order of ``ids`` holding each request's score
+        or the :class:`~p2pboost.exceptions.P2PBoostError` it met (as a value: one request's
+        error never fails the others). ``X``: their guest features, ``(len(ids),
+        n_features)``, or ``None`` with a ``guest_store``; a bad ``X`` fails every request.
+
+        For callers that receive requests in groups (the endpoint's list messages): the
+        group is one entry of the queue (split where a micro-batch is full, so its requests
+        may ride several) and costs one future and one wake-up of its waiter rather than
+        one per request. ``max_queue`` counts its requests, as it counts single ones.
+        """
+        self._check_open()
+        if self._dispatcher is None:
+            raise LocalProtocolError("start the predictor first (async with / start())")
+        n = len(ids)
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        group = Group(future, n)
+        if not n:
+            future.set_result([])
+            return future
+        try:
+            rows = self._check_rows(X, n)
+        except P2PBoostError as exc:
+            for i in range(n):
+                group.settle(i, exc)
+            return future
+        requests: list[Request] = []
+        room = self.max_queue - self._queued
+        for i, rid in enumerate(ids):
+            try:
+                _check_id(rid)
+                if len(requests) >= room:
+                    raise InputError("too many queued requests (max_queue)")
+            except P2PBoostError as exc:
+                group.settle(i, exc)
+                continue
+            requests.append(Request(rid, None if rows is None else rows[i], None, False, group, i))
+        if requests:  # one queue entry for the group
+            self._queue.put_nowait(requests)
+            self._queued += len(requests)
         return future
 
     async def stream(
@@ -505,6 +548,19 @@ class GuestPredictor:
             )
         return row
 
+    def _check_rows(self, X: Any, n: int) -> F64 | None:
+        if X is None:
+            if self.guest_store is None:
+                raise InputError("give the guest's features X, or a guest_store to look them up")
+            return None
+        rows = np.asarray(X, dtype=np.float64)
+        if rows.shape != (n, self.model.n_features):
+            raise InputError(
+                f"X must be ({n}, {self.model.n_features}) (one row of guest features per "
+                f"id), got {rows.shape}"
+            )
+        return rows
+
     async def _dispatch(self) -> None:
         """Form batches and keep up to ``max_inflight`` of them in flight.
 
@@ -515,21 +571,29 @@ class GuestPredictor:
         slots = asyncio.Semaphore(self.max_inflight)
         while True:
             await slots.acquire()
-            batch = [await self._queue.get()]
+            batch = self._carry or await self._queue.get()
+            self._carry = []
             deadline = loop.time() + self.max_wait
-            while len(batch) < self.max_batch:
-                if self._queue.empty():
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    try:
-                        async with asyncio.timeout(remaining):
-                            batch.append(await self._queue.get())
-                    except TimeoutError:
-                        break
-                else:
-                    batch.append(self._queue.get_nowait())
-            live = [r for r in batch if not r.future.done()]  # cancelled by their caller
+            try:
+                while len(batch) < self.max_batch:
+                    if self._queue.empty():
+                        remaining = deadline - loop.time()
+                        if remaining <= 0:
+                            break
+                        try:
+                            async with asyncio.timeout(remaining):
+                                batch.extend(await self._queue.get())
+                        except TimeoutError:
+                            break
+                    else:
+                        batch.extend(self._queue.get_nowait())
+            except asyncio.CancelledError:  # closing: close() fails what was taken
+                self._carry = batch
+                raise
+            if len(batch) > self.max_batch:  # a group's rest waits for the next batch
+                self._carry, batch = batch[self.max_batch :], batch[: self.max_batch]
+            self._queued -= len(batch)
+            live = [r for r in batch if not r.done()]  # cancelled by their caller
             if not live:
                 slots.release()
                 continue
@@ -538,8 +602,8 @@ class GuestPredictor:
             task.add_done_callback(self._inflight.discard)
             task.add_done_callback(lambda _: slots.release())
 
-    async def _run_batch(self, batch: Sequence[_Request]) -> None:
-        by_kind: dict[bool, list[_Request]] = {}
+    async def _run_batch(self, batch: Sequence[Request]) -> None:
+        by_kind: dict[bool, list[Request]] = {}
         for r in batch:  # integer and string ids never share a query
             by_kind.setdefault(isinstance(r.id, str | np.str_), []).append(r)
         try:
@@ -550,7 +614,7 @@ class GuestPredictor:
                 self._fail(r, SessionClosed("predictor closed"))
             raise
 
-    async def _run_group(self, batch: Sequence[_Request]) -> None:
+    async def _run_group(self, batch: Sequence[Request]) -> None:
         try:
             keys = normalise_ids([r.id for r in batch])
             rows = await self._batch_rows(batch, keys)
@@ -566,15 +630,14 @@ class GuestPredictor:
         values: list[Any] = scores.tolist() if scores.ndim == 1 else list(scores)
         reasons = contributions.reasons(self.reasons) if contributions is not None else None
         for i, (r, value) in enumerate(zip(batch, values, strict=True)):
-            if not r.future.done():
-                r.future.set_result((value, reasons[i]) if r.reasons and reasons else value)
+            r.set_result((value, reasons[i]) if r.reasons and reasons else value)
 
-    def _fail(self, request: _Request, exc: P2PBoostError) -> None:
-        if not request.future.done():
+    def _fail(self, request: Request, exc: P2PBoostError) -> None:
+        if not request.done():
             self._failed += 1
-            request.future.set_exception(exc)
+            request.set_exception(exc)
 
-    async def _batch_rows(self, batch: Sequence[_Request], keys: npt.NDArray[Any]) -> F64:
+    async def _batch_rows(self, batch: Sequence[Request], keys: npt.NDArray[Any]) -> F64:
         need = [i for i, r in enumerate(batch) if r.x is None]
         if not need:
             return np.stack([r.x for r in batch if r.x is not None])

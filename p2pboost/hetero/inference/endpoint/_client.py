@@ -95,8 +95,8 @@ async def stream_scores(
     if not 1 <= group <= max_in_flight:
         raise InputError(f"group must be between 1 and max_in_flight ({max_in_flight})")
     context = _client_ssl(url, tls)
-    window = asyncio.Semaphore(max_in_flight)
-    out: asyncio.Queue[dict[str, Any] | _Sent | BaseException] = asyncio.Queue()
+    window = _Window(max_in_flight)
+    out: asyncio.Queue[list[Any] | _Sent | BaseException] = asyncio.Queue()
     try:
         ws = await ws_connect(
             url,
@@ -118,8 +118,7 @@ async def stream_scores(
     async def send() -> None:
         sent = 0
         async for chunk in _chunks(_iterate(requests), group):
-            for _ in chunk:
-                await window.acquire()
+            await window.take(len(chunk))
             await ws.send(json.dumps(chunk if group > 1 else chunk[0]))
             sent += len(chunk)
         out.put_nowait(_Sent(sent))
@@ -127,8 +126,7 @@ async def stream_scores(
     async def receive() -> None:
         async for message in ws:
             reply = json.loads(message)
-            for item in reply if isinstance(reply, list) else [reply]:
-                out.put_nowait(item)
+            out.put_nowait(reply if isinstance(reply, list) else [reply])  # a message at once
         raise TransportError("the endpoint closed the connection before every reply came")
 
     async with ws:
@@ -136,12 +134,31 @@ async def stream_scores(
         tasks = [asyncio.create_task(_reporting(work(), out)) for work in (send, receive)]
         try:
             async for reply in _replies(out):
-                window.release()
+                window.give(1)
                 yield reply
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Window:
+    """Requests that may still be sent before their replies are taken (``max_in_flight``):
+    a counter, so that a message of ``group`` requests waits once, not once per request."""
+
+    def __init__(self, total: int) -> None:
+        self._free = total
+        self._given = asyncio.Event()
+
+    async def take(self, n: int) -> None:
+        while self._free < n:
+            self._given.clear()
+            await self._given.wait()
+        self._free -= n
+
+    def give(self, n: int) -> None:
+        self._free += n
+        self._given.set()
 
 
 async def _chunks(items: AsyncIterator[Any], size: int) -> AsyncIterator[list[Any]]:
@@ -156,7 +173,7 @@ async def _chunks(items: AsyncIterator[Any], size: int) -> AsyncIterator[list[An
 
 
 async def _reporting(
-    work: Awaitable[None], out: asyncio.Queue[dict[str, Any] | _Sent | BaseException]
+    work: Awaitable[None], out: asyncio.Queue[list[Any] | _Sent | BaseException]
 ) -> None:
     """Run ``work``; whatever it raises goes to the consumer of ``out`` (it would hang else)."""
     try:
@@ -168,9 +185,10 @@ async def _reporting(
 
 
 async def _replies(
-    out: asyncio.Queue[dict[str, Any] | _Sent | BaseException],
+    out: asyncio.Queue[list[Any] | _Sent | BaseException],
 ) -> AsyncIterator[dict[str, Any]]:
-    """Replies until as many as were sent have come (the sender's count arrives in between)."""
+    """Replies until as many as were sent have come (the sender's count arrives in between);
+    ``out`` holds each reply message's replies as a list."""
     received, total = 0, None
     while total is None or received < total:
         item = await out.get()
@@ -179,5 +197,6 @@ async def _replies(
         elif isinstance(item, BaseException):
             raise item
         else:
-            received += 1
-            yield item
+            for reply in item:
+                received += 1
+                yield reply

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import http
 import ipaddress
 import json
@@ -12,15 +12,11 @@ import ssl
 from collections.abc import (
     Callable,
     Collection,
-    Iterable,
-    Mapping,
 )
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 from urllib.parse import urlsplit
 
-import numpy as np
-import numpy.typing as npt
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 from websockets.exceptions import ConnectionClosed
@@ -31,11 +27,17 @@ from p2pboost.exceptions import (
     ConfigError,
     HandshakeError,
     InputError,
-    P2PBoostError,
     TransportError,
 )
+from p2pboost.hetero.inference.endpoint._requests import (
+    IdKind,
+    Message,
+    decode,
+    discard,
+    reply_to,
+    submit,
+)
 from p2pboost.hetero.inference.predictor import GuestPredictor
-from p2pboost.hetero.inference.session import MAX_ID_CHARS
 from p2pboost.metrics import CONTENT_TYPE, MISSING, Metrics, endpoint_metrics
 from p2pboost.transports.websocket import describe_tls_error
 
@@ -60,10 +62,6 @@ READY_PATH = "/readyz"
 #: Prometheus text (p2pboost.metrics); 501 without the ``metrics`` extra.
 METRICS_PATH = "/metrics"
 _WS_PATH = "/"
-_INT64_MAX = 2**63 - 1
-
-RequestId: TypeAlias = int | str
-Score: TypeAlias = float | npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,177 +156,83 @@ def _url(scheme: str, server: Server) -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-# -- parsing requests ---------------------------------------------------------------------------
-
-
-def _refuse_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _decode(message: str | bytes, max_items: int) -> tuple[list[Any], bool]:
-    """A message's requests and whether it was a list (then the reply is a list too)."""
-    if not isinstance(message, str):
-        raise InputError("send requests as JSON text messages, not binary ones")
-    try:
-        obj = json.loads(message, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"invalid JSON: {str(exc)[:200]}") from None
-    if not isinstance(obj, list):
-        return [obj], False
-    if len(obj) > max_items:
-        raise InputError(f"{len(obj)} requests in one message (at most {max_items})")
-    return obj, True
-
-
-def _request_id(request: Mapping[str, Any]) -> RequestId:
-    if "id" not in request:
-        raise InputError('a request needs an "id"')
-    rid = request["id"]
-    if isinstance(rid, bool) or not isinstance(rid, int | str):
-        raise InputError(f'"id" must be an integer or a string, not {type(rid).__name__}')
-    if isinstance(rid, int) and not -_INT64_MAX - 1 <= rid <= _INT64_MAX:
-        raise InputError('an integer "id" must fit in 64 bits')
-    if isinstance(rid, str) and not 0 < len(rid) <= MAX_ID_CHARS:
-        raise InputError(f'a string "id" must have 1 to {MAX_ID_CHARS} characters')
-    return rid
-
-
-def _features(value: object, n_features: int) -> npt.NDArray[np.float64]:
-    """One row of guest features: numbers, ``null`` for missing, exactly ``n_features``."""
-    if not isinstance(value, list):
-        raise InputError(f'"features" must be a list of {n_features} numbers')
-    if len(value) != n_features:
-        raise InputError(f"expected {n_features} guest features, got {len(value)}")
-    if not all(v is None or (type(v) is int or type(v) is float) for v in value):
-        raise InputError('"features" must hold numbers or null (missing)')
-    try:
-        row = np.array([np.nan if v is None else v for v in value], dtype=np.float64)
-    except OverflowError:
-        raise InputError('a number in "features" is out of range') from None
-    if np.isinf(row).any():  # json reads 1e999 as inf
-        raise InputError('"features" must be finite numbers or null (missing)')
-    return row
-
-
-class _IdKind:
-    """The one kind of id (int or str) this endpoint serves.
-
-    Hosts keep ids of one kind, and a host's store refuses a query of the other kind, which
-    ends that host's serving session: the query fails and the next batch pays for a new
-    session. So that one client's wrong ids cannot make the others pay, the kind is fixed as
-    soon as it is known (the guest's store, or the first request that got a score) and
-    requests of the other kind are refused before they reach the predictor.
-    """
-
-    def __init__(self, predictor: GuestPredictor) -> None:
-        self.kind: type | None = None
-        store = predictor.guest_store
-        if store is not None:
-            with contextlib.suppress(P2PBoostError):
-                ids = store.ids()
-                self.kind = {"i": int, "U": str}.get(ids.dtype.kind) if ids.size else None
-
-    def check(self, rid: RequestId) -> None:
-        if self.kind is not None and not isinstance(rid, self.kind):
-            kind = "integers" if self.kind is int else "strings"
-            raise InputError(f"ids on this endpoint are {kind}")
-
-    def learn(self, rid: RequestId) -> None:
-        if self.kind is None:
-            self.kind = type(rid)
-
-
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """One request of a message: its id, and the predictor's future or why it was refused."""
-
-    id: RequestId | None
-    future: asyncio.Future[Score] | None = None
-    error: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Message:
-    """One message's requests, replied to together (as a list when ``many``)."""
-
-    items: list[_Item]
-    many: bool
-    received: float = 0.0
-
-
-def _submit(request: object, predictor: GuestPredictor, ids: _IdKind) -> _Item:
-    """Validate one request and hand it to the micro-batcher; never raises for bad input."""
-    rid: RequestId | None = None
-    try:
-        if not isinstance(request, dict):
-            raise InputError('a request must be a JSON object {"id": ..., "features": [...]}')
-        extra = set(request) - {"id", "features"}
-        if extra:
-            raise InputError(f"unknown request key(s): {', '.join(sorted(map(str, extra)))}")
-        rid = _request_id(request)
-        ids.check(rid)
-        features = request.get("features")
-        x = None if features is None else _features(features, predictor.model.n_features)
-        return _Item(rid, predictor.submit(rid, x))
-    except P2PBoostError as exc:
-        return _Item(rid, error=exc)
-
-
-# -- replies ----------------------------------------------------------------------------------
-
-
-def _error(exc: BaseException) -> dict[str, str]:
-    if isinstance(exc, P2PBoostError):
-        return {"type": type(exc).__name__, "message": str(exc)}
-    logger.error("unexpected error while scoring", exc_info=exc)
-    return {"type": "InternalError", "message": "internal error (the server's log says more)"}
-
-
-def _score_json(score: Score) -> float | list[float]:
-    return float(score) if np.ndim(score) == 0 else [float(v) for v in np.ravel(score)]
-
-
-async def _reply(item: _Item, ids: _IdKind) -> dict[str, Any]:
-    if item.future is None:
-        assert item.error is not None
-        return {"id": item.id, "error": _error(item.error)}
-    try:
-        score = await item.future
-    except Exception as exc:  # the predictor sets P2PBoostErrors; anything else is a bug
-        return {"id": item.id, "error": _error(exc)}
-    assert item.id is not None
-    ids.learn(item.id)
-    return {"id": item.id, "score": _score_json(score)}
-
-
-def _discard(items: Iterable[_Item]) -> None:
-    """Cancel what is still queued; read what already failed (no 'never retrieved' noise)."""
-    for item in items:
-        if item.future is None:
-            continue
-        if item.future.done():
-            if not item.future.cancelled():
-                item.future.exception()
-        else:
-            item.future.cancel()
-
-
 class _Credit:
     """Requests a connection may still have in flight; the reader waits when none is left."""
 
     def __init__(self, total: int) -> None:
         self._free = total
-        self._changed = asyncio.Condition()
+        self._given = asyncio.Event()
 
     async def take(self, n: int) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._free >= n)
-            self._free -= n
+        while self._free < n:  # rare: the client pipelines more than max_in_flight
+            self._given.clear()
+            await self._given.wait()
+        self._free -= n
 
-    async def give(self, n: int) -> None:
-        async with self._changed:
-            self._free += n
-            self._changed.notify_all()
+    def give(self, n: int) -> None:
+        self._free += n
+        self._given.set()
+
+
+class _Outbox:
+    """A connection's messages awaiting their reply, in arrival order.
+
+    The writer sleeps until the first of them is answered: the message's futures wake it
+    once they are all done, and its arrival does not (a queue would wake the writer on the
+    arrival only for it to wait on the futures again: two wake-ups per message, where one
+    request per message is the common case).
+    """
+
+    def __init__(self) -> None:
+        self._messages: collections.deque[Message] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._armed: Message | None = None
+
+    def put(self, message: Message) -> None:
+        self._messages.append(message)
+        if self._waiter is not None and len(self._messages) == 1:
+            self._arm(message)
+
+    async def get(self) -> Message:
+        """The first message, once every request of it is answered."""
+        loop = asyncio.get_running_loop()
+        while not (self._messages and _answered(self._messages[0])):
+            self._waiter = loop.create_future()
+            try:
+                if self._messages:
+                    self._arm(self._messages[0])
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._messages.popleft()
+
+    def drain(self) -> list[Message]:
+        """Every message left (the connection ends)."""
+        messages = list(self._messages)
+        self._messages.clear()
+        return messages
+
+    def _arm(self, message: Message) -> None:
+        if self._armed is message:
+            return
+        self._armed = message
+        pending = [future for _, future in message.parts if not future.done()]
+        if not pending:
+            self._wake()
+        for future in pending:
+            future.add_done_callback(self._on_done)
+
+    def _on_done(self, _: object) -> None:
+        if self._messages and _answered(self._messages[0]):
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+def _answered(message: Message) -> bool:
+    return all(future.done() for _, future in message.parts)
 
 
 # -- one connection ---------------------------------------------------------------------------
@@ -340,12 +244,12 @@ class _Connection:
 
     ws: ServerConnection
     predictor: GuestPredictor
-    ids: _IdKind
+    ids: IdKind
     limits: EndpointLimits
     metrics: Metrics
 
     async def run(self) -> None:
-        queue: asyncio.Queue[_Message] = asyncio.Queue()
+        queue = _Outbox()
         credit = _Credit(self.limits.max_in_flight)
         reader = asyncio.create_task(self._read(queue, credit))
         writer = asyncio.create_task(self._write(queue, credit))
@@ -355,42 +259,45 @@ class _Connection:
             for task in (reader, writer):
                 task.cancel()
             results = await asyncio.gather(reader, writer, return_exceptions=True)
-            while not queue.empty():
-                _discard(queue.get_nowait().items)
+            for message in queue.drain():
+                discard(message)
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, ConnectionClosed):
                 raise result
 
-    async def _read(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
+    async def _read(self, queue: _Outbox, credit: _Credit) -> None:
         loop = asyncio.get_running_loop()
         async for message in self.ws:  # ends when the client closes
             received = loop.time()
-            size = len(message.encode() if isinstance(message, str) else message)
+            if isinstance(message, str):
+                size = len(message) if message.isascii() else len(message.encode())
+            else:
+                size = len(message)
             try:
-                requests, many = _decode(message, self.limits.max_in_flight)
+                requests, many = decode(message, self.limits.max_in_flight)
             except InputError as exc:
                 self.metrics.received(size, 1)
                 await credit.take(1)
-                queue.put_nowait(_Message([_Item(None, error=exc)], False, received))
+                queue.put(Message([None], False, received, {0: exc}))
                 continue
             self.metrics.received(size, len(requests))
             await credit.take(len(requests))  # before submitting: bounds what is queued
-            items = [_submit(r, self.predictor, self.ids) for r in requests]
-            queue.put_nowait(_Message(items, many, received))
+            queue.put(submit(requests, many, received, self.predictor, self.ids))
 
-    async def _write(self, queue: asyncio.Queue[_Message], credit: _Credit) -> None:
+    async def _write(self, queue: _Outbox, credit: _Credit) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             message = await queue.get()
             try:
-                replies = [await _reply(item, self.ids) for item in message.items]
+                replies = await reply_to(message, self.ids)
             finally:
-                _discard(message.items)
+                discard(message)
             text = json.dumps(replies if message.many else replies[0])
             await self.ws.send(text)
             errors = [r["error"]["type"] for r in replies if "error" in r]
-            seconds = asyncio.get_running_loop().time() - message.received
-            self.metrics.replied(len(text.encode()), seconds, errors)
-            await credit.give(len(message.items))
+            size = len(text) if text.isascii() else len(text.encode())
+            self.metrics.replied(size, loop.time() - message.received, errors)
+            credit.give(len(message.ids))
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -519,7 +426,7 @@ async def serve_endpoint(
     """
     context, host, port = _server_ssl(listen, tls, allow_plaintext)
     limits = limits or EndpointLimits()
-    ids = _IdKind(predictor)
+    ids = IdKind(predictor)
     metrics = metrics if metrics is not None else endpoint_metrics()
     predictor.on_batch = metrics.batch
 
