@@ -10,7 +10,9 @@ dispatcher takes whatever requests are waiting (up to ``max_batch``), optionally
 ``max_wait`` seconds for more (default 0: batching comes from the load itself), and sends
 them as one batch; up to ``max_inflight`` batches are out at once, and requests that arrive
 while every slot is busy form the next one. Under heavy load batches grow and the cost per
-request falls, so latency stays flat.
+request falls, so latency stays flat. The queue and its dispatcher are a
+:class:`~p2pboost.hetero.inference.batcher.MicroBatcher` the predictor owns (started with it,
+failing its unanswered requests when it closes); the predictor keeps the scoring itself.
 
 Failures are per request where they can be: an id a host does not hold fails that request
 with :class:`~p2pboost.exceptions.UnknownIdError` and its batch-mates get their scores; a host
@@ -60,16 +62,15 @@ from p2pboost.exceptions import (
 )
 from p2pboost.gbdt.stability_window import StabilityWindow
 from p2pboost.hetero._messages import ServePrivate
+from p2pboost.hetero.inference.batcher import MicroBatcher
 from p2pboost.hetero.inference.explain import Contributions, guest_contributions
-from p2pboost.hetero.inference.feature_store import FeatureStore, normalise_ids
+from p2pboost.hetero.inference.feature_store import FeatureStore
 from p2pboost.hetero.inference.forest import FlatForest
 from p2pboost.hetero.inference.private import PrivateForest
 from p2pboost.hetero.inference.private_session import PrivateScorer, setup_message
 from p2pboost.hetero.inference.psi_pool import PsiPool
-from p2pboost.hetero.inference.queued import Group, Request
 from p2pboost.hetero.inference.session import (
     DEFAULT_PREFIX,
-    MAX_ID_CHARS,
     MAX_ROWS,
     OFFLOAD_CELLS,
     HostClient,
@@ -197,16 +198,21 @@ class GuestPredictor:
             )
             for k, host in enumerate(model.hosts, start=1)
         ]
-        #: Requests in arrival order, a call's (``submit``: one; ``submit_many``: its group)
-        #: per entry; ``_carry``: the rest of an entry that did not fit the last batch.
-        self._queue: asyncio.Queue[list[Request]] = asyncio.Queue()
-        self._carry: list[Request] = []
-        self._queued = 0  # requests in the queue and the carry (bounded by max_queue)
         self.max_queue = max_queue
-        self._dispatcher: asyncio.Task[None] | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
+        #: The online queue and its dispatcher (batcher.py), scoring with ``_score``.
+        self._batcher = MicroBatcher(
+            self._score,
+            n_features=model.n_features,
+            lookup=None if guest_store is None else guest_store.lookup,
+            party=node.party_id,
+            max_batch=max_batch,
+            max_wait=max_wait,
+            max_inflight=max_inflight,
+            max_queue=max_queue,
+            reasons=reasons,
+        )
         self._closed = False
-        self._batches = self._rows = self._failed = 0
+        self._batches = self._rows = 0
         #: Called with each batch's rows and seconds (the endpoint's metrics).
         self.on_batch: Callable[[int, float], None] | None = None
         self._messages_at_start: dict[str, int] = {}
@@ -216,7 +222,7 @@ class GuestPredictor:
     async def start(self, *, connect: bool = True) -> None:
         """Start the dispatcher; with ``connect`` open every host session now, so a host with
         another model (fingerprint) or one that is unreachable is reported at start."""
-        if self._dispatcher is not None:
+        if self._batcher.started:
             raise LocalProtocolError("predictor already started")
         if connect:
             await gather_or_cancel(*(c.connect() for c in self._clients))
@@ -224,23 +230,14 @@ class GuestPredictor:
         self._messages_at_start = {
             c.host: stats[c.host].messages_sent if c.host in stats else 0 for c in self._clients
         }
-        self._dispatcher = asyncio.create_task(self._dispatch(), name="p2pboost-dispatcher")
+        self._batcher.start()
 
     async def close(self) -> None:
         """Fail queued requests, stop the dispatcher and say goodbye to the hosts."""
         if self._closed:
             return
         self._closed = True
-        tasks = [t for t in (self._dispatcher, *self._inflight) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        left = self._carry
-        while not self._queue.empty():
-            left.extend(self._queue.get_nowait())
-        for request in left:
-            if not request.done():
-                request.set_exception(SessionClosed("predictor closed"))
+        await self._batcher.close()
         await asyncio.gather(*(c.close() for c in self._clients))
         await self._psi_pool.close()
         if self._private is not None:
@@ -265,7 +262,7 @@ class GuestPredictor:
             - self._messages_at_start.get(c.host, 0)
             for c in self._clients
         }
-        return ServingStats(self._batches, self._rows, self._failed, sent)
+        return ServingStats(self._batches, self._rows, self._batcher.failed, sent)
 
     def stability(self) -> dict[str, Any] | None:
         """The window's ``{"rows", "psi", "band"}`` now, or None without a window."""
@@ -441,19 +438,7 @@ class GuestPredictor:
         """Queue one request now; the future resolves to its score (with ``reasons``:
         ``(score, reasons)``) or its error."""
         self._check_open()
-        if self._dispatcher is None:
-            raise LocalProtocolError("start the predictor first (async with / start())")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        try:
-            row = self._check_row(x)
-            _check_id(id)
-            if self._queued >= self.max_queue:
-                raise InputError("too many queued requests (max_queue)")
-            self._queue.put_nowait([Request(id, row, future, reasons)])
-            self._queued += 1
-        except P2PBoostError as exc:
-            future.set_exception(exc)
-        return future
+        return self._batcher.submit(id, x, reasons=reasons)
 
     def submit_many(self, ids: Sequence[Any], X: Any = None) -> asyncio.Future[list[Any]]:
         """Queue several requests now, as :meth:`submit` would one by one, with one future
@@ -468,35 +453,7 @@ class GuestPredictor:
         one per request. ``max_queue`` counts its requests, as it counts single ones.
         """
         self._check_open()
-        if self._dispatcher is None:
-            raise LocalProtocolError("start the predictor first (async with / start())")
-        n = len(ids)
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        group = Group(future, n)
-        if not n:
-            future.set_result([])
-            return future
-        try:
-            rows = self._check_rows(X, n)
-        except P2PBoostError as exc:
-            for i in range(n):
-                group.settle(i, exc)
-            return future
-        requests: list[Request] = []
-        room = self.max_queue - self._queued
-        for i, rid in enumerate(ids):
-            try:
-                _check_id(rid)
-                if len(requests) >= room:
-                    raise InputError("too many queued requests (max_queue)")
-            except P2PBoostError as exc:
-                group.settle(i, exc)
-                continue
-            requests.append(Request(rid, None if rows is None else rows[i], None, False, group, i))
-        if requests:  # one queue entry for the group
-            self._queue.put_nowait(requests)
-            self._queued += len(requests)
-        return future
+        return self._batcher.submit_many(ids, X)
 
     async def stream(
         self, requests: AsyncIterable[tuple[Any, Any]] | AsyncIterable[Any]
@@ -536,131 +493,6 @@ class GuestPredictor:
             with contextlib.suppress(asyncio.CancelledError):
                 await feeder
 
-    def _check_row(self, x: Any) -> F64 | None:
-        if x is None:
-            if self.guest_store is None:
-                raise InputError("give the guest's features x, or a guest_store to look them up")
-            return None
-        row = np.asarray(x, dtype=np.float64)
-        if row.shape != (self.model.n_features,):
-            raise InputError(
-                f"expected {self.model.n_features} guest features, got shape {row.shape}"
-            )
-        return row
-
-    def _check_rows(self, X: Any, n: int) -> F64 | None:
-        if X is None:
-            if self.guest_store is None:
-                raise InputError("give the guest's features X, or a guest_store to look them up")
-            return None
-        rows = np.asarray(X, dtype=np.float64)
-        if rows.shape != (n, self.model.n_features):
-            raise InputError(
-                f"X must be ({n}, {self.model.n_features}) (one row of guest features per "
-                f"id), got {rows.shape}"
-            )
-        return rows
-
-    async def _dispatch(self) -> None:
-        """Form batches and keep up to ``max_inflight`` of them in flight.
-
-        A slot is taken *before* a batch is collected, so while every slot is busy requests
-        pile up and the next batch is as large as the load makes it.
-        """
-        loop = asyncio.get_running_loop()
-        slots = asyncio.Semaphore(self.max_inflight)
-        while True:
-            await slots.acquire()
-            batch = self._carry or await self._queue.get()
-            self._carry = []
-            deadline = loop.time() + self.max_wait
-            try:
-                while len(batch) < self.max_batch:
-                    if self._queue.empty():
-                        remaining = deadline - loop.time()
-                        if remaining <= 0:
-                            break
-                        try:
-                            async with asyncio.timeout(remaining):
-                                batch.extend(await self._queue.get())
-                        except TimeoutError:
-                            break
-                    else:
-                        batch.extend(self._queue.get_nowait())
-            except asyncio.CancelledError:  # closing: close() fails what was taken
-                self._carry = batch
-                raise
-            if len(batch) > self.max_batch:  # a group's rest waits for the next batch
-                self._carry, batch = batch[self.max_batch :], batch[: self.max_batch]
-            self._queued -= len(batch)
-            live = [r for r in batch if not r.done()]  # cancelled by their caller
-            if not live:
-                slots.release()
-                continue
-            task = asyncio.create_task(self._run_batch(live))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-            task.add_done_callback(lambda _: slots.release())
-
-    async def _run_batch(self, batch: Sequence[Request]) -> None:
-        by_kind: dict[bool, list[Request]] = {}
-        for r in batch:  # integer and string ids never share a query
-            by_kind.setdefault(isinstance(r.id, str | np.str_), []).append(r)
-        try:
-            for group in by_kind.values():
-                await self._run_group(group)
-        except asyncio.CancelledError:  # the predictor closes: fail them, never leave a hang
-            for r in batch:
-                self._fail(r, SessionClosed("predictor closed"))
-            raise
-
-    async def _run_group(self, batch: Sequence[Request]) -> None:
-        try:
-            keys = normalise_ids([r.id for r in batch])
-            rows = await self._batch_rows(batch, keys)
-            explain = any(r.reasons for r in batch)
-            scores, unknown, contributions = await self._score(keys, rows, explain)
-        except P2PBoostError as exc:
-            for r in batch:
-                self._fail(r, exc)
-            return
-        for host, positions in unknown.items():
-            for p in positions.tolist():
-                self._fail(batch[p], UnknownIdError(host, [batch[p].id]))
-        values: list[Any] = scores.tolist() if scores.ndim == 1 else list(scores)
-        reasons = contributions.reasons(self.reasons) if contributions is not None else None
-        for i, (r, value) in enumerate(zip(batch, values, strict=True)):
-            r.set_result((value, reasons[i]) if r.reasons and reasons else value)
-
-    def _fail(self, request: Request, exc: P2PBoostError) -> None:
-        if not request.done():
-            self._failed += 1
-            request.set_exception(exc)
-
-    async def _batch_rows(self, batch: Sequence[Request], keys: npt.NDArray[Any]) -> F64:
-        need = [i for i, r in enumerate(batch) if r.x is None]
-        if not need:
-            return np.stack([r.x for r in batch if r.x is not None])
-        rows = np.empty((len(batch), self.model.n_features))
-        for i, r in enumerate(batch):
-            if r.x is not None:
-                rows[i] = r.x
-        if need:
-            assert self.guest_store is not None
-            looked, found = await self.guest_store.lookup(keys[need])
-            rows[need] = looked
-            for j in np.flatnonzero(~found).tolist():
-                self._fail(batch[need[j]], UnknownIdError(self.node.party_id, [batch[need[j]].id]))
-        return rows
-
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosed("predictor closed")
-
-
-def _check_id(rid: Any) -> None:
-    """One request's id: an int or a short str (cheap: this runs once per request)."""
-    if isinstance(rid, bool) or not isinstance(rid, int | str | np.integer | np.str_):
-        raise InputError(f"an id must be an int or a str, got {type(rid).__name__}")
-    if isinstance(rid, str) and len(rid) > MAX_ID_CHARS:
-        raise InputError(f"string ids longer than {MAX_ID_CHARS} characters")

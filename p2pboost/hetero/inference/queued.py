@@ -1,10 +1,10 @@
 """The online requests a :class:`~p2pboost.hetero.inference.predictor.GuestPredictor` queues
 for its micro-batches, each resolved on its own future or as a place in a :class:`Group`.
 
-The dispatcher treats both alike (``done``, ``set_result``, ``set_exception``): a group is
-one entry of the predictor's queue, split where a micro-batch is full (so its requests may
-ride several), and only the group's one future wakes its waiter, once the last outcome is
-known.
+The dispatcher (:class:`~p2pboost.hetero.inference.batcher.MicroBatcher`) treats both alike
+(``done``, ``set_result``, ``set_exception``): a group is one entry of its queue, split
+where a micro-batch is full (so its requests may ride several), and only the group's one
+future wakes its waiter, once the last outcome is known.
 """
 
 from __future__ import annotations
