@@ -36,6 +36,7 @@ from p2pboost.net.node import Node
 if TYPE_CHECKING:
     from p2pboost.hetero.inference.feature_store import ArrayStore, FeatureStore
     from p2pboost.hetero.inference.predictor import GuestPredictor
+    from p2pboost.hetero.model import GuestModel
 
 __all__ = ["LOCAL_TASKS", "PREPARE", "TASKS", "feature_store"]
 
@@ -95,7 +96,7 @@ async def _prepare_guest_predict(run: Run) -> Runner:
 
 
 async def _predict_guest(
-    run: Run, node: Node, model: Any, table: Table, explanations: Path | None
+    run: Run, node: Node, model: GuestModel, table: Table, explanations: Path | None
 ) -> PartyResult:
     align = run.config.predict.align
     run.reporter.info(f"scoring {table.ids.size} rows (align by {align})...")
