@@ -340,29 +340,15 @@ def measure(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Hosts, the guest's endpoint and a client, each in its own process: the client's
     results and the guest's. ``profile``: write each process's :mod:`cProfile` file there."""
-    from benchmarks.inference import _serve_host
+    from benchmarks.inference import start_hosts
     from p2pboost.app._local import LocalParties
-
-    names = [f"host{k}" for k in range(1, len(blocks) + 1)]
 
     def prof(name: str) -> str | None:
         return str(profile / f"{name}.prof") if profile is not None else None
 
     stop = multiprocessing.get_context("spawn").Event()
     with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
-        for name, columns in zip(names, blocks, strict=True):
-            parties.start(
-                name,
-                _serve_host,
-                profile=prof(name),
-                fed=str(fed),
-                name=name,
-                model_path=str(models / f"{name}.json"),
-                csv=str(directory / f"{dataset}_hetero_host.csv"),
-                columns=columns,
-                repeats=1,
-            )
-        addresses = {name: parties.expect(name, "address") for name in names}
+        addresses = start_hosts(parties, fed, models, directory, dataset, blocks, 1, prof)
         parties.start(
             GUEST,
             _guest,

@@ -62,7 +62,7 @@ import asyncio
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -330,6 +330,34 @@ async def _latency_phase(
     }
 
 
+def start_hosts(
+    parties: LocalParties,
+    fed: Path,
+    models: Path,
+    directory: Path,
+    dataset: str,
+    blocks: Sequence[list[str]],
+    repeats: int,
+    prof: Callable[[str], str | None],
+) -> dict[str, str]:
+    """Start every host's serving process (``hostK``, its model file and its block of the
+    host CSV's columns) and return the address each listens on; both modes serve so."""
+    names = [f"host{k}" for k in range(1, len(blocks) + 1)]
+    for name, columns in zip(names, blocks, strict=True):
+        parties.start(
+            name,
+            _serve_host,
+            profile=prof(name),
+            fed=str(fed),
+            name=name,
+            model_path=str(models / f"{name}.json"),
+            csv=str(directory / f"{dataset}_hetero_host.csv"),
+            columns=columns,
+            repeats=repeats,
+        )
+    return {name: parties.expect(name, "address") for name in names}
+
+
 def serve_and_measure(
     fed: Path,
     models: Path,
@@ -346,19 +374,9 @@ def serve_and_measure(
         return str(profile / f"{name}.prof") if profile is not None else None
 
     with LocalParties("benchmark", timeout=PARTY_TIMEOUT, tracebacks=True) as parties:
-        for name, columns in zip(names, blocks, strict=True):
-            parties.start(
-                name,
-                _serve_host,
-                profile=prof(name),
-                fed=str(fed),
-                name=name,
-                model_path=str(models / f"{name}.json"),
-                csv=str(directory / f"{dataset}_hetero_host.csv"),
-                columns=columns,
-                repeats=load.repeats,
-            )
-        addresses = {name: parties.expect(name, "address") for name in names}
+        addresses = start_hosts(
+            parties, fed, models, directory, dataset, blocks, load.repeats, prof
+        )
         parties.start(
             GUEST,
             _serve_guest,
