@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,12 +176,18 @@ def test_sealed_bytes_open_only_with_their_key_and_context() -> None:
         key.open(sealed, b"other rows")
 
 
-def test_the_benchmark_reports_both_modes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_benchmark_reports_both_modes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     import json
 
     from benchmarks import private_inference
+    from tests._tiny_data import write_tiny_vertical
 
-    argv = ["--dataset", "breast", "--trees", "2", "--depth", "2", "--key-bits", "1024"]
+    # Its own tiny data directory: the test must not depend on where the data sets live.
+    data = write_tiny_vertical(tmp_path, rows=160, guest=3, host=4, host_label_column=3)
+    argv = ["--dataset", "breast", "--data-dir", str(data)]
+    argv += ["--trees", "2", "--depth", "2", "--key-bits", "1024"]
     argv += ["--rows", "50", "--private-rows", "10", "--requests", "3", "--private-requests", "2"]
     assert private_inference.main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
