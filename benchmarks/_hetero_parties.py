@@ -30,7 +30,7 @@ from p2pboost.certs import TLSConfig
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.hetero.training.common import GuestPhase, HostPhase, Progress
 from p2pboost.net.node import Node
-from p2pboost.workers import PinnedPool, pinned_pool, process_pool, record_trace
+from p2pboost.workers import PinnedPool, pinned_pool, pool_kind, process_pool, record_trace
 
 __all__ = [
     "GUEST",
@@ -61,6 +61,17 @@ def active_kernel() -> str:
     except ImportError:
         return "gmpy2"
     return str(kernels.active())
+
+
+def _gil_free() -> bool:
+    """Whether this process's kernel releases the GIL (the native one): the pools a party's
+    training would start are then threads (:func:`p2pboost.workers.pool_kind`)."""
+    return active_kernel() == "native"
+
+
+def pool_used() -> str:
+    """What this process's training pools are made of: ``"threads"`` or ``"processes"``."""
+    return pool_kind(_gil_free())
 
 
 @contextlib.contextmanager
@@ -114,16 +125,18 @@ class PhaseClock(Progress):
 
 
 def _warm_pool(workers: int) -> Any:
-    """A process pool whose workers have started (start-up is not part of training)."""
-    pool = process_pool(workers)
+    """The pool the guest's training would start (threads under the native kernel, else
+    processes), its workers started (start-up is not part of training)."""
+    pool = process_pool(workers, prefer_threads=_gil_free())
     list(pool.map(_import_task_modules, range(workers)))
     return pool
 
 
 def _warm_pinned_pool(workers: int, places: int | None = None) -> PinnedPool:
     """The host's pinned pool (its row shards live there), started before training:
-    ``places`` shards (default: one per worker) on ``workers`` processes."""
-    pool = pinned_pool(places or workers, processes=workers)
+    ``places`` shards (default: one per worker) on ``workers`` processes (threads under the
+    native kernel, as the host's training would start them)."""
+    pool = pinned_pool(places or workers, processes=workers, prefer_threads=_gil_free())
     for future in [pool.submit_to(i, _import_task_modules) for i in range(pool.workers)]:
         future.result()
     return pool
@@ -227,6 +240,7 @@ async def _host(
         "model": model.to_dict(),
         "moves": moves,
         "kernel": active_kernel(),
+        "pool": "cluster" if cluster is not None else pool_used(),
     }
 
 
@@ -313,6 +327,7 @@ async def _guest(
         "proba": model.transform(margin),
         "wall": (wall_start, wall_stop),
         "kernel": active_kernel(),
+        "pool": "cluster" if cluster is not None else pool_used(),
     }
 
 

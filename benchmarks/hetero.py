@@ -171,6 +171,8 @@ class SchemeRun:
     #: The kernel asked for (None: the default) and the one the parties used.
     kernel: str | None
     kernel_used: str
+    #: What the parties' pools were made of (threads or processes; guest + hosts).
+    pool_used: str
     s_per_tree: float
     floor: float
     costs: CostModel
@@ -196,6 +198,7 @@ class SchemeRun:
             "auc": round(self.auc, 6),
             "bytes_per_tree": round(self.bytes_per_tree),
             "kernel": self.kernel_used,
+            "pool": self.pool_used,
         }
 
 
@@ -257,6 +260,7 @@ def _run_scheme(
         scheme=scheme,
         kernel=kernel,
         kernel_used="+".join(sorted(used)),
+        pool_used="+".join(sorted({g["pool"], *(h["pool"] for h in result.hosts)})),
         s_per_tree=g["seconds"] / n_trees,
         floor=floor,
         costs=costs,
@@ -275,6 +279,7 @@ def _rows(run: SchemeRun) -> list[tuple[str, Any]]:
     c = run.costs
     rows: list[tuple[str, Any]] = [
         (f"[{run.label}] crypto kernel used (guest + hosts)", run.kernel_used),
+        (f"[{run.label}] workers are (guest + hosts)", run.pool_used),
         (f"[{run.label}] guest key generation s (not timed)", run.result.guest["keygen"]),
         (f"[{run.label}] guest workers' tables s (not timed)", run.result.guest["tables"]),
         (f"[{run.label}] federated s/tree (guest wall)", run.s_per_tree),

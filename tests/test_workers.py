@@ -126,5 +126,63 @@ def test_pools_can_be_threads_of_the_party_process(monkeypatch: pytest.MonkeyPat
     with CryptoEngine(pk, sk, workers=2) as engine:
         assert engine.decrypt_batch_blocking(engine.encrypt_batch_blocking(values)) == values
     monkeypatch.setenv(POOL_ENV, "fibers")
-    with pytest.raises(ValueError, match="processes or threads"):
+    with pytest.raises(ValueError, match="auto, processes or threads"):
         pool_kind()
+
+
+def test_pools_are_threads_by_default_only_where_the_gil_is_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unset (or ``auto``), P2PBOOST_POOL gives threads to callers whose tasks release the GIL
+    and processes to every other; ``processes`` and ``threads`` override both."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    from p2pboost.workers import POOL_ENV, pool_kind
+
+    monkeypatch.delenv(POOL_ENV, raising=False)
+    assert (pool_kind(), pool_kind(prefer_threads=True)) == ("processes", "threads")
+    with process_pool(1, prefer_threads=True) as pool:
+        assert isinstance(pool, ThreadPoolExecutor)
+    with process_pool(1) as pool:
+        assert isinstance(pool, ProcessPoolExecutor)
+    pinned = PinnedPool(2, prefer_threads=True)
+    try:
+        assert pinned.submit_to(1, os.getpid).result() == os.getpid()
+    finally:
+        pinned.shutdown()
+    monkeypatch.setenv(POOL_ENV, "auto")
+    assert pool_kind(prefer_threads=True) == "threads"
+    monkeypatch.setenv(POOL_ENV, "processes")
+    assert pool_kind(prefer_threads=True) == "processes"
+    monkeypatch.setenv(POOL_ENV, "threads")
+    assert pool_kind() == "threads"
+
+
+def test_owned_executor_starts_threads_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A protocol that owns its pool (no executor given) gets threads where its tasks release
+    the GIL (vertical training under the native kernel asks so) and processes otherwise, pinned
+    or not."""
+    import asyncio
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    from p2pboost.workers import POOL_ENV, owned_executor
+
+    monkeypatch.delenv(POOL_ENV, raising=False)
+
+    async def kinds() -> list[object]:
+        seen: list[object] = []
+        for prefer in (True, False):
+            async with owned_executor(None, 1, prefer_threads=prefer) as (pool, _):
+                seen.append(set(type(pool).__mro__))
+            async with owned_executor(None, 1, pinned=True, prefer_threads=prefer) as (pool, _):
+                assert isinstance(pool, PinnedPool)
+                seen.append(pool.submit_to(0, os.getpid).result() == os.getpid())
+        return seen
+
+    threads, same_process, processes, other_process = asyncio.run(kinds())
+    assert isinstance(threads, set)
+    assert ThreadPoolExecutor in threads
+    assert isinstance(processes, set)
+    assert ProcessPoolExecutor in processes
+    assert same_process is True
+    assert other_process is False

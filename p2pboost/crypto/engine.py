@@ -57,6 +57,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto._workers import (
     KeyMaterial,
     compress_task,
@@ -180,6 +181,7 @@ class CryptoEngine:
                     self.workers,
                     initializer=init_worker,
                     initargs=(self.public_key.fingerprint, self._material),
+                    prefer_threads=kernels.releases_gil(),
                 )
             return self._own, None
         if task in _KEY_TASKS:

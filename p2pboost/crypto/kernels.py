@@ -53,6 +53,7 @@ __all__ = [
     "native_product",
     "prefer",
     "prefix_products",
+    "releases_gil",
     "segment_products",
     "use",
     "values_of",
@@ -120,6 +121,13 @@ def use(name: str) -> str:
     _ACTIVE[0] = name
     os.environ[KERNEL_ENV] = name
     return previous
+
+
+def releases_gil() -> bool:
+    """Whether this process's kernel runs its loops with the GIL released (the native one):
+    then a party's crypto workers may be threads of its own process
+    (:func:`~p2pboost.workers.pool_kind`); gmpy2's loops are Python and hold it."""
+    return _is_native()
 
 
 def _is_native() -> bool:

@@ -46,7 +46,9 @@ class HeteroConfig:
     small first chunk arrives, and the rest of the stream
     pays the per-task and per-message costs a few times rather than once per 2,048 rows.
     ``workers``:
-    processes of the pool the protocol starts when no executor is given. ``precompute``:
+    workers of the pool the protocol starts when no executor is given (threads of the party's
+    process under the native kernel, whose loops release the GIL; processes under gmpy2:
+    :func:`~p2pboost.workers.pool_kind`). ``precompute``:
     while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
     next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
     are kept), so that tree's encryption costs one product per row for those.

@@ -91,7 +91,11 @@ __all__ = [
 
 @contextlib.asynccontextmanager
 async def owned_executor(
-    executor: AnyExecutor | None, workers: int | None = None, *, pinned: bool = False
+    executor: AnyExecutor | None,
+    workers: int | None = None,
+    *,
+    pinned: bool = False,
+    prefer_threads: bool = False,
 ) -> AsyncIterator[tuple[Executor, int]]:
     """``(executor, workers)`` for a protocol run.
 
@@ -109,6 +113,9 @@ async def owned_executor(
     state in a chosen process, so a fresh pinned pool of ``workers`` processes is started
     beside it (and shut down on exit); the caller keeps its executor for the work that needs
     no pinning.
+
+    ``prefer_threads``: the run's tasks release the GIL (the native kernel's), so a fresh pool
+    may be threads of this process (:func:`pool_kind`).
     """
     if executor is not None and is_dask_client(executor):
         # The client stays the caller's; the pool asks the scheduler for its workers.
@@ -125,7 +132,11 @@ async def owned_executor(
     if executor is not None and not pinned:
         yield cast(Executor, executor), n
         return
-    pool: Executor = pinned_pool(n) if pinned else process_pool(n)
+    pool: Executor = (
+        pinned_pool(n, prefer_threads=prefer_threads)
+        if pinned
+        else process_pool(n, prefer_threads=prefer_threads)
+    )
     try:
         yield pool, n
     finally:

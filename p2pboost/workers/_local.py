@@ -157,20 +157,26 @@ class _Pool(ProcessPoolExecutor):
         return super().submit(traced(fn), *args, **kwargs)
 
 
-def pool_kind() -> str:
-    """What a party's local pools are made of: ``"processes"`` (the default) or
-    ``"threads"``, from the environment variable :data:`POOL_ENV`.
+def pool_kind(prefer_threads: bool = False) -> str:
+    """What a local pool is made of: ``"processes"`` or ``"threads"``, from the environment
+    variable :data:`POOL_ENV`: ``processes`` or ``threads`` for every pool, or ``auto`` (the
+    default) for threads where the caller says its tasks release the GIL
+    (``prefer_threads``) and processes everywhere else.
 
-    Why threads can do: with the native kernel (:mod:`p2pboost.crypto.kernels`) the
+    Why threads where they can: with the native kernel (:mod:`p2pboost.crypto.kernels`) the
     ciphertext loops release the GIL, so worker threads of the party's own process run them on
-    every core with no pickling, no pipes and one copy of the key's tables. What remains in
-    Python (numpy bookkeeping, candidate lists) holds the GIL; so the choice is measured per
-    deployment (``python -m benchmarks hetero`` with the variable set), and processes stay
-    the default. Under the gmpy2 kernel, threads would run one task at a time.
+    every core with no pickling, no pipes and one copy of the key's tables. Measured side by
+    side (``python -m benchmarks hetero``, the same machine, alternated runs): on two cores
+    give_credit30k took 0.90x the processes' seconds per tree and synth150k's OU 0.91x; on
+    16 cores OU took 0.91x. What remains in Python (numpy bookkeeping, candidate lists) holds
+    the GIL, so work that is Python to the core (PSI's per-id loop, the gmpy2 kernel) stays on
+    processes: callers pass ``prefer_threads`` only for the native kernel's work.
     """
-    kind = os.environ.get(POOL_ENV, "processes").strip().lower() or "processes"
-    if kind not in ("processes", "threads"):
-        raise ValueError(f"{POOL_ENV}={kind!r}: choose processes or threads")
+    kind = os.environ.get(POOL_ENV, "auto").strip().lower() or "auto"
+    if kind not in ("auto", "processes", "threads"):
+        raise ValueError(f"{POOL_ENV}={kind!r}: choose auto, processes or threads")
+    if kind == "auto":
+        return "threads" if prefer_threads else "processes"
     return kind
 
 
@@ -195,10 +201,12 @@ def process_pool(
     *,
     initializer: Callable[..., object] | None = None,
     initargs: tuple[Any, ...] = (),
+    prefer_threads: bool = False,
 ) -> Executor:
     """A spawn-based pool whose workers run at lower priority, then call ``initializer``
-    (threads of this process instead, where :func:`pool_kind` says so)."""
-    if pool_kind() == "threads":
+    (threads of this process instead, where :func:`pool_kind` says so: ``prefer_threads``
+    says the tasks release the GIL)."""
+    if pool_kind(prefer_threads) == "threads":
         return _ThreadPool(
             max_workers=workers or default_workers(),
             initializer=_start_thread,
@@ -240,6 +248,7 @@ class PinnedPool(PinnedExecutor):
         initializer: Callable[..., object] | None = None,
         initargs: tuple[Any, ...] = (),
         processes: int | None = None,
+        prefer_threads: bool = False,
     ) -> None:
         n = workers or default_workers()
         if n < 1:
@@ -248,7 +257,10 @@ class PinnedPool(PinnedExecutor):
         if k < 1:
             raise ValueError("a pinned pool needs at least one process")
         self._pools = [
-            process_pool(1, initializer=initializer, initargs=initargs) for _ in range(k)
+            process_pool(
+                1, initializer=initializer, initargs=initargs, prefer_threads=prefer_threads
+            )
+            for _ in range(k)
         ]
         self._places = n
         self._pending = [0] * k  # per process
@@ -305,7 +317,15 @@ def pinned_pool(
     initializer: Callable[..., object] | None = None,
     initargs: tuple[Any, ...] = (),
     processes: int | None = None,
+    prefer_threads: bool = False,
 ) -> PinnedPool:
     """A :class:`PinnedPool` of ``workers`` places (default: one per core), each in a process
-    of its own unless ``processes`` says fewer."""
-    return PinnedPool(workers, initializer=initializer, initargs=initargs, processes=processes)
+    of its own unless ``processes`` says fewer (each a thread, where :func:`pool_kind` says
+    so for ``prefer_threads``)."""
+    return PinnedPool(
+        workers,
+        initializer=initializer,
+        initargs=initargs,
+        processes=processes,
+        prefer_threads=prefer_threads,
+    )

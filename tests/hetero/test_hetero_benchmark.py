@@ -46,6 +46,7 @@ def test_two_hosts_end_to_end(tiny_vertical: Path, capsys: pytest.CaptureFixture
         "xgboost_auc",
         "bytes_per_tree",
         "kernel",
+        "pool",
         "scaling",
     }
     assert result["benchmark"] == "hetero"
@@ -69,6 +70,8 @@ def test_two_hosts_end_to_end(tiny_vertical: Path, capsys: pytest.CaptureFixture
     assert abs(result["auc"] - result["xgboost_auc"]) < 0.1
     assert any("s_per_tree / floor_s_per_tree" in line for line in out)
     assert result["kernel"] in ("native", "gmpy2")
+    if os.environ.get("P2PBOOST_POOL", "auto") == "auto":  # threads only where the GIL is free
+        assert result["pool"] == ("threads" if result["kernel"] == "native" else "processes")
     assert set(result["scaling"]) == {"paillier"}
     _check_scaling(result["scaling"]["paillier"])
 
@@ -116,6 +119,9 @@ def test_compare_kernels_runs_every_scheme_with_both(
             assert run["floor_s_per_tree"] > 0
             assert run["kernel"] in ("native", "gmpy2")
     assert result["kernels"]["gmpy2"]["ou"]["kernel"] == "gmpy2"
+    if os.environ.get("P2PBOOST_POOL", "auto") == "auto":  # gmpy2 holds the GIL: processes
+        assert result["kernels"]["gmpy2"]["ou"]["pool"] == "processes"
+        assert result["kernels"]["native"]["ou"]["pool"] == "threads"
     assert set(result["native_over_gmpy2"]) == {"paillier", "ou"}
     assert result["identical_trees"] is True
     assert set(result["scaling"]) == {"paillier", "ou"}

@@ -66,6 +66,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, make_keypair
 from p2pboost.exceptions import DeadlineExceeded, InputError
@@ -178,7 +179,10 @@ async def guest_train(
     )
     public_key, private_key = await _keys(run.config, keys)
     begin, warm = await _warm_start(run, hellos, public_key)
-    async with owned_executor(executor, run.config.workers) as (pool, n_workers):
+    # The native kernel's tasks release the GIL: the pool started here is then threads.
+    async with owned_executor(
+        executor, run.config.workers, prefer_threads=kernels.releases_gil()
+    ) as (pool, n_workers):
         engine = CryptoEngine(
             public_key,
             private_key,

@@ -17,6 +17,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.exceptions import CheckpointError, InputError
 from p2pboost.gbdt.binning import BinMapper
@@ -291,7 +292,9 @@ async def _rounds(
     """The round loop: the host answers the guest tree by tree until its done message, its
     shards pinned in the workers of a pool it owns for this call (or the caller's), and
     returns the fingerprint the guest announced."""
-    async with owned_executor(executor, workers, pinned=True) as (pinned, n_workers):
+    async with owned_executor(
+        executor, workers, pinned=True, prefer_threads=kernels.releases_gil()
+    ) as (pinned, n_workers):
         assert isinstance(pinned, PinnedExecutor)
         host.shards = Shards(pinned)
         # Compression needs no pinning: the caller's executor when there is one.
