@@ -1,6 +1,6 @@
 """PSI benchmark: guest and host nodes over loopback WebSocket + mutual TLS, against the floor.
 
-``python -m benchmarks psi --n 150000 --overlap 0.5 [--bandwidth-gbps 10]``
+``python -m benchmarks psi --n 150000 --overlap 0.5 [--bandwidth-gbps 10 --trace-workers N]``
 
 Both parties run in this process, each in its own node, talking over real TLS 1.3 WebSockets on
 127.0.0.1, and share one process pool with a worker per core (as two parties on one machine
@@ -13,7 +13,9 @@ labels the tasks it submits) and the trace is replayed with each party on a mach
 own with 8 to 64 workers (:mod:`benchmarks._schedule`); the seconds are those of the whole
 PSI, so its entries say ``seconds`` where the tree benchmarks say ``s_per_tree``. The
 protocol cuts its work for the pool's workers (one per core here), and the replay keeps
-those cuts.
+those cuts; ``--trace-workers N`` has both parties cut it for ``N`` workers
+(``psi_guest``/``psi_host``'s ``workers``) while the pool stays one per core, so the trace
+holds the tasks an ``N``-worker party would run.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ async def run_psi(
     host_ids: list[int],
     federation: Path,
     pool: Executor,
+    workers: int | None = None,
 ) -> tuple[PsiResult, PsiResult, float]:
     async with Node(
         "host",
@@ -80,12 +83,14 @@ async def run_psi(
             async def host() -> PsiResult:
                 with trace_party("host"):  # the tasks this coroutine submits are the host's
                     async with host_node.session("psi", peers=["guest"]) as s:
-                        return await psi_host(s, "guest", host_ids, executor=pool)
+                        return await psi_host(s, "guest", host_ids, executor=pool, workers=workers)
 
             async def guest() -> PsiResult:
                 with trace_party("guest"):
                     async with guest_node.session("psi", peers=["host"]) as s:
-                        return await psi_guest(s, ["host"], guest_ids, executor=pool)
+                        return await psi_guest(
+                            s, ["host"], guest_ids, executor=pool, workers=workers
+                        )
 
             t0 = time.perf_counter()
             g, h = await asyncio.gather(guest(), host())
@@ -98,9 +103,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--overlap", type=float, default=0.5, help="fraction of ids in common")
     parser.add_argument("--seed", type=int, default=0)
     _scaling.add_bandwidth_argument(parser)
+    _scaling.add_trace_workers_argument(parser)
     args = parser.parse_args(argv)
     if args.n < 1 or not 0.0 <= args.overlap <= 1.0:
         parser.error("--n must be >= 1 and --overlap in [0, 1]")
+    if args.trace_workers is not None and args.trace_workers < 1:
+        parser.error("--trace-workers must be at least 1")
 
     rng = np.random.default_rng(args.seed)
     common = round(args.n * args.overlap)
@@ -116,14 +124,16 @@ def main(argv: list[str]) -> int:
         trace = Path(tmp) / "trace"
         with record_trace(trace):
             start = time.time()
-            g, h, seconds = asyncio.run(run_psi(guest_ids, host_ids, Path(tmp), pool))
+            g, h, seconds = asyncio.run(
+                run_psi(guest_ids, host_ids, Path(tmp), pool, args.trace_workers)
+            )
             stop = time.time()
         prediction = _scaling.predict(
             trace,
             start=start,
             stop=stop,
             units=1,
-            workers=cores,
+            workers=args.trace_workers or cores,
             bandwidth=_scaling.bandwidth(args.bandwidth_gbps),
             key="seconds",
         )

@@ -105,6 +105,11 @@ def _id_list(ids: Ids) -> list[str | bytes | int]:
     return items
 
 
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and workers < 1:
+        raise InputError("workers must be at least 1")
+
+
 def _batches(blob: bytes, batch: int) -> Iterator[bytes]:
     step = batch * POINT_BYTES
     for start in range(0, len(blob), step):
@@ -275,16 +280,21 @@ async def psi_guest(
     executor: AnyExecutor | None = None,
     batch: int = DEFAULT_BATCH,
     progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> PsiResult:
     """Run PSI as the guest with every host in ``hosts``; returns the aligned positions.
-    ``progress`` is called with (points blinded, points to blind) as batches finish."""
+    ``progress`` is called with (points blinded, points to blind) as batches finish.
+    ``workers``: the workers the hashing and blinding are cut for and kept busy with (default:
+    one per core, or the executor's), and the size of the pool started when no ``executor``
+    is given."""
     if not hosts:
         raise InputError("psi_guest needs at least one host")
     if batch < 1:
         raise InputError("batch must be at least 1")
+    _check_workers(workers)
     items = _id_list(ids)
     key = PsiKey.generate()
-    async with owned_executor(executor) as (pool, workers):
+    async with owned_executor(executor, workers) as (pool, workers):
         points = await _hashed(pool, items, workers)
         channels = {h: session.channel(h, "psi") for h in hosts}
         sizes = dict(
@@ -350,15 +360,18 @@ async def psi_host(
     executor: AnyExecutor | None = None,
     batch: int = DEFAULT_BATCH,
     progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> PsiResult:
     """Run PSI as a host with ``guest``; returns the positions of the common ids in guest order.
-    ``progress`` is called with (points blinded, points to blind) as batches finish."""
+    ``progress`` is called with (points blinded, points to blind) as batches finish;
+    ``workers`` as for :func:`psi_guest`."""
     if batch < 1:
         raise InputError("batch must be at least 1")
+    _check_workers(workers)
     items = _id_list(ids)
     key = PsiKey.generate()
     ctl = session.channel(guest, "psi")
-    async with owned_executor(executor) as (pool, workers):
+    async with owned_executor(executor, workers) as (pool, workers):
         points = await _hashed(pool, items, workers)
         guest_size = await _hello(ctl, len(items), guest)
         tick = _ticker(progress, guest_size + len(items))

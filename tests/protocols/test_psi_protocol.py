@@ -117,3 +117,40 @@ async def test_bad_arguments_are_input_errors(pool: Executor) -> None:
                 await psi_guest(s, [], [1], executor=pool)
             with pytest.raises(InputError, match="at least one id"):
                 await psi_guest(s, ["b"], [], executor=pool)
+
+
+async def test_workers_cut_the_work_for_a_wider_party(tmp_path: Path) -> None:
+    """``workers`` sets how finely each party's blinding is cut (what a party of that many
+    workers would run), whatever the executor: the same result in more tasks."""
+    from p2pboost.workers import process_pool, read_trace, record_trace
+
+    guest_ids, host_ids = list(range(0, 4000)), list(range(2000, 6000))
+    counts = []
+    for workers in (1, 8):
+        trace = tmp_path / f"w{workers}"
+        with record_trace(trace), process_pool(2) as pool:
+            async with local_federation(MemoryFabric(), ["a", "b"]) as c:
+
+                async def host(w: int = workers) -> PsiResult:
+                    async with c["b"].session("psi-w", peers=["a"]) as s:
+                        return await psi_host(s, "a", host_ids, executor=pool, workers=w)
+
+                async def guest(w: int = workers) -> PsiResult:
+                    async with c["a"].session("psi-w", peers=["b"]) as s:
+                        return await psi_guest(s, ["b"], guest_ids, executor=pool, workers=w)
+
+                g, h = await asyncio.gather(guest(), host())
+        assert [guest_ids[i] for i in g.positions] == [host_ids[i] for i in h.positions]
+        assert g.size == 2000
+        counts.append(sum(r.kind == "blind_blob" for r in read_trace(trace)))
+    assert counts[1] > counts[0]
+
+
+async def test_workers_must_be_positive(pool: Executor) -> None:
+    async with local_federation(MemoryFabric(), ["a", "b"]) as c:
+        async with c["a"].session("psi-z", peers=["b"]) as s:
+            with pytest.raises(InputError, match="workers must be at least 1"):
+                await psi_guest(s, ["b"], [1], executor=pool, workers=0)
+        async with c["b"].session("psi-z", peers=["a"]) as s:
+            with pytest.raises(InputError, match="workers must be at least 1"):
+                await psi_host(s, "a", [1], executor=pool, workers=0)
