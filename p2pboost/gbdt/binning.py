@@ -221,11 +221,66 @@ def _bin_codes(
     return codes
 
 
+#: Rows :func:`_cuts` looks at first to learn that a column has more than ``max_bin``
+#: distinct values (then quantiles are found by selection instead of a full sort).
+_PROBE_ROWS = 4096
+
+
 def _cuts(col: npt.NDArray[np.float64], max_bin: int) -> npt.NDArray[np.float64]:
-    """Cut points of one column: at most ``max_bin - 1``, strictly increasing, finite."""
-    values = np.sort(col[np.isfinite(col)])  # NaN (missing) and infinities carry no cut
+    """Cut points of one column: at most ``max_bin - 1``, strictly increasing, finite.
+
+    The rule is :func:`_cuts_sorted`'s (the module docstring). Why two ways to follow it: a
+    column of many distinct values (most numeric features) needs only ``max_bin - 1`` order
+    statistics and the next larger value after each, which selection (``np.partition``) finds
+    in about a third of a full sort's time: binning a million rows by five features took
+    0.55 s, most of a party's set-up before its first encryption. A column of few distinct
+    values needs every one of them, so it is sorted. The two give the same cuts bit for bit
+    (tests/gbdt/test_binning_cuts.py holds them to it)."""
+    values = col[np.isfinite(col)]  # NaN (missing) and infinities carry no cut
     if values.size == 0:
         return np.empty(0, dtype=np.float64)
+    if np.unique(values[:_PROBE_ROWS]).size <= max_bin:
+        return _cuts_sorted(values, max_bin)  # perhaps few distinct values: count them all
+    n = values.size
+    # Cut j sits above the distinct value whose cumulative count first reaches n j / max_bin
+    # (the targets computed as the sorted rule computes them): the value at sorted position
+    # ceil(target) - 1, an order statistic.
+    targets = n * np.arange(1, max_bin) / max_bin
+    positions = np.unique(np.ceil(targets).astype(np.int64) - 1)
+    part = np.partition(values, positions)
+    lo = np.unique(part[positions])
+    # The next larger value after each: in the stretch after its position, or further on
+    # when that stretch holds only copies of it. Positions sorted: each stretch is read at
+    # most once per distinct ``lo``.
+    bounds = [*positions.tolist(), n - 1]
+    hi = np.empty(lo.size, dtype=np.float64)
+    keep = np.ones(lo.size, dtype=bool)
+    k = 0
+    for i, low in enumerate(lo.tolist()):
+        while k < positions.size and part[positions[k]] < low:
+            k += 1
+        found = None
+        j = k
+        while j < positions.size:
+            stretch = part[bounds[j] + 1 : bounds[j + 1] + 1]
+            above = stretch[stretch > low]
+            if above.size:
+                found = float(above.min())
+                break
+            j += 1
+        if found is None:
+            keep[i] = False  # the largest value: no cut above it
+        else:
+            hi[i] = found
+    lo, hi = lo[keep], hi[keep]
+    mid = lo + (hi - lo) / 2.0
+    cuts = np.where(np.isfinite(mid) & (mid < hi), mid, lo)
+    return np.ascontiguousarray(cuts, dtype=np.float64)
+
+
+def _cuts_sorted(values: npt.NDArray[np.float64], max_bin: int) -> npt.NDArray[np.float64]:
+    """The cut rule on a full sort of ``values`` (finite): every distinct value and its count."""
+    values = np.sort(values)
     first = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
     distinct = values[first]
     counts = np.diff(np.append(first, values.size))
