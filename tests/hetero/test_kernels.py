@@ -157,7 +157,10 @@ def test_shards_give_the_plaintext_left_sums(
     try:
         run.each(k.shard_tree, sample, allowed, 1, None, block)
         run.stream(data, chunk, block)
-        _check(run.each(k.shard_root), sample, p, spec, keys, max_bin, min_rows)
+        # The root's counts as the host counts them (once, for every shard).
+        counts = candidates.node_counts(p["codes"][sample], max_bin + 1)
+        roots = run.each(k.shard_root, None, True, counts)
+        _check(roots, sample, p, spec, keys, max_bin, min_rows)
         left = sample[p["codes"][sample, 0] <= rng.integers(0, max_bin)]
         right = np.setdiff1d(sample, left)
         small, big = (1, 2) if left.size <= right.size else (2, 1)
@@ -368,5 +371,39 @@ def test_a_trees_fewest_rows_per_child_leaves_out_more_candidates(
             sent[min_rows] = cands[0].feature.size
             run.each(k.shard_end_tree)
         assert 0 < sent[30] < sent[None]
+    finally:
+        run.close()
+
+
+def test_root_counts_from_the_host_must_fit_the_shard(keys: Keys, table: AnyTable) -> None:
+    """Counts handed to shard_root are the whole sample's per (feature, slot): the same
+    candidates as the shard's own count, and a wrong shape is refused."""
+    public_key = keys[0]
+    n, n_feat, max_bin = 60, 2, 4
+    p = _problem(3, n, n_feat, max_bin)
+    sample = np.arange(n)
+    _, data = _encrypted(p, n, public_key, table)
+    allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
+    counted = []
+    for counts in (None, candidates.node_counts(p["codes"], max_bin + 1)):
+        run = _Run(public_key, p["codes"], max_bin + 1, 1, 2)
+        try:
+            run.each(k.shard_tree, sample, allowed)
+            run.stream(data, 16)
+            counted.append(run.each(k.shard_root, None, True, counts))
+        finally:
+            run.close()
+    for own, handed in zip(*counted, strict=True):
+        assert np.array_equal(own.feature, handed.feature)
+        assert np.array_equal(own.bin, handed.bin)
+        assert np.array_equal(own.default_left, handed.default_left)
+        assert np.array_equal(own.counts, handed.counts)
+        assert own.sums == handed.sums
+    run = _Run(public_key, p["codes"], max_bin + 1, 1, 1)
+    try:
+        run.each(k.shard_tree, sample, allowed)
+        run.stream(data, 16)
+        with pytest.raises(InputError, match="root counts of the wrong shape"):
+            run.each(k.shard_root, None, True, np.zeros((n_feat, max_bin), np.int64))
     finally:
         run.close()

@@ -56,7 +56,7 @@ from p2pboost.hetero._messages import (
 )
 from p2pboost.hetero.model import HostSplit
 from p2pboost.hetero.training import shards as k
-from p2pboost.hetero.training.candidates import NodeCandidates
+from p2pboost.hetero.training.candidates import NodeCandidates, node_counts
 from p2pboost.hetero.training.common import (
     B8,
     I64,
@@ -323,19 +323,28 @@ class _HostTree:
     async def run(self) -> None:
         h = self.h
         h.progress.enter(HostPhase.ROOT, 0)
-        await h.shards.each(
-            k.shard_tree,
-            self.sample,
-            self.allowed,
-            self.spec.plaintexts_per_row,
-            self.min_rows,
-            self.block,
+        # The root's counts (every sampled row) in a thread while the chunks arrive: needed
+        # only once they all have, and counted once rather than by every shard.
+        counting = asyncio.ensure_future(
+            asyncio.to_thread(_sample_counts, h.rows_major, self.sample, h.data.n_slots)
         )
-        await self._root()
+        try:
+            await h.shards.each(
+                k.shard_tree,
+                self.sample,
+                self.allowed,
+                self.spec.plaintexts_per_row,
+                self.min_rows,
+                self.block,
+            )
+            await self._root()
+            counts = await counting
+        finally:  # the thread finishes its counting whatever happened; nothing outlives us
+            await asyncio.gather(counting, return_exceptions=True)
         root = self.node_features.get(0)
         # Else not even the root stays: children built from rows (or derived: never needed).
         keep = self.capacity != 0 and not self.derive
-        await self._send_package(0, await h.shards.each(k.shard_root, root, keep))
+        await self._send_package(0, await h.shards.each(k.shard_root, root, keep, counts))
         self.cached = {0} if keep else set()
         depth = 0
         while True:
@@ -570,6 +579,11 @@ class _HostTree:
             for child, kept in ((small, ks), (big, kb))
             if kept
         }
+
+
+def _sample_counts(codes: npt.NDArray[Any], sample: I64, n_slots: int) -> I64:
+    """Rows per (feature, slot) of the ``sample`` rows of ``codes`` (rows, features)."""
+    return node_counts(codes[sample], n_slots)
 
 
 def _random_order(n: int) -> I64:

@@ -180,6 +180,8 @@ def _measure(hist: EncryptedHistogram) -> int:
 
 
 _SHARDS: dict[str, _Shard] = {}
+#: The root's counts before :func:`shard_root` brings them.
+_NOT_COUNTED = np.zeros((0, 0), np.int64)
 
 
 def _get(token: str) -> _Shard:
@@ -241,7 +243,9 @@ def shard_tree(
     width = shard.public_key.ciphertext_bytes
     shard.local_codes, shard.cts = [], tuple(kernels.empty(width) for _ in range(planes))
     shard.hists, shard.sizes, shard.peak = {}, {}, 0
-    shard.hists[0] = (shard.empty(), node_counts(shard.codes[sample], shard.n_slots))
+    # The root's counts come with shard_root: the host counts them once while the gradient
+    # chunks stream in, instead of every shard counting every row here, at the tree's start.
+    shard.hists[0] = (shard.empty(), _NOT_COUNTED)
 
 
 @stateful(Log.APPEND)
@@ -285,13 +289,21 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
 
 
 @stateful(Log.APPEND)
-def shard_root(token: str, features: B8 | None = None, keep: bool = True) -> NodeCandidates:
+def shard_root(
+    token: str, features: B8 | None = None, keep: bool = True, counts: I64 | None = None
+) -> NodeCandidates:
     """The root's candidates with this shard's partial sums (after every chunk); ``keep``:
-    the root's histogram stays cached for the first layer (else only its counts)."""
+    the root's histogram stays cached for the first layer (else only its counts);
+    ``counts``: the rows per (feature, slot) of the whole sample, as the host counted them
+    (:func:`~p2pboost.hetero.training.candidates.node_counts`; None: counted here)."""
     shard = _get(token)
     shard.local()
-    hist, counts = shard.hists.pop(0)
+    hist, _ = shard.hists.pop(0)
     assert hist is not None
+    if counts is None:
+        counts = node_counts(shard.codes[shard.sample], shard.n_slots)
+    elif counts.shape != (shard.codes.shape[1], shard.n_slots):
+        raise InputError("root counts of the wrong shape")
     shard.keep(0, hist if keep else None, counts)
     return shard.candidates(hist, counts, features)
 
