@@ -75,3 +75,27 @@ def test_many_valued_columns_are_not_sorted(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(binning, "_cuts_sorted", refuse)
     assert _same(binning._cuts(col, 32), expected)
+
+
+def test_large_data_is_cut_in_threads_with_the_same_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``_PARALLEL_ROWS`` rows the columns are cut side by side in threads, each exactly
+    as on its own, in column order."""
+    rng = np.random.default_rng(5)
+    X = np.column_stack(
+        [rng.normal(size=120_000), rng.integers(0, 9, 120_000), rng.exponential(size=120_000)]
+    ).astype(np.float64)
+    threads: set[str] = set()
+    cuts = binning._cuts
+
+    def spy(col: npt.NDArray[np.float64], max_bin: int) -> npt.NDArray[np.float64]:
+        import threading
+
+        threads.add(threading.current_thread().name)
+        return cuts(col, max_bin)
+
+    monkeypatch.setattr(binning, "_cuts", spy)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    edges = binning.BinMapper(32).fit(X).edges
+    assert any(name.startswith("p2pboost-binning") for name in threads)
+    for f in range(X.shape[1]):
+        assert _same(edges[f], _reference(X[:, f], 32))
