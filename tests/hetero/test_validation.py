@@ -260,3 +260,57 @@ async def test_guest_names_a_host_that_never_starts_training(pool: Executor, key
 async def test_host_sparse_setting_is_checked() -> None:
     with pytest.raises(InputError, match="sparse must be True, False or 'auto'"):
         await host_train(None, "a", np.zeros((3, 2)), sparse="maybe")  # type: ignore[arg-type]
+
+
+async def test_guest_bins_its_rows_while_it_waits_for_the_hellos(
+    pool: Executor, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guest's binning and digest run in a thread started before the hellos: a host that
+    starts late finds them done, and a host with other rows is still refused by name."""
+    import threading
+    import time
+
+    from p2pboost.hetero.training import guest as guest_module
+
+    X, y = _data()
+    seen: dict[str, float | str] = {}
+    binning = guest_module._bin
+
+    def spy(*args: object) -> None:
+        seen["thread"] = threading.current_thread().name
+        binning(*args)  # type: ignore[arg-type]
+        seen["binned"] = time.monotonic()
+
+    monkeypatch.setattr(guest_module, "_bin", spy)
+    async with local_federation(MemoryFabric(), ["a", "b"], TRAINING) as c:
+
+        async def late_host(rows: int) -> None:
+            await asyncio.sleep(0.5)
+            seen["host"] = time.monotonic()
+            async with c["b"].session("train", peers=["a"]) as s:
+                await host_train(s, "a", X[:rows, 1:], executor=pool, workers=1)
+
+        async def guest() -> None:
+            async with c["a"].session("train", peers=["b"]) as s:
+                await guest_train(
+                    s,
+                    ["b"],
+                    X[:, :1],
+                    y,
+                    BoostParams(n_estimators=1, max_depth=2),
+                    config=CONFIG,
+                    executor=pool,
+                    keys=keys,
+                )
+
+        await asyncio.gather(guest(), late_host(N))
+        assert seen["thread"] != threading.main_thread().name
+        assert isinstance(seen["binned"], float)
+        assert isinstance(seen["host"], float)
+        assert seen["binned"] < seen["host"]  # done while the host had not even started
+
+        host = asyncio.ensure_future(late_host(N - 1))
+        with pytest.raises(InputError, match="host 'b' has 39 rows, the guest 40"):
+            await guest()
+        host.cancel()
+        await asyncio.gather(host, return_exceptions=True)

@@ -46,13 +46,14 @@ never sees a host feature value, feature index or threshold.
 Every message from a peer is validated (type, shape, dtype, ranges, known ids, bitmap lengths,
 counts); a violation raises :class:`~p2pboost.exceptions.RemoteProtocolError` naming the peer.
 CPU-heavy work (encryption, decryption, ciphertext histograms, compression, packing) runs in
-worker processes, one task per fused step with arrays or ciphertext bytes in and out (see
-``docs/explanation/hetero.md``, "Where the work runs"); numpy steps run in threads; the event
-loop only moves messages.
+the party's workers (threads under the native kernel, else processes), one task per fused step
+with arrays or ciphertext bytes in and out (see ``docs/explanation/hetero.md``, "Where the work
+runs"); numpy steps run in threads; the event loop only moves messages.
 
 Each role runs by phase, one coroutine each with its own docstring: setup (every argument
-checked, the rows binned), handshake (hellos), keys (the guest's), warm start or resume (where
-the run starts), the round loop, and finish (done and goodbye); the per-tree protocol is in
+checked; the guest's rows binned in a thread that overlaps the handshake), handshake (hellos),
+keys (the guest's), warm start or resume (where the run starts), the round loop, and finish
+(done and goodbye); the per-tree protocol is in
 :mod:`p2pboost.hetero.training.guest_tree` and :mod:`p2pboost.hetero.training.host_tree`.
 """
 
@@ -173,7 +174,11 @@ async def guest_train(
     await _setup(
         run, X, y, eval_sets, eval_names, eval_metrics, feature_names, sample_weight, resume
     )
-    hellos = await _handshake(run)
+    try:
+        hellos = await _handshake(run)
+    finally:  # the binning thread ends before we do, whatever happened
+        await asyncio.gather(run.binning, return_exceptions=True)
+    await run.binning  # its result (an error in it, raised here)
     run.constraints = guest_constraints(
         run.params, run.names, run.data.n_features, run.hosts, hellos
     )
@@ -215,6 +220,10 @@ class _GuestRun:
     y: Any = field(init=False)
     X: Features = field(init=False)
     eval_X: list[Features] = field(init=False)
+    #: Rows of each evaluation set (known before they are binned).
+    eval_sizes: list[int] = field(init=False)
+    #: The binning and digest running in a thread from _setup until _binned.
+    binning: asyncio.Future[None] = field(init=False)
     names: list[str] | None = field(init=False)
     mapper: BinMapper = field(init=False)
     data: BinnedData = field(init=False)
@@ -260,8 +269,9 @@ async def _setup(
 ) -> None:
     """Setup: check every argument before a host is contacted (hosts, labels, features and
     their names, the modes against the guest's features and the tree depth, a private run's
-    limits), then bin the rows (or take a continued model's bins), digest the data and load
-    the checkpoint to resume from. Nothing is sent: a bad argument fails here, locally.
+    limits), then start binning the rows (or take a continued model's bins) and digesting the
+    data in a thread (:func:`_bin`: on a million rows that overlaps the hellos), and load the
+    checkpoint to resume from. Nothing is sent: a bad argument fails here, locally.
 
     The call's features (``X`` and the evaluation sets') are checked here, once, and become
     :class:`~p2pboost.gbdt.features.Features`; every later phase takes those."""
@@ -296,33 +306,49 @@ async def _setup(
             )
     check_label_dp_run(config, params, objective, init_model is not None, resume)
     run.progress.enter(GuestPhase.SETUP)
-    if init_model is None:
-        mapper = BinMapper(params.max_bin).fit(features)
-    else:  # the core's warm start: the model's bins carry on
+    if init_model is not None:  # the core's warm start: the model's bins carry on
         check_warm_start(init_model.params, params, init_model.n_features, features.n_features)
-        mapper = init_model.mapper
-    data = mapper.transform(features)
-    checked = check_eval_sets(objective, mapper.n_features, eval_sets, eval_names)
-    evals = [EvalData(n, mapper.transform(f), y, np.empty((0, 0))) for n, f, y in checked]
+    checked = check_eval_sets(objective, features.n_features, eval_sets, eval_names)
     metrics = [get_metric(m) for m in (eval_metrics or [objective.default_metric])]
     weight = check_weights(sample_weight, y_arr.size)
     if resume and run.checkpoint is None:
         raise InputError("resume needs the checkpoint directory to resume from")
+    run.objective, run.y, run.X, run.names = objective, y_arr, features, names
+    run.eval_X = [f for _, f, _ in checked]
+    run.eval_sizes = [int(np.asarray(y_e).size) for _, _, y_e in checked]
+    run.metrics, run.weight = metrics, weight
+    # Binning and the data's digest take a while on large data and cannot fail on checked
+    # arguments: they run in a thread while the hosts are greeted (guest_train waits for them
+    # after the hellos), except when resuming, whose checkpoint is checked against the digest
+    # before a host is contacted.
+    run.saved = None
+    run.binning = asyncio.ensure_future(asyncio.to_thread(_bin, run, checked))
+    if resume:
+        assert run.checkpoint is not None
+        await run.binning
+        saved = GuestCheckpoint.load(run.checkpoint)
+        if saved is not None:
+            saved.check_settings(run.digest, params.to_dict())
+        run.saved = saved
+
+
+def _bin(run: _GuestRun, checked: list[tuple[str, Features, Any]]) -> None:
+    """The rows binned (or binned with a continued model's bins), the evaluation sets too,
+    and the digest of the data and settings (what a checkpoint must match)."""
+    params, features, y_arr = run.params, run.X, run.y
+    init_model = run.init_model
+    mapper = BinMapper(params.max_bin).fit(features) if init_model is None else init_model.mapper
+    data = mapper.transform(features)
+    evals = [EvalData(n, mapper.transform(f), y, np.empty((0, 0))) for n, f, y in checked]
     digest = data_digest(
         features.dense(),
         y_arr,
         *[a for e in evals for a in (e.data.codes, e.y)],
-        list(hosts),
+        list(run.hosts),
         params.to_dict(),
-        *([] if weight is None else [weight]),
+        *([] if run.weight is None else [run.weight]),
     )
-    saved = GuestCheckpoint.load(run.checkpoint) if resume and run.checkpoint is not None else None
-    if saved is not None:
-        saved.check_settings(digest, params.to_dict())
-    run.objective, run.y, run.X, run.names = objective, y_arr, features, names
-    run.eval_X = [f for _, f, _ in checked]
-    run.mapper, run.data, run.evals, run.metrics = mapper, data, evals, metrics
-    run.weight, run.digest, run.saved = weight, digest, saved
+    run.mapper, run.data, run.evals, run.digest = mapper, data, evals, digest
 
 
 async def _handshake(run: _GuestRun) -> list[Hello]:
@@ -344,12 +370,12 @@ async def _handshake(run: _GuestRun) -> list[Hello]:
     for link, hello in zip(run.links, hellos, strict=True):
         if hello.version != VERSION:
             raise reject(link.name, "unsupported protocol version")
-        if hello.n_rows != run.data.n_rows:
+        if hello.n_rows != run.X.n_rows:
             raise InputError(
-                f"host {link.name!r} has {hello.n_rows} rows, the guest {run.data.n_rows}"
+                f"host {link.name!r} has {hello.n_rows} rows, the guest {run.X.n_rows}"
             )
         link.n_features = hello.n_features
-        if hello.n_eval != [e.y.size for e in run.evals]:
+        if hello.n_eval != run.eval_sizes:
             raise InputError(f"host {link.name!r} has other evaluation set sizes")
     return hellos
 
