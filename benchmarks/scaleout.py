@@ -7,7 +7,8 @@
 Back to back, in this order:
 
 1. **pool**: the ``hetero`` benchmark's federation (guest and host as separate processes over
-   TLS WebSockets on 127.0.0.1), each party with a local pool of ``--workers`` processes;
+   TLS WebSockets on 127.0.0.1), each party with a local pool of ``--workers`` workers (threads
+   under the native kernel, as a party's training starts them; else processes);
 2. **dask**: the same, each party with its own TLS ``LocalCluster`` of ``--workers``
    single-threaded worker processes (certificates of a cluster CA of its own, not the
    federation's), used through a :class:`~p2pboost.workers.ClusterPool`. The guest's cluster
