@@ -41,6 +41,7 @@ class _Run:
     ) -> None:
         self.tokens = [secrets.token_hex(8) for _ in range(shards)]
         self.public_key = public_key
+        self.codes, self.n_slots = codes, n_slots
         for i, token in enumerate(self.tokens):
             k.shard_open(
                 token, public_key.scheme, public_key.to_bytes(), codes, n_slots, min_rows, i, shards
@@ -48,6 +49,11 @@ class _Run:
 
     def each(self, fn: Any, *args: Any) -> list[Any]:
         return [fn(token, *args) for token in self.tokens]
+
+    def root(self, sample: np.ndarray, *args: Any) -> list[Any]:
+        """Every shard's root candidates, with the sample's counts as the host hands them."""
+        counts = candidates.node_counts(self.codes[sample], self.n_slots)
+        return self.each(k.shard_root, counts, *args)
 
     def stream(self, data: bytes, chunk: int, block: int = 1) -> None:
         width = self.public_key.ciphertext_bytes
@@ -157,10 +163,7 @@ def test_shards_give_the_plaintext_left_sums(
     try:
         run.each(k.shard_tree, sample, allowed, 1, None, block)
         run.stream(data, chunk, block)
-        # The root's counts as the host counts them (once, for every shard).
-        counts = candidates.node_counts(p["codes"][sample], max_bin + 1)
-        roots = run.each(k.shard_root, None, True, counts)
-        _check(roots, sample, p, spec, keys, max_bin, min_rows)
+        _check(run.root(sample), sample, p, spec, keys, max_bin, min_rows)
         left = sample[p["codes"][sample, 0] <= rng.integers(0, max_bin)]
         right = np.setdiff1d(sample, left)
         small, big = (1, 2) if left.size <= right.size else (2, 1)
@@ -199,7 +202,7 @@ def test_shards_accumulate_only_the_features_a_tree_samples(keys: Keys, table: A
     try:
         run.each(k.shard_tree, sample, allowed)
         run.stream(data, 25)
-        roots = run.each(k.shard_root)
+        roots = run.root(sample)
         assert all(1 not in r.feature for r in roots)
         small = sample[p["codes"][:, 0] == 0]
         run.each(k.shard_split, 0, 1, 2, small)
@@ -241,7 +244,7 @@ def test_sparse_features_derive_their_common_bin_with_the_same_sums(
     try:
         run.each(k.shard_tree, sample, allowed)
         run.stream(data, 40)
-        _check(run.each(k.shard_root), sample, p, spec, keys, max_bin, 1)
+        _check(run.root(sample), sample, p, spec, keys, max_bin, 1)
         left = sample[codes[:, 1] == 0]
         right = np.setdiff1d(sample, left)
         small, small_rows, big_rows = (
@@ -267,7 +270,7 @@ def test_candidates_skip_what_cannot_win(keys: Keys, table: AnyTable) -> None:
     try:
         run.each(k.shard_tree, np.arange(n), candidate_mask(np.full(3, max_bin), max_bin))
         run.stream(data, 50)
-        cands = run.each(k.shard_root)
+        cands = run.root(np.arange(n))
         _check(cands, np.arange(n), p, spec, keys, max_bin, 2)
         head = cands[0]
         seen = set(
@@ -302,7 +305,7 @@ def test_shards_refuse_bad_input(keys: Keys, table: AnyTable) -> None:
     finally:
         run.close()
     with pytest.raises(WorkerStateLost, match="no shard"):  # a cluster rebuilds it
-        k.shard_root(run.tokens[0])
+        k.shard_root(run.tokens[0], np.zeros((1, 3), np.int64))
 
 
 def test_chunk_parts_cover_every_slot_once() -> None:
@@ -366,7 +369,7 @@ def test_a_trees_fewest_rows_per_child_leaves_out_more_candidates(
         for min_rows in (None, 30):
             run.each(k.shard_tree, np.arange(n), mask, 1, min_rows)
             run.stream(data, 50)
-            cands = run.each(k.shard_root)
+            cands = run.root(np.arange(n))
             _check(cands, np.arange(n), p, spec, keys, max_bin, min_rows or 1)
             sent[min_rows] = cands[0].feature.size
             run.each(k.shard_end_tree)
@@ -375,35 +378,37 @@ def test_a_trees_fewest_rows_per_child_leaves_out_more_candidates(
         run.close()
 
 
-def test_root_counts_from_the_host_must_fit_the_shard(keys: Keys, table: AnyTable) -> None:
-    """Counts handed to shard_root are the whole sample's per (feature, slot): the same
-    candidates as the shard's own count, and a wrong shape is refused."""
+def test_shards_offer_the_root_candidates_the_host_counted(keys: Keys, table: AnyTable) -> None:
+    """shard_root offers candidates by the counts the host hands it (counted once for every
+    shard), not by its own rows: a feature the counts say is empty offers none, the others are
+    unchanged; counts of the wrong shape are refused."""
     public_key = keys[0]
     n, n_feat, max_bin = 60, 2, 4
     p = _problem(3, n, n_feat, max_bin)
     sample = np.arange(n)
     _, data = _encrypted(p, n, public_key, table)
     allowed = candidate_mask(np.full(n_feat, max_bin), max_bin)
-    counted = []
-    for counts in (None, candidates.node_counts(p["codes"], max_bin + 1)):
+    true_counts = candidates.node_counts(p["codes"], max_bin + 1)
+    empty_first = true_counts.copy()
+    empty_first[0] = 0
+    offered = []
+    for counts in (true_counts, empty_first):
         run = _Run(public_key, p["codes"], max_bin + 1, 1, 2)
         try:
             run.each(k.shard_tree, sample, allowed)
             run.stream(data, 16)
-            counted.append(run.each(k.shard_root, None, True, counts))
+            offered.append(run.each(k.shard_root, counts))
         finally:
             run.close()
-    for own, handed in zip(*counted, strict=True):
-        assert np.array_equal(own.feature, handed.feature)
-        assert np.array_equal(own.bin, handed.bin)
-        assert np.array_equal(own.default_left, handed.default_left)
-        assert np.array_equal(own.counts, handed.counts)
-        assert own.sums == handed.sums
+    for full, without in zip(*offered, strict=True):
+        assert 0 in full.feature
+        assert 0 not in without.feature
+        assert np.array_equal(full.bin[full.feature == 1], without.bin)
     run = _Run(public_key, p["codes"], max_bin + 1, 1, 1)
     try:
         run.each(k.shard_tree, sample, allowed)
         run.stream(data, 16)
         with pytest.raises(InputError, match="root counts of the wrong shape"):
-            run.each(k.shard_root, None, True, np.zeros((n_feat, max_bin), np.int64))
+            run.each(k.shard_root, np.zeros((n_feat, max_bin), np.int64))
     finally:
         run.close()

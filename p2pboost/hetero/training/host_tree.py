@@ -344,7 +344,7 @@ class _HostTree:
         root = self.node_features.get(0)
         # Else not even the root stays: children built from rows (or derived: never needed).
         keep = self.capacity != 0 and not self.derive
-        await self._send_package(0, await h.shards.each(k.shard_root, root, keep, counts))
+        await self._send_package(0, await h.shards.each(k.shard_root, counts, root, keep))
         self.cached = {0} if keep else set()
         depth = 0
         while True:

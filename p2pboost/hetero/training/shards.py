@@ -290,19 +290,17 @@ def shard_chunk(token: str, first: int, data: bytes) -> None:
 
 @stateful(Log.APPEND)
 def shard_root(
-    token: str, features: B8 | None = None, keep: bool = True, counts: I64 | None = None
+    token: str, counts: I64, features: B8 | None = None, keep: bool = True
 ) -> NodeCandidates:
-    """The root's candidates with this shard's partial sums (after every chunk); ``keep``:
-    the root's histogram stays cached for the first layer (else only its counts);
-    ``counts``: the rows per (feature, slot) of the whole sample, as the host counted them
-    (:func:`~p2pboost.hetero.training.candidates.node_counts`; None: counted here)."""
+    """The root's candidates with this shard's partial sums (after every chunk); ``counts``:
+    the rows per (feature, slot) of the whole sample, as the host counted them once
+    (:func:`~p2pboost.hetero.training.candidates.node_counts`); ``keep``: the root's histogram
+    stays cached for the first layer (else only its counts)."""
     shard = _get(token)
     shard.local()
     hist, _ = shard.hists.pop(0)
     assert hist is not None
-    if counts is None:
-        counts = node_counts(shard.codes[shard.sample], shard.n_slots)
-    elif counts.shape != (shard.codes.shape[1], shard.n_slots):
+    if counts.shape != (shard.codes.shape[1], shard.n_slots):
         raise InputError("root counts of the wrong shape")
     shard.keep(0, hist if keep else None, counts)
     return shard.candidates(hist, counts, features)
