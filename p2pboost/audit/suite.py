@@ -117,7 +117,10 @@ async def _federate(
             *(h.afit(fed[n], GUEST, X) for h, n, X in zip(hosts, names, X_hosts, strict=True)),
         )
         seconds = time.perf_counter() - t0
-        views = [host_partitions(decoded(fabric, n), X_guest.shape[0]) for n in names]
+        views = [
+            host_partitions(decoded(fabric, n), X_guest.shape[0], decoded(fabric, GUEST, sender=n))
+            for n in names
+        ]
         mark = fabric.mark(GUEST)
         proba, *_ = await asyncio.gather(
             guest.apredict(fed[GUEST], test_guest),

@@ -14,14 +14,15 @@ codec. The result is the list of message maps the party's protocol code received
 From those maps, :func:`host_partitions` rebuilds what a host learns of each tree during
 training (the docs' leakage table, docs/explanation/leakage.md): the rows the tree samples
 (``tree`` messages) and, layer by layer, which rows of each node go left (``layer``
-messages). :func:`guest_bits` rebuilds what the guest learns from one-round inference: the
+messages, and the host's own answers for the splits it owns, which a layer sent ahead of the
+answer leaves out). :func:`guest_bits` rebuilds what the guest learns from one-round inference: the
 decision bit of every host split for every row of the batch (``bits`` messages).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,16 +174,24 @@ class HostView:
         return sum(1 for g in self.groups if g)
 
 
-def host_partitions(messages: list[Any], n_rows: int) -> HostView:
-    """Rebuild each tree's row sets from a host's received ``tree`` and ``layer`` maps."""
+def host_partitions(messages: list[Any], n_rows: int, sent: Sequence[Any] = ()) -> HostView:
+    """Rebuild each tree's row sets from a host's received ``tree`` and ``layer`` maps, and
+    ``sent``, the maps the host sent (its own ``decided`` answers: a layer that comes before
+    the answer leaves out the left sets the host decided itself, which it holds)."""
     view = HostView(n_rows)
     position: I64 | None = None
     n_nodes = 0
+    answers = iter([m for m in sent if isinstance(m, dict) and m.get("t") == "decided"])
+    own: dict[int, Any] = {}  # node -> the host's own left set (bitmap) of this layer
     for msg in messages:
         if not isinstance(msg, dict):
             continue
         tag = msg.get("t")
-        if tag == "tree":
+        if tag == "decide":
+            answer = next(answers, None)
+            if answer is not None:
+                own = {int(n): b for n, b in zip(msg["nodes"], answer["bitmaps"], strict=False)}
+        elif tag == "tree":
             position = np.zeros(n_rows, dtype=np.int64)
             n_nodes = 1
             view.groups.append([])
@@ -193,9 +202,17 @@ def host_partitions(messages: list[Any], n_rows: int) -> HostView:
                 view.groups[-1].append(np.flatnonzero(bits))
         elif tag == "layer" and position is not None:
             new = position.copy()
+            decided = set(np.asarray(msg.get("decided", ()), dtype=np.int64).tolist())
             for node, left, right, bitmap in zip(
                 msg["nodes"], msg["left"], msg["right"], msg["bitmaps"], strict=True
             ):
+                if int(node) in decided:
+                    if int(node) not in own:
+                        raise ValueError(
+                            f"layer leaves out node {int(node)}'s left set, the host's own "
+                            "answer: pass the messages the host sent (sent=)"
+                        )
+                    bitmap = own[int(node)]
                 rows = np.flatnonzero(position == node)
                 go_left = np.unpackbits(np.asarray(bitmap, dtype=np.uint8))[: rows.size]
                 go_left = go_left.astype(bool)

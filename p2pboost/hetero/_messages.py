@@ -312,7 +312,13 @@ class Layer(TrainMessage, tag="layer"):
     """Guest -> hosts: the layer's splits (node -> left, right children) with each node's
     left set, and whether the tree grows another layer. ``features``: with
     ``colsample_bylevel``/``colsample_bynode`` and another layer, the host's features each
-    child may split on, in the order left0, right0, left1, ... (empty: the tree's)."""
+    child may split on, in the order left0, right0, left1, ... (empty: the tree's).
+
+    ``decided`` (protocol version 10): the nodes whose left sets are the receiving host's own
+    answer to this layer's ``Decide`` (their bitmaps are empty: the host has them). The guest
+    sends such a layer right behind its ``Decide``, before the answer, when no other host owns
+    a split of the layer, so the host starts the next layer's histograms without waiting a
+    round trip for its own left sets to come back; otherwise (empty) every bitmap is here."""
 
     nodes: Annotated[I64, _NODES]
     left: Annotated[I64, _NODES]
@@ -322,11 +328,22 @@ class Layer(TrainMessage, tag="layer"):
     features: Annotated[list[U8], ListOf(Array("uint8", max_len=MAX_FEATURES), 2 * MAX_LAYER)] = (
         field(default_factory=list)
     )
+    decided: Annotated[I64, _NODES] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def check(self) -> str | None:
-        return _same_length(
+        problem = _same_length(
             nodes=self.nodes, left=self.left, right=self.right, bitmaps=self.bitmaps
         )
+        if problem is not None:
+            return problem
+        if np.unique(self.decided).size != self.decided.size:
+            return "a node decided twice"
+        marked = np.isin(self.nodes, self.decided)
+        if int(marked.sum()) != self.decided.size:
+            return "a decided node the layer does not split"
+        if any(b.size for b, m in zip(self.bitmaps, marked.tolist(), strict=True) if m):
+            return "a bitmap for a node the host decided"
+        return None
 
 
 @dataclass(frozen=True)

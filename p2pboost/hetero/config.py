@@ -27,8 +27,9 @@ __all__ = ["VERSION", "HeteroConfig", "check_label_dp", "check_layered_depth", "
 #: 6: setup carries min_child_weight, so hosts leave out candidates no child could satisfy;
 #: 7: a split's larger child comes as a ``Derived`` package, its sums left to the guest;
 #: 8: hello declares a host's constraints by feature token, packages may carry tokens;
-#: 9: a prediction's bits may carry a consenting host's feature tokens, for explanations).
-VERSION = 9
+#: 9: a prediction's bits may carry a consenting host's feature tokens, for explanations;
+#: 10: a layer may come before the owner's answer, leaving out the left sets it decides).
+VERSION = 10
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,39 @@ async def test_guest_refuses_a_package_for_a_node_it_did_not_ask(
             },
             "column draws per node in a tree that started without",
         ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.zeros(0, np.uint8)],
+                "grow": True,
+                "decided": np.array([0]),  # no Decide came: the host decided nothing
+            },
+            "leaves out left sets other than the ones decided here",
+        ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.full(5, 255, np.uint8)],
+                "grow": True,
+                "decided": np.array([0]),
+            },
+            "a bitmap for a node the host decided",
+        ),
+        (
+            {
+                "nodes": np.array([0]),
+                "left": np.array([1]),
+                "right": np.array([2]),
+                "bitmaps": [np.full(5, 255, np.uint8)],
+                "grow": True,
+                "decided": np.array([3]),
+            },
+            "a decided node the layer does not split",
+        ),
     ],
 )
 async def test_host_refuses_a_malformed_layer(
@@ -209,7 +242,9 @@ async def test_host_refuses_a_malformed_layer(
                     }
                 )
                 await info.recv()  # the root package
-                await ctl.send({"t": "layer", "features": [], **layer})
+                await ctl.send(
+                    {"t": "layer", "features": [], "decided": np.zeros(0, np.int64), **layer}
+                )
                 await asyncio.sleep(5)
 
         async def host() -> None:

@@ -21,8 +21,9 @@ the same order (align them first with :mod:`p2pboost.protocols.psi`). Per tree::
                                                     <-      direction), returns the left set
                                                             (bitmap) and validation bits
     ctl:  "layer" left-set bitmaps of every split     ->    repartitions; smaller child's
-                                                            histogram, its package with the
-                                                    <-      larger child's candidates too;
+          (sent right behind "decide", leaving the          histogram, its package with the
+          owner's own out, where no other host owns <-      larger child's candidates too;
+          a split of the layer)
     larger child's sums = parent's - smaller's      <-      info: "derived" for the larger
                                                             child (ids, counts, no ciphertext)
     leaf weights (guest only)

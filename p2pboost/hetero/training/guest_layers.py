@@ -11,8 +11,11 @@ and :class:`TreeLayers` answers them with the hosts' help:
   :func:`~p2pboost.gbdt.split.split_gains` and validity rules under the core's tie-break; the
   owners of winning host candidates resolve ties and return the left sets (a private tree
   chooses by :func:`~p2pboost.hetero.training.private.choose_private` instead);
-* **partition**: the guest's own splits move its rows (the core's ``partition``), host
-  splits move them by the owners' bitmaps, and every host is told the layer;
+* **partition**: the guest's own splits move its rows (the core's ``partition_rows``), host
+  splits move them by the owners' bitmaps, and every host is told the layer: a host whose
+  own answers are all the layer lacks is told it right behind the question, before it
+  answers (the layer leaves its own left sets out), so it starts the next layer's
+  histograms a round trip sooner; the others once every owner has answered;
 * **child histograms**: the guest's own, by the core (the hosts build theirs).
 
 In layered mode the layers below the hosts' run on the guest's features alone, locally. The
@@ -40,14 +43,15 @@ from p2pboost.gbdt.grower import (
     LayerPlan,
     Partition,
     TreeGrower,
+    partition_rows,
 )
 from p2pboost.gbdt.params import BoostParams
 from p2pboost.gbdt.privacy import PrivateTree
 from p2pboost.gbdt.rounds import EvalData
 from p2pboost.gbdt.split import LayerSplits, accepted
-from p2pboost.hetero._messages import Decide, Decided, Derived, Layer, Package
+from p2pboost.hetero._messages import U8, Decide, Decided, Derived, Layer, Package
 from p2pboost.hetero.model import GUEST
-from p2pboost.hetero.training.common import B8, GuestPhase, Progress, unpack_bitmap
+from p2pboost.hetero.training.common import B8, I64, GuestPhase, Progress, unpack_bitmap
 from p2pboost.hetero.training.constraints import GuestConstraints, NodeRules, score_host_candidates
 from p2pboost.hetero.training.packages import OpenPackage, check_package, derive, open_package
 from p2pboost.hetero.training.private import HostCandidates, choose_private
@@ -77,6 +81,22 @@ class _Winner:
     owner: int
     gain: float
     tied: npt.NDArray[np.uint64] | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Ahead:
+    """A layer worked out before the owners answer (:meth:`TreeLayers._ahead`): the split
+    nodes and their children, every row's node after the guest's own splits, those splits'
+    left sets (node -> bitmap over its rows), whether another layer follows, and the
+    children's column draws."""
+
+    nodes: I64
+    left: I64
+    right: I64
+    positions: I64
+    bitmaps: dict[int, U8]
+    grow: bool
+    draws: npt.NDArray[np.bool_] | None
 
 
 class Trainer(Protocol):
@@ -121,6 +141,9 @@ class TreeLayers:
         #: each frontier node's (parent, sibling).
         self.opened: dict[tuple[int, int], OpenPackage] = {}
         self.family: dict[int, tuple[int, int]] = {}
+        #: The layer being decided, worked out ahead, and the hosts already told it.
+        self.ahead: _Ahead
+        self.told: set[int] = set()
 
     def _local(self, depth: int) -> bool:
         """Whether the layer at ``depth`` is the guest's alone (layered mode's lower layers)."""
@@ -157,9 +180,9 @@ class TreeLayers:
         self.t.progress.enter(GuestPhase.DECIDE, frontier.depth)
         gain = np.array([w.gain for w in winners], dtype=np.float64)
         accept = accepted(gain, self.t.params).tolist()
-        self.chosen = await self._decide(frontier, winners, accept)
         owner = np.array([w.owner for w in winners], dtype=np.int64)
         host = owner != GUEST
+        self.chosen = await self._decide(frontier, own, winners, accept)
         left_grad, left_hess = own.left_grad.copy(), own.left_hess.copy()
         # Each split's feature in the joined order of the constraints (a host's: its token).
         global_feature = np.where(host, -1, own.feature)
@@ -357,19 +380,33 @@ class TreeLayers:
         return winners
 
     async def _decide(
-        self, frontier: Frontier, winners: list[_Winner], accept: list[int]
+        self, frontier: Frontier, own: LayerSplits, winners: list[_Winner], accept: list[int]
     ) -> dict[int, tuple[int, B8]]:
-        """Ask each owner to resolve its winning ids: node -> (chosen id, left bitmap)."""
+        """Ask each owner to resolve its winning ids: node -> (chosen id, left bitmap).
+
+        While the owners answer, the layer is worked out (:meth:`_ahead`) and sent to every
+        host whose own answers are all it lacks (no other host owns a split of the layer),
+        leaving those out: such a host starts the next layer's histograms as soon as it has
+        answered, a round trip (an answer, the guest's partition, a layer) sooner."""
         by_host: dict[int, list[int]] = {}
         for i in accept:
             if winners[i].owner != GUEST:
                 by_host.setdefault(winners[i].owner, []).append(i)
         counts = np.bincount(self.grower.positions, minlength=self.grower.tree.n_nodes)
+        asked = {k: self.t.links[k - 1] for k in sorted(by_host)}
+        questions = {
+            k: Decide(frontier.nodes[idx].astype(np.int64), self._ids(winners, idx))
+            for k, idx in by_host.items()
+        }
+        await gather_or_cancel(*(send(link.ctl, questions[k]) for k, link in asked.items()))
+        self.ahead = await asyncio.to_thread(self._ahead, frontier, own, winners, accept)
+        early = [lk for lk in self.links if not set(by_host) - {lk.index}]
+        await gather_or_cancel(*(send(lk.ctl, self._early(lk)) for lk in early))
+        self.told = {lk.index for lk in early}
 
-        async def ask(link: HostLink, idx: list[int]) -> dict[int, tuple[int, B8]]:
+        async def answer(k: int, link: HostLink) -> dict[int, tuple[int, B8]]:
+            idx = by_host[k]
             nodes = frontier.nodes[idx].astype(np.int64)
-            ids = [tied for i in idx if (tied := winners[i].tied) is not None]
-            await send(link.ctl, Decide(nodes, ids))
             reply = await recv(link.ctl, Decided)
             chosen, bitmaps, evals = reply.ids, reply.bitmaps, reply.eval
             if chosen.size != len(idx):
@@ -394,45 +431,100 @@ class TreeLayers:
                 ]
             return out
 
-        asks = [ask(self.t.links[k - 1], idx) for k, idx in sorted(by_host.items())]
-        parts = await gather_or_cancel(*asks)
+        parts = await gather_or_cancel(*(answer(k, link) for k, link in asked.items()))
         return {k: v for part in parts for k, v in part.items()}
 
-    async def _partition(self, plan: LayerPlan, grow: bool) -> None:
-        """New positions from the guest's own splits and the owners' bitmaps; tell the hosts."""
+    @staticmethod
+    def _ids(winners: list[_Winner], idx: list[int]) -> list[npt.NDArray[np.uint64]]:
+        """The ids tied at the best gain of each of the nodes ``idx`` (all won by one host)."""
+        return [tied for i in idx if (tied := winners[i].tied) is not None]
+
+    def _ahead(
+        self, frontier: Frontier, own: LayerSplits, winners: list[_Winner], accept: list[int]
+    ) -> _Ahead:
+        """The layer as the core will plan it (:meth:`~p2pboost.gbdt.grower.HistogramGrower.
+        apply_splits`: the accepted nodes in frontier order, children numbered in pairs after
+        the tree's nodes; another layer unless none split or the children are at the depth
+        limit or below the hosts' layers), with the guest's own splits' rows moved by the
+        core's :func:`~p2pboost.gbdt.grower.partition_rows` and their left sets; checked
+        against the core's plan in :meth:`_partition`."""
         grower = self.grower
+        idx = np.asarray(accept, dtype=np.int64)
+        nodes = frontier.nodes[idx].astype(np.int64)
+        left = grower.tree.n_nodes + 2 * np.arange(idx.size, dtype=np.int64)
+        right = left + 1
+        mine = np.array([winners[i].owner == GUEST for i in accept], dtype=np.bool_)
         old = grower.positions
-        await asyncio.to_thread(grower.partition, plan)  # the guest's own splits
-        new = grower.positions.copy()
+        new = partition_rows(
+            grower.data,
+            old,
+            nodes[mine],
+            own.feature[idx][mine],
+            own.threshold[idx][mine],
+            own.default_left[idx][mine],
+            left[mine],
+            right[mine],
+            grower.tree.n_nodes,
+        )
+        bitmaps = {
+            int(node): np.packbits(new[old == node] == left[j])
+            for j, node in enumerate(nodes.tolist())
+            if mine[j]
+        }
+        depth = frontier.depth
+        grow = idx.size > 0 and depth + 1 < self.t.params.max_depth and not self._local(depth + 1)
+        # The next depth's column draws, early, so each host knows its children's (the core's
+        # draws: nothing draws in between).
+        columns = grower.columns
+        draws = columns.ahead(2 * idx.size) if grow and columns is not None else None
+        return _Ahead(nodes, left, right, new, bitmaps, grow, draws)
+
+    def _layer_for(
+        self, link: HostLink, bitmaps: list[U8], decided: npt.NDArray[np.int64] | None = None
+    ) -> Layer:
+        """The layer as ``link`` gets it: its own column draws, the left sets given."""
+        a = self.ahead
+        features = (
+            []
+            if a.draws is None
+            else [d[self.t.host_slices[link.index - 1]].astype(np.uint8) for d in a.draws]
+        )
+        msg = Layer(a.nodes, a.left, a.right, bitmaps, a.grow, features)
+        return msg if decided is None else replace(msg, decided=decided)
+
+    def _early(self, link: HostLink) -> Layer:
+        """The layer for a host whose own answers are all it lacks: those left out."""
+        a = self.ahead
+        empty = np.zeros(0, dtype=np.uint8)
+        bitmaps = [a.bitmaps.get(n, empty) for n in a.nodes.tolist()]
+        decided = np.array([n for n in a.nodes.tolist() if n not in a.bitmaps], dtype=np.int64)
+        return self._layer_for(link, bitmaps, decided)
+
+    async def _partition(self, plan: LayerPlan, grow: bool) -> None:
+        """New positions from the guest's own splits (moved ahead) and the owners' bitmaps;
+        tell the hosts that have not had the layer yet."""
+        a, grower = self.ahead, self.grower
+        if not (
+            np.array_equal(plan.nodes, a.nodes)
+            and np.array_equal(plan.left, a.left)
+            and np.array_equal(plan.right, a.right)
+            and grow == a.grow
+            and np.array_equal(plan.local, np.isin(a.nodes, list(a.bitmaps)))
+        ):
+            raise RuntimeError("the core planned the layer other than the guest worked it out")
+        old, new = grower.positions, a.positions.copy()
         bitmaps = []
         self.family = {}
         for j, node in enumerate(plan.nodes.tolist()):
             left, right = int(plan.left[j]), int(plan.right[j])
             self.family[left], self.family[right] = (node, right), (node, left)
+            if node in a.bitmaps:
+                bitmaps.append(a.bitmaps[node])
+                continue
             rows = np.flatnonzero(old == node)
-            if plan.owner[j] == GUEST:
-                go_left = new[rows] == plan.left[j]
-            else:
-                go_left = self.chosen[node][1]
-                new[rows] = np.where(go_left, plan.left[j], plan.right[j])
+            go_left = self.chosen[node][1]
+            new[rows] = np.where(go_left, left, right)
             bitmaps.append(np.packbits(go_left))
         grower.positions = new
-        # The next depth's column draws, early, so each host knows its children's (the core's
-        # draws: nothing draws in between).
-        columns = grower.columns
-        draws = columns.ahead(2 * plan.nodes.size) if grow and columns is not None else None
-        msg = Layer(
-            plan.nodes.astype(np.int64),
-            plan.left.astype(np.int64),
-            plan.right.astype(np.int64),
-            bitmaps,
-            grow,
-        )
-
-        def to(link: HostLink) -> Layer:
-            if draws is None:
-                return msg
-            block = self.t.host_slices[link.index - 1]
-            return replace(msg, features=[d[block].astype(np.uint8) for d in draws])
-
-        await gather_or_cancel(*(send(link.ctl, to(link)) for link in self.links))
+        late = [lk for lk in self.links if lk.index not in self.told]
+        await gather_or_cancel(*(send(lk.ctl, self._layer_for(lk, bitmaps)) for lk in late))

@@ -349,12 +349,12 @@ class _HostTree:
         depth = 0
         while True:
             msg = await recv(h.ctl, (Decide, Layer))
+            decided: dict[int, B8] = {}
             if isinstance(msg, Decide):
                 h.progress.enter(HostPhase.DECIDE, depth)
-                await self._decide(msg)
+                decided = await self._decide(msg)
                 msg = await recv(h.ctl, Layer)
-            layer = msg
-            grow = self._repartition(layer)
+            grow = self._repartition(msg, decided)
             depth += 1
             if not grow:
                 return
@@ -454,10 +454,12 @@ class _HostTree:
         )
         await send(self.h.info, msg)
 
-    async def _decide(self, msg: Decide) -> None:
-        """Resolve the guest's winning ids: the lowest (feature, bin, direction) among ties."""
+    async def _decide(self, msg: Decide) -> dict[int, B8]:
+        """Resolve the guest's winning ids: the lowest (feature, bin, direction) among ties;
+        returns each node's left set (over its rows), which the layer may leave out."""
         h, peer = self.h, self.h.guest
         chosen, bitmaps, evals = [], [], []
+        left_sets = {}
         for node, ids in zip(msg.nodes.tolist(), msg.ids, strict=True):
             lookup = self.lookups.get(node)
             if lookup is None or node not in self.frontier:
@@ -472,10 +474,12 @@ class _HostTree:
             dl = bool(lookup.default_left[best])
             rows = np.flatnonzero(self.positions == node)
             chosen.append(int(lookup.ids[best]))
-            bitmaps.append(np.packbits(_go_left(h.data.codes[f, rows], b, dl, h.data.missing_bin)))
+            left_sets[node] = _go_left(h.data.codes[f, rows], b, dl, h.data.missing_bin)
+            bitmaps.append(np.packbits(left_sets[node]))
             evals.append([np.packbits(_go_left(e.codes[f], b, dl, e.missing_bin)) for e in h.evals])
             h.splits.append(HostSplit(self.tree_id, node, f, b, h.mapper.threshold(f, b), dl))
         await send(h.ctl, Decided(np.array(chosen, dtype=np.uint64), bitmaps, evals))
+        return left_sets
 
     def _features(self, mask: npt.NDArray[np.uint8]) -> B8:
         """A node's column draw, checked: one 0 or 1 per feature of this host."""
@@ -483,9 +487,13 @@ class _HostTree:
             raise reject(self.h.guest, "a node's feature mask must hold one 0 or 1 per feature")
         return mask.astype(np.bool_)
 
-    def _repartition(self, msg: Layer) -> bool:
-        """Apply the guest's left-set bitmaps; returns whether the tree grows another layer."""
+    def _repartition(self, msg: Layer, decided: dict[int, B8]) -> bool:
+        """Apply the guest's left-set bitmaps, and the left sets this host ``decided`` where
+        the layer leaves them out; returns whether the tree grows another layer."""
         peer = self.h.guest
+        marked = set(msg.decided.tolist())
+        if marked and marked != set(decided):
+            raise reject(peer, "the layer leaves out left sets other than the ones decided here")
         nodes, left, right, bitmaps, grow = msg.nodes, msg.left, msg.right, msg.bitmaps, msg.grow
         if msg.features:
             if len(msg.features) != 2 * nodes.size:
@@ -508,7 +516,10 @@ class _HostTree:
         new = self.positions.copy()
         for j, node in enumerate(nodes.tolist()):
             rows = np.flatnonzero(self.positions == node)
-            go_left = unpack_bitmap(bitmaps[j], rows.size, peer)
+            if node in marked:
+                go_left = decided[node]
+            else:
+                go_left = unpack_bitmap(bitmaps[j], rows.size, peer)
             new[rows] = np.where(go_left, left[j], right[j])
         self.positions = new
         self.n_nodes += 2 * n_split
