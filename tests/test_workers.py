@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 import pytest
 
@@ -11,6 +12,8 @@ from p2pboost.workers import (
     WORKER_NICENESS,
     PinnedPool,
     default_workers,
+    idle_threads,
+    idle_threads_supported,
     owned_executor,
     pinned_pool,
     process_pool,
@@ -26,6 +29,17 @@ def _niceness() -> int:
 
 def _add(a: int, b: int) -> int:
     return a + b
+
+
+_MARK = threading.local()
+
+
+def _mark(value: str) -> None:
+    _MARK.value = value
+
+
+def _policy_and_mark() -> tuple[int, str]:
+    return os.sched_getscheduler(0), getattr(_MARK, "value", "")
 
 
 def test_workers_run_at_lower_priority() -> None:
@@ -87,6 +101,17 @@ async def test_owned_executor_gives_a_pinned_pool_when_asked() -> None:
         async with owned_executor(plain, 3) as (pool, n):
             assert pool is plain
             assert n == 3
+
+
+@pytest.mark.skipif(not idle_threads_supported(), reason="no idle scheduling class (not Linux)")
+def test_idle_threads_run_in_the_idle_class_and_leave_others_alone() -> None:
+    pool = idle_threads(2, initializer=_mark, initargs=("set",))
+    try:
+        got = {pool.submit(_policy_and_mark).result() for _ in range(4)}
+    finally:
+        pool.shutdown(wait=True)
+    assert got == {(os.SCHED_IDLE, "set")}
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's thread keeps its class
 
 
 def test_spare_cpus_is_a_count_where_the_kernel_says() -> None:

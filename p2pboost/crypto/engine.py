@@ -74,7 +74,14 @@ from p2pboost.crypto.keys import AnyPrivateKey, AnyPublicKey, AnyTable, make_tab
 from p2pboost.crypto.packing import PackingSpec
 from p2pboost.crypto.pieces import MIN_CIPHERTEXTS, cut, floor_for, on_cluster, task_bound
 from p2pboost.exceptions import InputError, KeyMismatchError
-from p2pboost.workers import PinnedExecutor, default_workers, process_pool, spare_cpus
+from p2pboost.workers import (
+    PinnedExecutor,
+    default_workers,
+    idle_threads,
+    idle_threads_supported,
+    process_pool,
+    spare_cpus,
+)
 
 __all__ = ["CryptoEngine", "PaillierEngine", "default_workers"]
 
@@ -155,6 +162,7 @@ class CryptoEngine:
         self._public_material = KeyMaterial(public_key.to_bytes(), None, public_key.scheme)
         self._external = executor
         self._own: Executor | None = None
+        self._background: Executor | None = None
         self._table: AnyTable | None = None
         self._stash: deque[bytes] = deque()
         self._stashed = 0
@@ -231,11 +239,28 @@ class CryptoEngine:
             registrar.submit(prepare_task, fingerprint, self._material) for _ in range(self.workers)
         ]
 
+    def _background_threads(self) -> Executor | None:
+        """The engine's idle-class threads for randomisers made ahead (started on first use),
+        or None where they would not help: a kernel that holds the GIL, or no idle class."""
+        if not (kernels.releases_gil() and idle_threads_supported()):
+            return None
+        if self._background is None:
+            self._background = idle_threads(
+                self.workers,
+                initializer=init_worker,
+                initargs=(self.public_key.fingerprint, self._material),
+            )
+        return self._background
+
     def close(self) -> None:
-        """Shut down the engine's own pool (an executor passed in is left alone)."""
+        """Shut down the engine's own pool and background threads (an executor passed in is
+        left alone)."""
         if self._own is not None:
             self._own.shutdown(wait=True, cancel_futures=True)
             self._own = None
+        if self._background is not None:
+            self._background.shutdown(wait=True, cancel_futures=True)
+            self._background = None
 
     def __enter__(self) -> CryptoEngine:
         return self
@@ -555,20 +580,27 @@ class CryptoEngine:
         do and the machine has spare processors, until ``stop`` is set; returns how many were
         made.
 
-        Short tasks (:data:`IDLE_CHUNK` randomisers), only while no other task of this engine
+        Short tasks (:data:`IDLE_CHUNK` randomisers). Where the kernel releases the GIL and the
+        system has an idle scheduling class (Linux), they run on the engine's own background
+        threads in that class (:func:`~p2pboost.workers.idle_threads`), one per worker, all
+        the time: the system's scheduler runs them only on processors nothing else wants, so
+        they fill even the short gaps while the engine's own tasks wait on the hosts, and give
+        way at once. Otherwise they run on the pool, only while no other task of this engine
         is in flight, so real work waits at most one short task; and, where the kernel says how
         many tasks are runnable (:func:`~p2pboost.workers.spare_cpus`), no more of them than
-        there are idle processors, polled every :data:`SPARE_POLL` seconds. On a machine of its
-        own the guest then uses every worker while it waits for the hosts; on a machine shared
-        with the hosts (or anything else) it takes only what they leave, since its workers run
-        at the same priority as theirs. Tasks still running when ``stop`` is set finish and
-        their randomisers are kept.
+        there are idle processors, polled every :data:`SPARE_POLL` seconds: on a machine shared
+        with the hosts they take only what the hosts leave, since the pool's workers run at the
+        same priority as theirs. Tasks still running when ``stop`` is set finish and their
+        randomisers are kept.
         """
         loop_idle = self._idle = asyncio.Event()
-        if self._busy == 0:
+        # In the idle scheduling class the system's scheduler does the gating: no need to
+        # wait for the engine to idle, nor to poll for spare processors.
+        background = self._background_threads()
+        if self._busy == 0 or background is not None:
             loop_idle.set()
         made = 0
-        executor, material = self._executor()
+        executor, material = self._executor() if background is None else (background, None)
         loop = asyncio.get_running_loop()
         running: set[asyncio.Future[bytes]] = set()
         try:
@@ -577,7 +609,8 @@ class CryptoEngine:
                 if stop.is_set() or (room <= 0 and not running):
                     break
                 wanted = room > 0 and loop_idle.is_set() and len(running) < self.workers
-                if wanted and len(running) < self._spare_slots(len(running)):
+                slots = self.workers if background is not None else self._spare_slots(len(running))
+                if wanted and len(running) < slots:
                     running.add(
                         loop.run_in_executor(
                             executor,
@@ -595,7 +628,7 @@ class CryptoEngine:
                     pending: list[asyncio.Future[Any]] = [*running, *waiters]
                     await asyncio.wait(
                         pending,
-                        timeout=SPARE_POLL if wanted else None,
+                        timeout=SPARE_POLL if wanted and background is None else None,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
                 finally:

@@ -46,6 +46,8 @@ __all__ = [
     "WORKER_NICENESS",
     "PinnedPool",
     "default_workers",
+    "idle_threads",
+    "idle_threads_supported",
     "pinned_pool",
     "pool_kind",
     "process_pool",
@@ -187,6 +189,46 @@ def _start_thread(initializer: Callable[..., object] | None, initargs: tuple[Any
         os.nice(WORKER_NICENESS)
     if initializer is not None:
         initializer(*initargs)
+
+
+def _start_idle_thread(
+    initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> None:
+    """Start-up of a background thread: the idle scheduling class (Linux: per thread), then
+    ``initializer``."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def idle_threads_supported() -> bool:
+    """Whether this system runs a thread in the idle scheduling class (Linux's
+    ``SCHED_IDLE``), for :func:`idle_threads`."""
+    return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler")
+
+
+def idle_threads(
+    workers: int,
+    *,
+    initializer: Callable[..., object] | None = None,
+    initargs: tuple[Any, ...] = (),
+) -> Executor:
+    """Threads of this process that run only when a processor would otherwise idle, for work
+    of lower value done ahead of time (a guest's encryption randomisers for its next tree).
+
+    Why the idle class rather than a polled guess at spare processors: the kernel's scheduler
+    gives these threads a core only while nothing else of any process wants it, and takes it
+    back the moment something does, so they fill the short idle gaps of a latency-bound step
+    (a tree's last layers) without slowing it, where a polled snapshot of the run queue starts
+    work that then competes with the step. Only for tasks that release the GIL (the native
+    kernel's loops): a starved thread holding the GIL would stall the others. Check
+    :func:`idle_threads_supported` first (Linux only)."""
+    return _ThreadPool(
+        max_workers=workers,
+        initializer=_start_idle_thread,
+        initargs=(initializer, initargs),
+        thread_name_prefix="p2pboost-idle",
+    )
 
 
 class _ThreadPool(ThreadPoolExecutor):

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
+from p2pboost.crypto import kernels
 from p2pboost.crypto.engine import CryptoEngine
 from p2pboost.crypto.paillier import PrivateKey, PublicKey, generate_keypair
 from p2pboost.exceptions import InputError, KeyMismatchError
 from p2pboost.testing import time_factor
-from p2pboost.workers import pinned_pool
+from p2pboost.workers import idle_threads_supported, pinned_pool
 
 
 @pytest.mark.slow
@@ -275,11 +277,13 @@ async def test_idle_precompute_fills_the_stash_until_stopped(
 async def test_idle_precompute_takes_only_spare_processors(
     engine: CryptoEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With every processor busy elsewhere nothing is made; once one is free, work starts."""
+    """On the pool (no idle scheduling class, or a kernel that holds the GIL): with every
+    processor busy elsewhere nothing is made; once one is free, work starts."""
     from p2pboost.crypto import engine as engine_module
 
     spare = [0]
     monkeypatch.setattr(engine_module, "spare_cpus", lambda: spare[0])
+    monkeypatch.setattr(engine_module, "idle_threads_supported", lambda: False)
     stop = asyncio.Event()
     start = engine.stashed
     filler = asyncio.ensure_future(engine.precompute_while_idle(start + 300, stop))
@@ -290,3 +294,34 @@ async def test_idle_precompute_takes_only_spare_processors(
         await asyncio.sleep(0.01)
     stop.set()
     assert await filler == 300
+
+
+@pytest.mark.skipif(
+    not (kernels.releases_gil() and idle_threads_supported()),
+    reason="idle-class threads need the native kernel (GIL released) and Linux's SCHED_IDLE",
+)
+async def test_idle_precompute_runs_in_the_idle_class_under_the_native_kernel(
+    engine: CryptoEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the native kernel the randomisers are made on the engine's idle-class threads,
+    whatever the run queue says (the system's scheduler does the gating), even while the
+    engine's own tasks run, and they decrypt as any."""
+    from p2pboost.crypto import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "spare_cpus", lambda: 0)  # the pool path would wait
+    stop = asyncio.Event()
+    start = engine.stashed
+    filler = asyncio.ensure_future(engine.precompute_while_idle(start + 400, stop))
+    values = list(range(500))
+    assert await engine.decrypt_batch(await engine.encrypt_batch(values)) == values
+    while engine.stashed < start + 400:  # noqa: ASYNC110 - the stash has no event to wait on
+        await asyncio.sleep(0.01)
+    stop.set()
+    assert await filler >= 400  # and more where the encryptions above took some
+    assert engine._background is not None
+    policies = {engine._background.submit(os.sched_getscheduler, 0).result() for _ in range(4)}
+    assert policies == {os.SCHED_IDLE}
+    before, some = engine.stashed, values[:300]
+    cts = await engine.encrypt_batch(some)
+    assert engine.stashed == before - len(some)
+    assert await engine.decrypt_batch(cts) == some
