@@ -137,6 +137,27 @@ def test_background_tasks_fill_idle_workers_and_nobody_waits_for_them() -> None:
     assert replay(tasks, 1, start=0.0) == pytest.approx(6.0)  # behind it on the one worker
 
 
+def test_encryptions_wait_for_the_randomisers_they_took() -> None:
+    # In the run, the guest's background task (1 s of randomisers) ran beside a 1 s task of
+    # its own, and the next encryption, submitted when both had ended, took its randomisers.
+    tasks = [
+        _t(0.0, 1.0, 1.0, kind="open_task"),
+        _t(0.0, 1.0, 1.0, kind="factors_task", background=True),
+        _t(1.0, 1.5, 0.5, kind="encrypt_packed_task"),
+    ]
+    # Two workers: as it ran. One worker: the background task gets the worker only after the
+    # other task, and the encryption waits for it (without the randomisers it would have
+    # taken their time itself: they are never free).
+    assert replay(tasks, 2, start=0.0) == pytest.approx(1.5)
+    assert replay(tasks, 1, start=0.0) == pytest.approx(2.5)
+    # Nobody else waits for it: not the guest's other kinds, not another party's tasks.
+    assert replay([*tasks[:2], _t(1.0, 1.5, 0.5, kind="compress_task")], 1, start=0.0) == (
+        pytest.approx(1.5)
+    )
+    host = _t(1.0, 1.5, 0.5, party="host", kind="encrypt_packed_task")
+    assert replay([*tasks[:2], host], 1, start=0.0) == pytest.approx(1.5)
+
+
 def test_the_run_s_own_time_before_and_after_its_tasks_is_kept() -> None:
     tasks = [_t(2.0, 3.0, 1.0)]  # 2 s of the party's own work first, 1 s after (stop=4)
     assert replay(tasks, 8, start=0.0, stop=4.0) == pytest.approx(4.0)
