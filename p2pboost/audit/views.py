@@ -15,8 +15,9 @@ From those maps, :func:`host_partitions` rebuilds what a host learns of each tre
 training (the docs' leakage table, docs/explanation/leakage.md): the rows the tree samples
 (``tree`` messages) and, layer by layer, which rows of each node go left (``layer``
 messages, and the host's own answers for the splits it owns, which a layer sent ahead of the
-answer leaves out). :func:`guest_bits` rebuilds what the guest learns from one-round inference: the
-decision bit of every host split for every row of the batch (``bits`` messages).
+answer leaves out). :func:`guest_bits` rebuilds what the guest learns from one-round
+inference: the decision bit of every host split for every row of the batch (``bits``
+messages).
 """
 
 from __future__ import annotations

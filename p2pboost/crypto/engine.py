@@ -590,8 +590,9 @@ class CryptoEngine:
         many tasks are runnable (:func:`~p2pboost.workers.spare_cpus`), no more of them than
         there are idle processors, polled every :data:`SPARE_POLL` seconds: on a machine shared
         with the hosts they take only what the hosts leave, since the pool's workers run at the
-        same priority as theirs. Tasks still running when ``stop`` is set finish and their
-        randomisers are kept.
+        same priority as theirs. Tasks still running when ``stop`` is set are not waited for:
+        they finish, and their randomisers land in the stash when they do (the tree that
+        stopped the filling starts encrypting at once, and takes them if they come in time).
         """
         loop_idle = self._idle = asyncio.Event()
         # In the idle scheduling class the system's scheduler does the gating: no need to
@@ -637,8 +638,10 @@ class CryptoEngine:
                 for fut in [f for f in running if f.done()]:
                     running.discard(fut)
                     made += self._put(fut.result())
-            for fut in asyncio.as_completed(running):
-                made += self._put(await fut)
+            # Stopped: what still runs finishes in its worker and lands in the stash then; the
+            # caller (a tree about to encrypt) does not wait for it.
+            for fut in running:
+                fut.add_done_callback(self._land)
             running.clear()
         finally:
             for fut in running:
@@ -646,6 +649,11 @@ class CryptoEngine:
             if self._idle is loop_idle:
                 self._idle = None
         return made
+
+    def _land(self, fut: asyncio.Future[bytes]) -> None:
+        """Stash the randomisers of a background task that ended after its filling stopped."""
+        if not fut.cancelled() and fut.exception() is None:
+            self._put(fut.result())
 
 
 #: The engine's name before it served two schemes (kept for existing imports).

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
@@ -314,7 +315,9 @@ async def test_idle_precompute_runs_in_the_idle_class_under_the_native_kernel(
     filler = asyncio.ensure_future(engine.precompute_while_idle(start + 400, stop))
     values = list(range(500))
     assert await engine.decrypt_batch(await engine.encrypt_batch(values)) == values
-    while engine.stashed < start + 400:  # noqa: ASYNC110 - the stash has no event to wait on
+    deadline = time.monotonic() + 30 * time_factor()
+    while engine.stashed < start + 400:
+        assert time.monotonic() < deadline, "the idle-class threads never got a processor"
         await asyncio.sleep(0.01)
     stop.set()
     assert await filler >= 400  # and more where the encryptions above took some
@@ -325,3 +328,43 @@ async def test_idle_precompute_runs_in_the_idle_class_under_the_native_kernel(
     cts = await engine.encrypt_batch(some)
     assert engine.stashed == before - len(some)
     assert await engine.decrypt_batch(cts) == some
+
+
+async def test_a_stopped_filling_leaves_its_running_tasks_to_land_later(
+    public_key: PublicKey, private_key: PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopping returns at once (a tree about to encrypt does not wait); a task still running
+    then puts its randomisers in the stash when it ends."""
+    from p2pboost.crypto import engine as engine_module
+    from p2pboost.crypto._workers import factors_task as real
+
+    started, release = threading.Event(), threading.Event()
+
+    def held(fingerprint: bytes, material: object, count: int) -> bytes:
+        started.set()
+        release.wait(10)
+        return real(fingerprint, material, count)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "factors_task", held)
+    monkeypatch.setattr(engine_module, "spare_cpus", lambda: 2)
+    pool = ThreadPoolExecutor(2)  # threads: the patched task runs as patched
+    try:
+        with CryptoEngine(public_key, private_key, executor=pool, workers=1) as eng:
+            stop = asyncio.Event()
+            filler = asyncio.ensure_future(eng.precompute_while_idle(1000, stop))
+            while not started.is_set():  # noqa: ASYNC110 - a thread's event
+                await asyncio.sleep(0.01)
+            stop.set()
+            assert await asyncio.wait_for(filler, 5) == 0  # not waited for
+            assert eng.stashed == 0
+            release.set()
+            deadline = time.monotonic() + 10 * time_factor()
+            while eng.stashed == 0:
+                assert time.monotonic() < deadline, "the running task's randomisers never landed"
+                await asyncio.sleep(0.01)
+            assert eng.stashed == engine_module.IDLE_CHUNK
+            values = list(range(50))
+            assert eng.decrypt_batch_blocking(eng.encrypt_batch_blocking(values)) == values
+    finally:
+        release.set()
+        pool.shutdown(wait=True)

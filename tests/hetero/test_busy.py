@@ -30,6 +30,9 @@ async def test_pieces_and_randomisers_between_trees_keep_the_trees(
     # the randomisers whatever else this machine runs.
     monkeypatch.setattr(engine_module, "MIN_CIPHERTEXTS", 16)
     monkeypatch.setattr(engine_module, "spare_cpus", lambda: 2)
+    # On the pool (the idle-class threads get a processor only when nothing else on the
+    # machine wants one, which a loaded test machine may never grant between two trees).
+    monkeypatch.setattr(engine_module, "idle_threads_supported", lambda: False)
     calls: list[tuple[int | None, int, int, int]] = []  # stream rows, rows, pieces, stashed
     made: list[int] = []
     encrypt_packed = CryptoEngine.encrypt_packed

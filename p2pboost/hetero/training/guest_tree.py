@@ -129,7 +129,9 @@ class GuestTrainer:
         )
 
     async def _stop(self, *, wait: bool) -> None:
-        """Stop filling; with ``wait``, let running tasks land in the stash first."""
+        """Stop filling: with ``wait`` the filling ends of itself (it returns at once; its
+        running tasks land in the stash when they end), else it is cancelled (training over:
+        nothing more goes into the stash)."""
         filling, self._filling = self._filling, None
         if filling is None:
             return
@@ -154,7 +156,7 @@ class GuestTrainer:
         if not self._entered:
             raise RuntimeError("grow a tree inside `async with trainer:`, which owns its tasks")
         self.progress.tree = tree_id
-        await self._stop(wait=True)  # at most one short task per worker still running
+        await self._stop(wait=True)  # returns at once: running tasks land when they end
         sample = task.sample
         if task.privacy is not None and sample is not None and sample.size == 0:
             raise InputError(
