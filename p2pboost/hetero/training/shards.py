@@ -297,11 +297,11 @@ def shard_root(
     (:func:`~p2pboost.hetero.training.candidates.node_counts`); ``keep``: the root's histogram
     stays cached for the first layer (else only its counts)."""
     shard = _get(token)
+    if counts.shape != (shard.codes.shape[1], shard.n_slots):
+        raise InputError("root counts of the wrong shape")  # before the root is taken
     shard.local()
     hist, _ = shard.hists.pop(0)
     assert hist is not None
-    if counts.shape != (shard.codes.shape[1], shard.n_slots):
-        raise InputError("root counts of the wrong shape")
     shard.keep(0, hist if keep else None, counts)
     return shard.candidates(hist, counts, features)
 
