@@ -50,9 +50,10 @@ class HeteroConfig:
     workers of the pool the protocol starts when no executor is given (threads of the party's
     process under the native kernel, whose loops release the GIL; processes under gmpy2:
     :func:`~p2pboost.workers.pool_kind`). ``precompute``:
-    while the guest waits for the hosts, its idle pool makes the encryption randomisers of the
-    next tree ahead of time on processors nobody else needs (at most ``stash_bytes`` of them
-    are kept), so that tree's encryption costs one product per row for those.
+    while the guest waits for the hosts, it makes the encryption randomisers of the next tree
+    ahead of time on processors nobody else needs (under the native kernel on Linux, threads
+    of the idle scheduling class; else its idle pool), at most ``stash_bytes`` of them kept,
+    so that tree's encryption costs one product per row for those.
     ``hello_timeout``: seconds the guest waits for every host to start (its first message);
     a host that is connected but runs something else (another task, other settings) is then
     named instead of being waited for until the node gives up on the session.
