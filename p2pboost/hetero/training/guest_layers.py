@@ -99,6 +99,15 @@ class _Ahead:
     draws: npt.NDArray[np.bool_] | None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Moves:
+    """Where the guest's own best split of each frontier node would send the node's rows
+    (:meth:`TreeLayers._moves`): node -> its rows, and which of them go left."""
+
+    rows: dict[int, I64]
+    left: dict[int, B8]
+
+
 class Trainer(Protocol):
     """What a tree's layers read of the guest's trainer
     (:class:`~p2pboost.hetero.training.guest_tree.GuestTrainer`)."""
@@ -144,6 +153,8 @@ class TreeLayers:
         #: The layer being decided, worked out ahead, and the hosts already told it.
         self.ahead: _Ahead
         self.told: set[int] = set()
+        #: Where the guest's own splits of the layer being chosen would send their rows.
+        self.moves: _Moves | None = None
 
     def _local(self, depth: int) -> bool:
         """Whether the layer at ``depth`` is the guest's alone (layered mode's lower layers)."""
@@ -169,11 +180,12 @@ class TreeLayers:
     async def _choose_splits(self, frontier: Frontier) -> LayerSplits:
         """The guest's best split per node against every host's candidates (the core's
         rules), with the owners' answers for the host splits that are accepted."""
+        self.moves = None
         if self.grower.privacy is not None:
             own, packages, winners = await self._choose_private(frontier, self.grower.privacy)
         else:
             own, packages = await gather_or_cancel(
-                asyncio.to_thread(self.grower.find_splits, frontier),
+                asyncio.to_thread(self._own_splits, frontier),
                 self._receive_layer(frontier),
             )
             winners = self._choose(frontier, own, packages)
@@ -399,7 +411,10 @@ class TreeLayers:
             for k, idx in by_host.items()
         }
         await gather_or_cancel(*(send(link.ctl, questions[k]) for k, link in asked.items()))
-        self.ahead = await asyncio.to_thread(self._ahead, frontier, own, winners, accept)
+        if self.moves is not None:  # the rows' moves are at hand: a few array copies
+            self.ahead = self._ahead(frontier, own, winners, accept)
+        else:
+            self.ahead = await asyncio.to_thread(self._ahead, frontier, own, winners, accept)
         early = [lk for lk in self.links if not set(by_host) - {lk.index}]
         await gather_or_cancel(*(send(lk.ctl, self._early(lk)) for lk in early))
         self.told = {lk.index for lk in early}
@@ -439,6 +454,37 @@ class TreeLayers:
         """The ids tied at the best gain of each of the nodes ``idx`` (all won by one host)."""
         return [tied for i in idx if (tied := winners[i].tied) is not None]
 
+    def _own_splits(self, frontier: Frontier) -> LayerSplits:
+        """The guest's best split per node (the core's), and where each would send the node's
+        rows (:meth:`_moves`), worked out while the hosts' packages are decrypted."""
+        own = self.grower.find_splits(frontier)
+        self.moves = self._moves(frontier, own)
+        return own
+
+    def _moves(self, frontier: Frontier, own: LayerSplits) -> _Moves:
+        """Where the guest's own best split of every frontier node would send its rows (the
+        core's :func:`~p2pboost.gbdt.grower.partition_rows`, under stand-in child numbers),
+        whether or not it wins: the winners' left sets are then at hand when the layer is
+        known, instead of being worked out between the question and the layer."""
+        grower, old = self.grower, self.grower.positions
+        # A guest that holds no feature has no split anywhere (the core still names feature 0).
+        has = (own.feature >= 0) & (grower.data.n_features > 0)
+        nodes = frontier.nodes[has].astype(np.int64)
+        left = grower.tree.n_nodes + 2 * np.arange(nodes.size, dtype=np.int64)
+        new = partition_rows(
+            grower.data,
+            old,
+            nodes,
+            own.feature[has],
+            own.threshold[has],
+            own.default_left[has],
+            left,
+            left + 1,
+            grower.tree.n_nodes,
+        )
+        rows = {int(node): np.flatnonzero(old == node) for node in nodes.tolist()}
+        return _Moves(rows, {node: new[r] == left[j] for j, (node, r) in enumerate(rows.items())})
+
     def _ahead(
         self, frontier: Frontier, own: LayerSplits, winners: list[_Winner], accept: list[int]
     ) -> _Ahead:
@@ -453,24 +499,14 @@ class TreeLayers:
         nodes = frontier.nodes[idx].astype(np.int64)
         left = grower.tree.n_nodes + 2 * np.arange(idx.size, dtype=np.int64)
         right = left + 1
-        mine = np.array([winners[i].owner == GUEST for i in accept], dtype=np.bool_)
-        old = grower.positions
-        new = partition_rows(
-            grower.data,
-            old,
-            nodes[mine],
-            own.feature[idx][mine],
-            own.threshold[idx][mine],
-            own.default_left[idx][mine],
-            left[mine],
-            right[mine],
-            grower.tree.n_nodes,
-        )
-        bitmaps = {
-            int(node): np.packbits(new[old == node] == left[j])
-            for j, node in enumerate(nodes.tolist())
-            if mine[j]
-        }
+        # A private tree's own splits come with the hosts' packages: worked out now.
+        moves = self._moves(frontier, own) if self.moves is None else self.moves
+        new, bitmaps = grower.positions.copy(), {}
+        for j, node in enumerate(nodes.tolist()):
+            if winners[accept[j]].owner == GUEST:
+                rows, go_left = moves.rows[node], moves.left[node]
+                new[rows] = np.where(go_left, left[j], right[j])
+                bitmaps[node] = np.packbits(go_left)
         depth = frontier.depth
         grow = idx.size > 0 and depth + 1 < self.t.params.max_depth and not self._local(depth + 1)
         # The next depth's column draws, early, so each host knows its children's (the core's
