@@ -114,6 +114,19 @@ def test_idle_threads_run_in_the_idle_class_and_leave_others_alone() -> None:
     assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's thread keeps its class
 
 
+def test_idle_threads_are_not_offered_where_the_system_refuses_the_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object) -> None:
+        raise PermissionError("not in this sandbox")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse, raising=False)
+    monkeypatch.setattr(os, "SCHED_IDLE", 5, raising=False)
+    assert idle_threads_supported.__wrapped__() is False  # asked afresh, not the cached answer
+    monkeypatch.delattr(os, "SCHED_IDLE")
+    assert idle_threads_supported.__wrapped__() is False
+
+
 def test_spare_cpus_is_a_count_where_the_kernel_says() -> None:
     spare = spare_cpus()
     if os.path.exists("/proc/loadavg"):

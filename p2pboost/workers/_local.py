@@ -30,6 +30,7 @@ Every protocol takes an optional ``executor`` and otherwise starts its own pool:
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import threading
@@ -201,10 +202,28 @@ def _start_idle_thread(
         initializer(*initargs)
 
 
+@functools.cache
 def idle_threads_supported() -> bool:
     """Whether this system runs a thread in the idle scheduling class (Linux's
-    ``SCHED_IDLE``), for :func:`idle_threads`."""
-    return hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler")
+    ``SCHED_IDLE``), for :func:`idle_threads`: asked once, of a short-lived thread, since a
+    sandbox may refuse the call where the platform has it (then callers keep to their
+    polled pools rather than run background work at full priority)."""
+    if not (hasattr(os, "SCHED_IDLE") and hasattr(os, "sched_setscheduler")):
+        return False
+    answer: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            answer.append(False)
+        else:
+            answer.append(True)
+
+    thread = threading.Thread(target=probe, name="p2pboost-idle-probe", daemon=True)
+    thread.start()
+    thread.join()
+    return answer == [True]
 
 
 def idle_threads(
