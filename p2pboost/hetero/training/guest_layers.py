@@ -500,7 +500,9 @@ class TreeLayers:
         left = grower.tree.n_nodes + 2 * np.arange(idx.size, dtype=np.int64)
         right = left + 1
         # A private tree's own splits come with the hosts' packages: worked out now.
-        moves = self._moves(frontier, own) if self.moves is None else self.moves
+        if self.moves is None:
+            self.moves = self._moves(frontier, own)
+        moves = self.moves
         new, bitmaps = grower.positions.copy(), {}
         for j, node in enumerate(nodes.tolist()):
             if winners[accept[j]].owner == GUEST:
@@ -548,7 +550,9 @@ class TreeLayers:
             and np.array_equal(plan.local, np.isin(a.nodes, list(a.bitmaps)))
         ):
             raise RuntimeError("the core planned the layer other than the guest worked it out")
-        old, new = grower.positions, a.positions.copy()
+        # Every frontier node's rows were found with the guest's moves (a guest with features).
+        found = {} if self.moves is None else self.moves.rows
+        old, new = grower.positions, a.positions  # the layer's own array, not shared
         bitmaps = []
         self.family = {}
         for j, node in enumerate(plan.nodes.tolist()):
@@ -557,7 +561,7 @@ class TreeLayers:
             if node in a.bitmaps:
                 bitmaps.append(a.bitmaps[node])
                 continue
-            rows = np.flatnonzero(old == node)
+            rows = found[node] if node in found else np.flatnonzero(old == node)
             go_left = self.chosen[node][1]
             new[rows] = np.where(go_left, left, right)
             bitmaps.append(np.packbits(go_left))
