@@ -60,8 +60,8 @@ def bandwidth(gbps: float) -> float | None:
 class Prediction:
     """What the replay of one run's trace predicts, per unit (a tree, or the whole PSI)."""
 
-    #: ``{"8": {key: seconds, "efficiency": e}, ...}``: the JSON object.
-    scaling: dict[str, dict[str, float]]
+    #: ``{"8": {key: seconds, "efficiency": e, "path": {...}}, ...}``: the JSON object.
+    scaling: dict[str, dict[str, Any]]
     #: The replay at the run's own number of workers (what this machine would do if every
     #: worker had a core of its own and each party a machine).
     at_run: float
@@ -114,11 +114,14 @@ def rows(label: str, p: Prediction, measured: float, unit: str) -> list[tuple[st
         ),
     ]
     for width, entry in p.scaling.items():
-        seconds = next(v for k, v in entry.items() if k != "efficiency")
+        seconds = next(v for k, v in entry.items() if k not in ("efficiency", "path"))
+        path = entry["path"]
         out.append(
             (
-                f"{label}predicted s/{unit} at W={width} (efficiency)",
-                f"{seconds:.4g} ({entry['efficiency']:.3f})",
+                f"{label}predicted s/{unit} at W={width} (efficiency; tasks, waits, own, network)",
+                f"{seconds:.4g} ({entry['efficiency']:.3f}; "
+                + ", ".join(f"{path[k]:.3g}" for k in ("tasks", "waits", "own", "network"))
+                + ")",
             )
         )
     return out

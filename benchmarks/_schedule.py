@@ -40,6 +40,13 @@ trace, and replays it here on ``W`` workers per party for any ``W``. The model, 
 * **List scheduling**: an idle worker takes the ready task submitted first (Graham's rule);
   background tasks last.
 
+**Where the predicted time goes** (:class:`CriticalPath`): from the replay's last task back to
+the start, each step follows what held the task up last: the dependency that ended last (then
+the network, if its output crossed it, and the party's own lag), or its place's previous task.
+Along that chain the replay's length splits exactly into the tasks' own times, their waits for
+a worker, the parties' own time and the network. Waits for a worker are the work bounding the
+time (more workers shorten them); the parties' own time is what no number of workers shortens.
+
 The tasks are replayed as the run cut them. Work the code cuts by its worker count (a host's
 shards are one per worker, decryption is cut in ``workers`` pieces) is replayed in the run's
 pieces, so a trace of a run at two workers cannot show more parallelism than those pieces
@@ -54,13 +61,16 @@ import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from p2pboost.workers import TaskRecord
 
 __all__ = [
     "BACKGROUND",
     "WIDTHS",
+    "CriticalPath",
     "Task",
+    "critical_path",
     "replay",
     "scaling",
     "tasks_from_trace",
@@ -90,6 +100,34 @@ class Task:
     #: Bytes it returned: what crosses the network when another party waits for it.
     out_bytes: int = 0
     background: bool = False
+
+
+@dataclass(frozen=True)
+class CriticalPath:
+    """A replay's length taken apart along its critical path (module docstring), in seconds;
+    the four add up to the replay's length."""
+
+    #: The tasks' own durations.
+    tasks: float
+    #: Ready tasks waiting for a worker of their party (or of their place).
+    waits: float
+    #: The parties' own time: lags before submissions, before the first task, after the last.
+    own: float
+    #: Messages between parties at the stated bandwidth.
+    network: float
+
+    @property
+    def total(self) -> float:
+        return self.tasks + self.waits + self.own + self.network
+
+    def per(self, units: float) -> dict[str, float]:
+        """The JSON object: each part divided by ``units`` (trees)."""
+        return {
+            "tasks": round(self.tasks / units, 4),
+            "waits": round(self.waits / units, 4),
+            "own": round(self.own / units, 4),
+            "network": round(self.network / units, 4),
+        }
 
 
 def tasks_from_trace(
@@ -197,6 +235,14 @@ class _Replay:
         self.cursor = dict.fromkeys(self.waiting, 0)
         self.done_prefix = dict.fromkeys(graph.streams, 0)
         self.prefix_max: dict[tuple[str, str], list[float]] = {s: [start] for s in graph.streams}
+        #: stream -> per prefix length, the task that ended last in it (None: empty prefix)
+        self.prefix_arg: dict[tuple[str, str], list[int | None]] = {
+            s: [None] for s in graph.streams
+        }
+        #: task -> (what held it up last: a task or None for the start, own time, network)
+        self.held: list[tuple[int | None, float, float]] = [(None, 0.0, 0.0)] * n
+        self.ready_at: list[float] = [start] * n
+        self.started: list[float] = [start] * n
         self.position: dict[int, tuple[str, str]] = {}
         for stream, members in graph.streams.items():
             for i in members:
@@ -230,7 +276,7 @@ class _Replay:
                 _, _, what, i = heapq.heappop(self.events)
                 touched.add(self.g.tasks[i].party)
                 if what == 0:
-                    self._ready(i)
+                    self._ready(i, now)
                 else:
                     self._finished(i, now)
             for party in sorted(touched):
@@ -240,21 +286,30 @@ class _Replay:
     def _eligible(self, i: int) -> None:
         """Every dependency of ``i`` has finished: it is submitted after its lag."""
         g = self.g
-        at = self.start
+        at, dep, network = self.start, None, 0.0
         for stream, k in g.needs[i]:
-            at = max(at, self.prefix_max[stream][k])
+            if self.prefix_max[stream][k] > at:
+                at, dep = self.prefix_max[stream][k], self.prefix_arg[stream][k]
         trig = g.trigger[i]
         if trig is not None and trig in self.arrival and g.tasks[trig].party != g.tasks[i].party:
-            at = max(at, self.arrival[trig])
+            if self.arrival[trig] > at:
+                at, dep = self.arrival[trig], trig
+                network = at - self._done(trig)
         at += g.lag[i]
+        self.held[i] = (dep, g.lag[i], network)  # no dependency: the lag runs from the start
         prev = g.before[i]
-        if prev is not None:
-            done = self.finish[prev]
-            assert done is not None
-            at = max(at, done)
+        if prev is not None and self._done(prev) > at:
+            at = self._done(prev)
+            self.held[i] = (prev, 0.0, 0.0)
         heapq.heappush(self.events, (at, next(self.seq), 0, i))
 
-    def _ready(self, i: int) -> None:
+    def _done(self, i: int) -> float:
+        done = self.finish[i]
+        assert done is not None
+        return done
+
+    def _ready(self, i: int, now: float) -> None:
+        self.ready_at[i] = now
         t = self.g.tasks[i]
         entry = (int(t.background), i, i)
         if t.place is None:
@@ -281,6 +336,7 @@ class _Replay:
                 heapq.heappop(queue)
                 idle.discard(w)
                 i = entry[2]
+                self.started[i] = now
                 end = now + self.g.tasks[i].duration
                 heapq.heappush(self.events, (end, next(self.seq), 1, i))
                 self.running_on[i] = w
@@ -310,10 +366,12 @@ class _Replay:
         members = self.g.streams[stream]
         k = self.done_prefix[stream]
         maxima = self.prefix_max[stream]
+        args = self.prefix_arg[stream]
         while k < len(members):
             done = self.finish[members[k]]
             if done is None:
                 break
+            args.append(members[k] if done > maxima[-1] else args[-1])
             maxima.append(max(maxima[-1], done))
             k += 1
         self.done_prefix[stream] = k
@@ -324,6 +382,20 @@ class _Replay:
             c += 1
         if stream in self.cursor:
             self.cursor[stream] = c
+
+    def path(self, last: int, tail: float) -> CriticalPath:
+        """The critical path back from task ``last`` (module docstring); ``tail``: the
+        parties' own time after it."""
+        tasks = waits = network = 0.0
+        own = tail
+        at: int | None = last
+        while at is not None:
+            tasks += self.g.tasks[at].duration
+            waits += self.started[at] - self.ready_at[at]
+            at, lag, net = self.held[at]
+            own += lag
+            network += net
+        return CriticalPath(tasks, waits, own, network)
 
     def _unblock(self, i: int) -> None:
         self.blocked[i] -= 1
@@ -344,6 +416,29 @@ def replay(
     ``stop``: when the measured run ended; the time from its last foreground task to ``stop``
     (the parties' own work after it) is added as it was. ``bandwidth``: bytes per second of the
     network between parties (None: instant)."""
+    return _replayed(tasks, workers, start, stop, bandwidth)[0]
+
+
+def critical_path(
+    tasks: Sequence[Task],
+    workers: int,
+    *,
+    start: float,
+    stop: float | None = None,
+    bandwidth: float | None = None,
+) -> CriticalPath:
+    """:func:`replay`'s length taken apart along its critical path (module docstring)."""
+    return _replayed(tasks, workers, start, stop, bandwidth)[1]
+
+
+def _replayed(
+    tasks: Sequence[Task],
+    workers: int,
+    start: float,
+    stop: float | None,
+    bandwidth: float | None,
+) -> tuple[float, CriticalPath]:
+    """The replay's length (from its tasks' finishing times) and its critical path."""
     if workers < 1:
         raise ValueError("workers must be at least 1")
     foreground = [t for t in tasks if not t.background]
@@ -352,12 +447,17 @@ def replay(
         last = max((t.end for t in foreground), default=start)
         tail = max(0.0, stop - last)
     if not foreground:
-        return (stop if stop is not None else start) - start
+        length = (stop if stop is not None else start) - start
+        return length, CriticalPath(0.0, 0.0, length, 0.0)
     graph = _graph(tasks, start)
-    finish = _Replay(graph, workers, start, bandwidth).run()
-    ends = [f for f, t in zip(finish, graph.tasks, strict=True) if not t.background]
-    assert all(f is not None for f in ends), "a task never became ready"
-    return max(f for f in ends if f is not None) + tail - start
+    run = _Replay(graph, workers, start, bandwidth)
+    finish = run.run()
+    ends = [
+        (f, i) for i, (f, t) in enumerate(zip(finish, graph.tasks, strict=True)) if not t.background
+    ]
+    assert all(f is not None for f, _ in ends), "a task never became ready"
+    end, last = max((f, i) for f, i in ends if f is not None)
+    return end + tail - start, run.path(last, tail)
 
 
 def scaling(
@@ -369,15 +469,17 @@ def scaling(
     widths: Sequence[int] = WIDTHS,
     bandwidth: float | None = None,
     key: str = "s_per_tree",
-) -> dict[str, dict[str, float]]:
-    """``{"W": {key: predicted seconds / units, "efficiency": ...}}`` for each width, where
-    efficiency = (seconds at one worker) / (W x seconds at W workers)."""
+) -> dict[str, dict[str, Any]]:
+    """``{"W": {key: predicted seconds / units, "efficiency": ..., "path": {...}}}`` for each
+    width, where efficiency = (seconds at one worker) / (W x seconds at W workers) and
+    ``path`` is the prediction taken apart per unit (:meth:`CriticalPath.per`)."""
     one = replay(tasks, 1, start=start, stop=stop, bandwidth=bandwidth)
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for w in widths:
-        at = replay(tasks, w, start=start, stop=stop, bandwidth=bandwidth)
+        at, path = _replayed(tasks, w, start, stop, bandwidth)
         out[str(w)] = {
             key: round(at / units, 4),
             "efficiency": round(one / (w * at), 4) if at > 0 else 1.0,
+            "path": path.per(units),
         }
     return out

@@ -43,9 +43,11 @@ What is timed, and what is not:
 * ``scaling``: every pool task of both parties while they train is recorded (the task
   trace, :mod:`p2pboost.workers._trace`) and replayed by list scheduling with each party on a
   machine of its own with 8, 16, 32 and 64 workers (:mod:`benchmarks._schedule` states the
-  model): predicted seconds per tree and parallel efficiency. ``--trace-workers N`` has the
-  parties cut their work for ``N`` workers (a host's shards, the engine's pieces) while they
-  run it on ``--workers`` processes, so the trace holds the tasks of an ``N``-worker party.
+  model): predicted seconds per tree, parallel efficiency and where the seconds go along the
+  critical path (``path``: tasks, waits for a worker, the parties' own time, network).
+  ``--trace-workers N`` has the parties cut their work for ``N`` workers (a host's shards, the
+  engine's pieces) while they run it on ``--workers`` processes, so the trace holds the tasks
+  of an ``N``-worker party.
 * ``--compare-kernels``: each scheme with the ``native`` and the ``gmpy2`` crypto kernel,
   selected in the parties by ``P2PBOOST_KERNEL`` before they import p2pboost; the floor of a
   run is timed with its kernel (in a process started with the same setting), and each run

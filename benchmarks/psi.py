@@ -11,7 +11,8 @@ blinded by both parties: ``2 * (n_guest + n_host)``) divided by the rate of a ba
 ``scaling``: every pool task of the PSI is recorded with its party (each party's coroutine
 labels the tasks it submits) and the trace is replayed with each party on a machine of its
 own with 8 to 64 workers (:mod:`benchmarks._schedule`); the seconds are those of the whole
-PSI, so its entries say ``seconds`` where the tree benchmarks say ``s_per_tree``. The
+PSI, so its entries say ``seconds`` where the tree benchmarks say ``s_per_tree`` (and
+``path``, those seconds taken apart along the critical path). The
 protocol cuts its work for the pool's workers (one per core here), and the replay keeps
 those cuts; ``--trace-workers N`` has both parties cut it for ``N`` workers
 (``psi_guest``/``psi_host``'s ``workers``) while the pool stays one per core, so the trace

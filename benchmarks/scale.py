@@ -17,7 +17,7 @@ has the parties cut their work for ``N`` workers, see the ``hetero`` benchmark).
 
 Last line: ``{"benchmark": "scale", "rows", "features", "key_bits", "s_per_tree",
 "floor_s_per_tree", "peak_rss_mb_total", "bytes_per_tree", "auc", "scaling": {"8":
-{"s_per_tree", "efficiency"}, "16": ..., "32": ..., "64": ...}}``.
+{"s_per_tree", "efficiency", "path"}, "16": ..., "32": ..., "64": ...}}``.
 """
 
 from __future__ import annotations

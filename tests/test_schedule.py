@@ -4,8 +4,17 @@ makespan is worked out by hand in each test."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from benchmarks._schedule import Task, replay, scaling, tasks_from_trace
+from benchmarks._schedule import (
+    CriticalPath,
+    Task,
+    critical_path,
+    replay,
+    scaling,
+    tasks_from_trace,
+)
 from p2pboost.workers import TaskRecord
 
 
@@ -30,8 +39,9 @@ def test_independent_tasks_spread_over_the_workers() -> None:
     assert replay(tasks, 8, start=0.0) == pytest.approx(1.0)
     assert replay(tasks, 64, start=0.0) == pytest.approx(1.0)
     out = scaling(tasks, start=0.0, stop=4.0, widths=(8, 16))
-    assert out["8"] == {"s_per_tree": 1.0, "efficiency": 1.0}
-    assert out["16"] == {"s_per_tree": 1.0, "efficiency": 0.5}  # 8 tasks for 16 workers
+    path = {"tasks": 1.0, "waits": 0.0, "own": 0.0, "network": 0.0}
+    assert out["8"] == {"s_per_tree": 1.0, "efficiency": 1.0, "path": path}
+    assert out["16"] == {"s_per_tree": 1.0, "efficiency": 0.5, "path": path}  # 8 for 16
 
 
 def test_one_huge_task_bounds_the_makespan() -> None:
@@ -174,3 +184,73 @@ def test_records_become_tasks_that_take_their_cpu_time() -> None:
     work, filler = tasks_from_trace(records)
     assert (work.duration, work.out_bytes, work.background) == (1.5, 100, False)
     assert (filler.duration, filler.place, filler.background) == (0.4, 3, True)
+
+
+def test_the_critical_path_splits_the_time_into_tasks_waits_own_time_and_network() -> None:
+    # Eight 1 s tasks on one worker: the last waited 7 s for the worker.
+    eight = [_t(0.0, 4.0, 1.0) for _ in range(8)]
+    assert critical_path(eight, 1, start=0.0) == CriticalPath(1.0, 7.0, 0.0, 0.0)
+    assert critical_path(eight, 8, start=0.0) == CriticalPath(1.0, 0.0, 0.0, 0.0)
+    # a, then 0.25 s of the party's own work, then b; 0.25 s more after it (stop).
+    lagged = [_t(0.0, 1.0, 1.0, kind="a"), _t(1.25, 3.25, 2.0, kind="b")]
+    path = critical_path(lagged, 8, start=0.0, stop=3.5)
+    assert (path.tasks, path.waits, path.own, path.network) == pytest.approx((3.0, 0, 0.5, 0))
+    # The guest's 1 MB crosses a 1 MB/s network before the host's task.
+    sent = [
+        _t(0.0, 1.0, 1.0, kind="encrypt", out_bytes=1_000_000),
+        _t(1.0, 2.0, 1.0, party="host", kind="histogram"),
+    ]
+    path = critical_path(sent, 4, start=0.0, bandwidth=1e6)
+    assert (path.tasks, path.waits, path.own, path.network) == pytest.approx((2.0, 0, 0, 1.0))
+    # A place's four tasks one after the other: the path runs through all four.
+    placed = [_t(0.0, 1.0, 1.0, place=0) for _ in range(4)]
+    assert critical_path(placed, 8, start=0.0).tasks == pytest.approx(4.0)
+    # The party's own time before its first task.
+    late = critical_path([_t(2.0, 3.0, 1.0)], 8, start=0.0, stop=4.0)
+    assert (late.tasks, late.own) == pytest.approx((1.0, 3.0))
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> list[Task]:
+    tasks = []
+    for _ in range(draw(st.integers(1, 14))):
+        submitted = draw(st.floats(0.0, 5.0))
+        ran = draw(st.floats(0.01, 2.0))
+        tasks.append(
+            _t(
+                submitted,
+                submitted + ran,
+                draw(st.floats(0.0, 2.0)),
+                party=draw(st.sampled_from(["guest", "host"])),
+                kind=draw(st.sampled_from(["a", "b", "factors_task", "encrypt_task"])),
+                place=draw(st.none() | st.integers(0, 3)),
+                out_bytes=draw(st.integers(0, 2_000_000)),
+            )
+        )
+    return [
+        Task(
+            t.party,
+            t.kind,
+            t.submitted,
+            t.end,
+            t.duration,
+            t.place,
+            t.out_bytes,
+            t.kind == "factors_task",
+        )
+        for t in tasks
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(tasks=_runs(), workers=st.integers(1, 5), bandwidth=st.none() | st.just(1e6))
+def test_the_parts_of_the_critical_path_add_up_to_the_replay(
+    tasks: list[Task], workers: int, bandwidth: float | None
+) -> None:
+    # The replay's length comes from its tasks' finishing times; the path is walked back
+    # separately: they must agree, whatever the graph.
+    stop = max(t.end for t in tasks) + 0.5
+    length = replay(tasks, workers, start=0.0, stop=stop, bandwidth=bandwidth)
+    path = critical_path(tasks, workers, start=0.0, stop=stop, bandwidth=bandwidth)
+    assert min(path.tasks, path.waits, path.own, path.network) >= -1e-9
+    assert path.total == pytest.approx(length, abs=1e-9)
