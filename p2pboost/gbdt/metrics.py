@@ -161,19 +161,36 @@ def leaf_purity(y: F64, leaves: npt.NDArray[np.int64], classification: bool) -> 
     could infer of the labels: the SecureBoost paper's argument for complete_secure.
     """
     y = np.asarray(y, dtype=np.float64)
-    _, leaf = np.unique(leaves, return_inverse=True)
+    leaf, n_leaves = _codes(np.asarray(leaves))
     if classification:
-        _, label = np.unique(y, return_inverse=True)
-        counts = np.zeros((leaf.max() + 1, label.max() + 1))
-        np.add.at(counts, (leaf, label), 1.0)
-        return float(counts.max(axis=1).sum() / y.size)
+        label, n_labels = _codes(y)
+        counts = np.bincount(leaf * n_labels + label, minlength=n_leaves * n_labels)
+        return float(counts.reshape(n_leaves, n_labels).max(axis=1).sum() / y.size)
     total = float(np.var(y))
     if total == 0.0:
         return 1.0
-    sums = np.bincount(leaf, weights=y)
-    sizes = np.bincount(leaf)
-    within = float(np.mean((y - (sums / sizes)[leaf]) ** 2))
+    sums = np.bincount(leaf, weights=y, minlength=n_leaves)
+    sizes = np.bincount(leaf, minlength=n_leaves)
+    means = np.divide(sums, sizes, out=np.zeros(n_leaves), where=sizes > 0)
+    within = float(np.mean((y - means[leaf]) ** 2))
     return 1.0 - within / total
+
+
+def _codes(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], int]:
+    """Codes ``0 <= c < k`` of ``values`` (equal values, equal codes) and ``k``. Why not
+    always ``np.unique``: a tree's leaves and a classifier's labels are integers of a small
+    range, where an offset gives codes without sorting (a few ms fewer on 100,000 rows,
+    between two trees of a training); codes of absent values in that range stay unused."""
+    if values.size:
+        low, high = values.min(), values.max()
+        whole = np.issubdtype(values.dtype, np.integer) or (
+            bool(np.isfinite(low) and np.isfinite(high))
+            and bool(np.array_equal(values, np.trunc(values)))
+        )
+        if whole and int(high) - int(low) < 2 * values.size + 64:  # Python ints: no overflow
+            return (values - low).astype(np.int64), int(high) - int(low) + 1
+    uniques, inverse = np.unique(values, return_inverse=True)
+    return inverse.astype(np.int64).reshape(-1), int(uniques.size)
 
 
 def available_metrics() -> list[str]:

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn import metrics as skm
 
 from p2pboost.exceptions import InputError
@@ -83,6 +85,58 @@ def test_leaf_purity() -> None:
     values = np.array([1.0, 1.0, 5.0, 5.0])
     assert leaf_purity(values, np.array([3, 3, 4, 4]), classification=False) == 1.0
     assert leaf_purity(values, np.zeros(4, dtype=np.int64), classification=False) == 0.0
+
+
+def _purity_by_sorting(y: np.ndarray, leaves: np.ndarray, classification: bool) -> float:
+    """The reference: leaf purity with every value coded by sorting (np.unique)."""
+    _, leaf = np.unique(leaves, return_inverse=True)
+    leaf = leaf.reshape(-1)
+    if classification:
+        _, label = np.unique(y, return_inverse=True)
+        counts = np.zeros((leaf.max() + 1, label.max() + 1))
+        np.add.at(counts, (leaf, label.reshape(-1)), 1.0)
+        return float(counts.max(axis=1).sum() / y.size)
+    total = float(np.var(y))
+    if total == 0.0:
+        return 1.0
+    sums, sizes = np.bincount(leaf, weights=y), np.bincount(leaf)
+    return 1.0 - float(np.mean((y - (sums / sizes)[leaf]) ** 2)) / total
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 60),
+    leaf_values=st.sampled_from(["small", "huge", "negative"]),
+    label_values=st.sampled_from(["classes", "fractions", "wide"]),
+)
+def test_leaf_purity_agrees_with_coding_by_sorting(
+    data: st.DataObject, n: int, leaf_values: str, label_values: str
+) -> None:
+    # Leaves and labels coded by an offset where they are small integers, else by sorting:
+    # the same purity either way, including leaves far apart (int64's extremes) and
+    # fractional or widely spread labels.
+    from p2pboost.gbdt.metrics import leaf_purity
+
+    ints = {
+        "small": st.integers(0, 40),
+        "huge": st.sampled_from([-(2**63), 0, 7, 2**63 - 1]),
+        "negative": st.integers(-1000, -990),
+    }[leaf_values]
+    leaves = np.array(data.draw(st.lists(ints, min_size=n, max_size=n)), dtype=np.int64)
+    labels = {
+        "classes": st.integers(0, 3).map(float),
+        "fractions": st.sampled_from([0.25, 0.5, 1.75]),
+        "wide": st.sampled_from([-1e300, 0.0, 1e300]),
+    }[label_values]
+    y = np.array(data.draw(st.lists(labels, min_size=n, max_size=n)), dtype=np.float64)
+    if label_values != "wide":  # regression on 1e300 overflows the variance either way
+        assert leaf_purity(y, leaves, classification=False) == pytest.approx(
+            _purity_by_sorting(y, leaves, False), abs=1e-12
+        )
+    assert leaf_purity(y, leaves, classification=True) == pytest.approx(
+        _purity_by_sorting(y, leaves, True), abs=1e-12
+    )
 
 
 def test_lift_in_the_top_share_of_scores() -> None:
