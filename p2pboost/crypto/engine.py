@@ -239,6 +239,21 @@ class CryptoEngine:
             registrar.submit(prepare_task, fingerprint, self._material) for _ in range(self.workers)
         ]
 
+    @property
+    def background_width(self) -> int:
+        """How many idle-class threads make randomisers ahead: one per worker, but no more than
+        the cores this process may run on.
+
+        Why the cap: a thread beyond the cores can only ever run instead of another idle-class
+        thread, and each one, when its task ends, waits for the GIL at the lowest priority.
+        CPython hands the GIL to a thread that has waited for it and makes the thread that
+        drops it wait until the other has taken it, so every such waiter can hold up the event
+        loop for as long as the idle class goes without a core. Measured (synth150k, OU-2048,
+        the parties cut for 32 workers on two cores, 3 alternated pairs): the parties' own
+        time on the predicted critical path at 32 workers 0.128-0.155 s per tree with two
+        threads against 0.159-0.176 s with 32."""
+        return min(self.workers, default_workers())
+
     def _background_threads(self) -> Executor | None:
         """The engine's idle-class threads for randomisers made ahead (started on first use),
         or None where they would not help: a kernel that holds the GIL, or no idle class."""
@@ -246,7 +261,7 @@ class CryptoEngine:
             return None
         if self._background is None:
             self._background = idle_threads(
-                self.workers,
+                self.background_width,
                 initializer=init_worker,
                 initargs=(self.public_key.fingerprint, self._material),
             )
@@ -582,18 +597,18 @@ class CryptoEngine:
 
         Short tasks (:data:`IDLE_CHUNK` randomisers). Where the kernel releases the GIL and the
         system has an idle scheduling class (Linux), they run on the engine's own background
-        threads in that class (:func:`~p2pboost.workers.idle_threads`), one per worker, all
-        the time: the system's scheduler runs them only on processors nothing else wants, so
-        they fill even the short gaps while the engine's own tasks wait on the hosts, and give
-        way at once. Otherwise they run on the pool, only while no other task of this engine
-        is in flight, so real work waits at most one short task; and, where the kernel says how
-        many tasks are runnable (:func:`~p2pboost.workers.spare_cpus`), no more of them than
-        there are idle processors, polled every :data:`SPARE_POLL` seconds: on a machine shared
-        with the hosts they take only what the hosts leave, since the pool's workers run at the
-        same priority as theirs. Tasks still running when ``stop`` is set are not waited for:
-        they finish, and their randomisers land in the stash when they do (the tree that
-        stopped the filling starts encrypting at once, and takes them if they come in time).
-        """
+        threads in that class (:func:`~p2pboost.workers.idle_threads`), one per worker up to
+        the cores (:attr:`background_width`), all the time: the system's scheduler runs them
+        only on processors nothing else wants, so they fill even the short gaps while the
+        engine's own tasks wait on the hosts, and give way at once. Otherwise they run on the
+        pool, only while no other task of this engine is in flight, so real work waits at most
+        one short task; and, where the kernel says how many tasks are runnable
+        (:func:`~p2pboost.workers.spare_cpus`), no more of them than there are idle processors,
+        polled every :data:`SPARE_POLL` seconds: on a machine shared with the hosts they take
+        only what the hosts leave, since the pool's workers run at the same priority as theirs.
+        Tasks still running when ``stop`` is set are not waited for: they finish, and their
+        randomisers land in the stash when they do (the tree that stopped the filling starts
+        encrypting at once, and takes them if they come in time)."""
         loop_idle = self._idle = asyncio.Event()
         # In the idle scheduling class the system's scheduler does the gating: no need to
         # wait for the engine to idle, nor to poll for spare processors.
@@ -609,8 +624,9 @@ class CryptoEngine:
                 room = min(target, self.stash_limit) - self._stashed - IDLE_CHUNK * len(running)
                 if stop.is_set() or (room <= 0 and not running):
                     break
-                wanted = room > 0 and loop_idle.is_set() and len(running) < self.workers
-                slots = self.workers if background is not None else self._spare_slots(len(running))
+                width = self.workers if background is None else self.background_width
+                wanted = room > 0 and loop_idle.is_set() and len(running) < width
+                slots = width if background is not None else self._spare_slots(len(running))
                 if wanted and len(running) < slots:
                     running.add(
                         loop.run_in_executor(

@@ -322,12 +322,26 @@ async def test_idle_precompute_runs_in_the_idle_class_under_the_native_kernel(
     stop.set()
     assert await filler >= 400  # and more where the encryptions above took some
     assert engine._background is not None
+    assert engine._background._max_workers == engine.background_width  # type: ignore[attr-defined]
     policies = {engine._background.submit(os.sched_getscheduler, 0).result() for _ in range(4)}
     assert policies == {os.SCHED_IDLE}
     before, some = engine.stashed, values[:300]
     cts = await engine.encrypt_batch(some)
     assert engine.stashed == before - len(some)
     assert await engine.decrypt_batch(cts) == some
+
+
+def test_no_more_idle_class_threads_than_cores(
+    public_key: PublicKey, private_key: PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One background thread per worker, up to the cores: more could only wait (for a core,
+    and for the GIL, which would hold up the event loop)."""
+    from p2pboost.crypto import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "default_workers", lambda: 3)
+    for workers, width in ((1, 1), (3, 3), (32, 3)):
+        with CryptoEngine(public_key, private_key, workers=workers) as engine:
+            assert engine.background_width == width
 
 
 async def test_a_stopped_filling_leaves_its_running_tasks_to_land_later(
