@@ -249,10 +249,13 @@ class _HostTree:
         self.tree_id = tree_id
         peer, n = host.guest, host.data.n_rows
         grid = msg.grid
+        #: Whether each row is in the tree's sample (None: every row is).
+        self.in_sample: B8 | None = None
         if msg.sample is None:
             self.sample = np.arange(n, dtype=np.int64)
         else:
-            self.sample = np.flatnonzero(unpack_bitmap(msg.sample, n, peer)).astype(np.int64)
+            self.in_sample = unpack_bitmap(msg.sample, n, peer)
+            self.sample = np.flatnonzero(self.in_sample).astype(np.int64)
             if self.sample.size == 0:
                 raise reject(peer, "empty row sample")
         features = msg.features
@@ -278,7 +281,11 @@ class _HostTree:
         #: Rows per block of the shards' layout of this tree's sample
         #: (:func:`~p2pboost.hetero.training.layout.shard_block`).
         self.block = shard_block(m, host.shards.n)
-        self.positions = np.zeros(n, dtype=np.int64)
+        #: Frontier node -> its rows (all of this host's rows, ascending). A split divides its
+        #: node's rows, so a layer costs the rows of the nodes it splits, where finding each
+        #: node's rows among every row's position cost a pass over all rows per node (on a
+        #: million rows and 16 nodes, 60 ms of the event loop per layer against 9).
+        self.rows_of: dict[int, I64] = {0: np.arange(n, dtype=np.int64)}
         self.n_nodes = 1
         self.frontier = [0]
         #: Node -> the features its column draw allows (colsample_bylevel/bynode), if any.
@@ -472,7 +479,7 @@ class _HostTree:
             best = int(pos[first[0]])
             f, b = int(lookup.feature[best]), int(lookup.bin[best])
             dl = bool(lookup.default_left[best])
-            rows = np.flatnonzero(self.positions == node)
+            rows = self.rows_of[node]
             chosen.append(int(lookup.ids[best]))
             left_sets[node] = _go_left(h.data.codes[f, rows], b, dl, h.data.missing_bin)
             bitmaps.append(np.packbits(left_sets[node]))
@@ -513,15 +520,15 @@ class _HostTree:
             or not np.array_equal(right, fresh + 1)
         ):
             raise reject(peer, "layer splits unknown nodes or numbers children oddly")
-        new = self.positions.copy()
+        rows_of = {}
         for j, node in enumerate(nodes.tolist()):
-            rows = np.flatnonzero(self.positions == node)
+            rows = self.rows_of[node]
             if node in marked:
                 go_left = decided[node]
             else:
                 go_left = unpack_bitmap(bitmaps[j], rows.size, peer)
-            new[rows] = np.where(go_left, left[j], right[j])
-        self.positions = new
+            rows_of[int(left[j])], rows_of[int(right[j])] = rows[go_left], rows[~go_left]
+        self.rows_of = rows_of  # the nodes not split are leaves: their rows are not needed
         self.n_nodes += 2 * n_split
         self.layer_nodes, self.layer_left, self.layer_right = nodes, left, right
         self.frontier = [
@@ -536,8 +543,12 @@ class _HostTree:
         """Children histograms (smaller built; sibling derived by the guest or subtracted),
         packages sent when ready."""
         h = self.h
-        sample_pos = self.positions[self.sample]
-        counts = np.bincount(sample_pos, minlength=self.n_nodes)
+        sampled = self.rows_of
+        if self.in_sample is not None:
+            sampled = {c: rows[self.in_sample[rows]] for c, rows in sampled.items()}
+        counts = np.zeros(self.n_nodes, dtype=np.int64)
+        for child, rows in sampled.items():
+            counts[child] = rows.size
         if not self.derive:  # derived trees keep no histogram: nothing to drop
             await h.shards.each(k.shard_retain, self.layer_nodes.tolist())
         splits = []
@@ -562,10 +573,10 @@ class _HostTree:
 
         async def pair(i: int) -> None:
             node, small, big = splits[i]
-            rows = self.sample[sample_pos == small]
+            rows = sampled[small]
             derive = self.derive
             cached = node in self.cached or derive
-            big_rows = None if cached else self.sample[sample_pos == big]
+            big_rows = None if cached else sampled[big]
             masks = (self.node_features.get(small), self.node_features.get(big))
             await ahead[i].wait()
             try:
