@@ -617,6 +617,7 @@ class CryptoEngine:
             loop_idle.set()
         made = 0
         executor, material = self._executor() if background is None else (background, None)
+        width = self.workers if background is None else self.background_width  # asked once
         loop = asyncio.get_running_loop()
         running: set[asyncio.Future[bytes]] = set()
         try:
@@ -624,7 +625,6 @@ class CryptoEngine:
                 room = min(target, self.stash_limit) - self._stashed - IDLE_CHUNK * len(running)
                 if stop.is_set() or (room <= 0 and not running):
                     break
-                width = self.workers if background is None else self.background_width
                 wanted = room > 0 and loop_idle.is_set() and len(running) < width
                 slots = width if background is not None else self._spare_slots(len(running))
                 if wanted and len(running) < slots:
